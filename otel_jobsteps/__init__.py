@@ -1,0 +1,51 @@
+"""otel_jobsteps: which step of which attempt of a background job ran, failed or is running.
+
+Instrument job code with an ordinary OpenTelemetry tracer, add `JobStepsProcessor` to the
+TracerProvider, and read the ``job_event`` / ``job_log`` tables (or `job_detail`).
+"""
+
+from __future__ import annotations
+
+from .attributes import (
+    JOB_ATTEMPT,
+    JOB_DOMAIN,
+    JOB_EXECUTION,
+    JOB_ID,
+    JOB_OUTCOME,
+    JOB_STEP_DETAIL,
+    JOB_STEP_KEY,
+    JOB_TIME_LIMIT,
+    JOB_TYPE,
+    OUTCOME_TARGET_DELETED,
+)
+from .context import job_attempt, progress, step
+from .errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    JobStepsError,
+    SchemaNotMigratedError,
+)
+from .processor import JobStepsProcessor
+from .schema import migrate
+
+__all__ = [
+    "JOB_ATTEMPT",
+    "JOB_DOMAIN",
+    "JOB_EXECUTION",
+    "JOB_ID",
+    "JOB_OUTCOME",
+    "JOB_STEP_DETAIL",
+    "JOB_STEP_KEY",
+    "JOB_TIME_LIMIT",
+    "JOB_TYPE",
+    "OUTCOME_TARGET_DELETED",
+    "ConfigurationError",
+    "DatabaseUnavailableError",
+    "JobStepsError",
+    "JobStepsProcessor",
+    "SchemaNotMigratedError",
+    "job_attempt",
+    "migrate",
+    "progress",
+    "step",
+]

@@ -1,0 +1,37 @@
+"""Span attribute names: the public contract between job code and the processor."""
+
+from __future__ import annotations
+
+__all__ = [
+    "JOB_ATTEMPT",
+    "JOB_DOMAIN",
+    "JOB_EXECUTION",
+    "JOB_ID",
+    "JOB_OUTCOME",
+    "JOB_STEP_DETAIL",
+    "JOB_STEP_KEY",
+    "JOB_TIME_LIMIT",
+    "JOB_TYPE",
+    "OUTCOME_TARGET_DELETED",
+]
+
+JOB_DOMAIN = "job.domain"
+"""Tenant, queue or product area of the job (string), on the job span."""
+JOB_ID = "job.id"
+"""Job id, stable across retries (string), on the job span."""
+JOB_TYPE = "job.type"
+"""Job kind, e.g. ``thumbnail``, on the job span."""
+JOB_ATTEMPT = "job.attempt"
+"""1-based attempt number (attempts made before + 1), on the job span."""
+JOB_STEP_KEY = "job.step.key"
+"""The step's place in the execution, e.g. ``RENDER``; marks a step span."""
+JOB_STEP_DETAIL = "job.step.detail"
+"""Optional explicit end detail of a step: a JSON object as a string; wins over progress."""
+JOB_OUTCOME = "job.outcome"
+"""Optional outcome of the job span; ``target_deleted`` fails the attempt with that reason."""
+JOB_EXECUTION = "job.execution"
+"""Optional id of this run of the attempt (defaults to the job span's trace and span id)."""
+JOB_TIME_LIMIT = "job.time_limit"
+"""Optional time limit of the attempt in seconds; finishing later is FAILED ``time_limit``."""
+
+OUTCOME_TARGET_DELETED = "target_deleted"

@@ -1,0 +1,458 @@
+"""The sequential step model and the progress debounce, as pure logic with an injectable clock.
+
+The recorder runs on the writer thread. It turns span facts (commands) into row operations in
+a `Batch`: one open step per attempt and execution, a new step closes the previous one, the same
+step reuses its row, progress is debounced, and a job's end closes its step before its log row.
+Operations on a row that is still unwritten are folded into that row, so a step opened,
+updated and closed within one batch costs one insert.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .batch import (
+    Abandon,
+    Batch,
+    CloseForeign,
+    CloseStep,
+    Detail,
+    EventRow,
+    JobLogRow,
+    Progress,
+    Segment,
+)
+from .detail import clean_text, parse_detail
+
+__all__ = [
+    "EventRecorded",
+    "JobEnded",
+    "JobStarted",
+    "ProgressReported",
+    "Scope",
+    "StepEnded",
+    "StepRecorder",
+    "StepStarted",
+]
+
+STEP = "STEP"
+RUNNING = "RUNNING"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+ABANDONED = "abandoned"
+TIME_LIMIT = "time_limit"
+MAX_STEP_KEY_CHARS = 256
+
+
+class Scope(NamedTuple):
+    """One execution of one attempt of a job, as the job span declared it."""
+
+    domain: str
+    job_id: str
+    job_type: str | None
+    attempt: int
+    execution: str | None
+    trace_id: int
+    span_id: int
+    deadline_ns: int | None
+
+
+class JobStarted(NamedTuple):
+    scope: Scope
+    start_ns: int
+
+
+class StepStarted(NamedTuple):
+    scope: Scope
+    key: str
+    span_id: int
+    start_ns: int
+
+
+class ProgressReported(NamedTuple):
+    scope: Scope
+    key: str
+    attributes: Mapping[str, Any]
+
+
+class StepEnded(NamedTuple):
+    scope: Scope
+    key: str
+    end_ns: int
+    failed: bool
+    explicit_detail: object
+    error: str | None
+
+
+class JobEnded(NamedTuple):
+    scope: Scope
+    end_ns: int
+    failed: bool
+    outcome: object
+    error: str | None
+
+
+class EventRecorded(NamedTuple):
+    scope: Scope
+    type: str
+    message: str | None
+    detail: Mapping[str, Any] | None
+    time_ns: int
+
+
+Command = JobStarted | StepStarted | ProgressReported | StepEnded | JobEnded | EventRecorded
+
+
+@dataclass(slots=True, eq=False)
+class _OpenStep:
+    key: str
+    row: EventRow
+    attempt: _Attempt
+    holders: int = 1
+    last_write: float | None = None
+    pending_detail: Detail | None = None
+    due: float | None = None
+    closed: bool = False
+    progress_op: Progress | None = None
+    progress_segment: int = -1
+
+
+@dataclass(slots=True, eq=False)
+class _Attempt:
+    scope: Scope
+    execution_id: str
+    trace_hex: str
+    open: _OpenStep | None = None
+    last_step: str | None = None
+    last_close_us: int = 0
+
+
+class StepRecorder:
+    """Applies commands in order and accumulates the row operations they imply."""
+
+    def __init__(self, *, debounce_ms: float = 1000, clock: Callable[[], float] = time.monotonic):
+        self._debounce = debounce_ms / 1000.0
+        self._clock = clock
+        self._attempts: dict[int, _Attempt] = {}
+        self._timers: list[tuple[float, int, _OpenStep]] = []
+        self._timer_seq = itertools.count()
+        self._segment_numbers = itertools.count()
+        self._batch = Batch()
+        self._segment: Segment | None = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            JobStarted: self._job_started,
+            StepStarted: self._step_started,
+            ProgressReported: self._progress,
+            StepEnded: self._step_ended,
+            JobEnded: self._job_ended,
+            EventRecorded: self._event,
+        }
+
+    # -- the writer's interface ---------------------------------------------------------------
+
+    def handle(self, command: Command) -> None:
+        """Apply one command; its row operations join the pending batch."""
+        self._handlers[type(command)](command)
+
+    def take_batch(self) -> Batch | None:
+        """Hand over the pending operations (None if there are none) and start a new batch."""
+        batch = self._batch
+        self._batch = Batch()
+        self._segment = None
+        return batch if batch.segments else None
+
+    def pending_operations(self) -> int:
+        return self._batch.operation_count()
+
+    def open_attempts(self) -> int:
+        return len(self._attempts)
+
+    def next_due(self) -> float | None:
+        """Clock time of the earliest trailing progress write, if any is waiting."""
+        timers = self._timers
+        while timers and timers[0][2].due != timers[0][0]:
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
+
+    def fire_due(self, now: float | None = None) -> None:
+        """Write the trailing progress of every window that has ended by ``now``."""
+        now = self._clock() if now is None else now
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            due, _, step = heapq.heappop(timers)
+            if step.due == due:
+                self._write_trailing(step, now)
+
+    def flush_timers(self) -> None:
+        """Write every waiting trailing progress now (force_flush must not wait for windows)."""
+        now = self._clock()
+        while self._timers:
+            due, _, step = heapq.heappop(self._timers)
+            if step.due == due:
+                self._write_trailing(step, now)
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def _attempt(self, scope: Scope) -> _Attempt:
+        state = self._attempts.get(scope.span_id)
+        if state is None:
+            trace_hex = format(scope.trace_id, "032x")
+            execution_id = scope.execution or f"{trace_hex}:{scope.span_id:016x}"
+            state = _Attempt(scope, execution_id, trace_hex)
+            self._attempts[scope.span_id] = state
+        return state
+
+    def _job_started(self, command: JobStarted) -> None:
+        scope = command.scope
+        self._attempt(scope)
+        if scope.attempt > 1:
+            job = (scope.domain, scope.job_id)
+            segment = self._current_segment()
+            if job in segment.touched_jobs:
+                segment = self._new_segment()
+            segment.abandons.append(
+                Abandon(scope.domain, scope.job_id, scope.attempt, command.start_ns // 1000)
+            )
+            segment.touched_jobs.add(job)
+            segment.abandon_barriers[job] = scope.attempt
+
+    def _step_started(self, command: StepStarted) -> None:
+        state = self._attempt(command.scope)
+        key = clean_text(command.key, MAX_STEP_KEY_CHARS)
+        open_step = state.open
+        if open_step is not None:
+            if open_step.key == key:
+                open_step.holders += 1
+                return
+            self._close(state, open_step, COMPLETED, None, None, command.start_ns // 1000)
+        scope = state.scope
+        segment = self._segment_for(scope)
+        foreign = (scope.domain, scope.job_id, scope.attempt, state.execution_id)
+        if foreign not in segment.foreign_closed:
+            if any(
+                other[:3] == foreign[:3] and other[3] != foreign[3]
+                for other in segment.inserted_steps
+            ):
+                segment = self._new_segment()
+            segment.foreign_closes.append(CloseForeign(*foreign, at_us=command.start_ns // 1000))
+            segment.foreign_closed.add(foreign)
+        row = EventRow(
+            domain=scope.domain,
+            job_id=scope.job_id,
+            job_type=scope.job_type,
+            attempt=scope.attempt,
+            type=STEP,
+            step_key=key,
+            step_status=RUNNING,
+            detail=None,
+            message=None,
+            trace_id=state.trace_hex,
+            span_id=format(command.span_id, "016x"),
+            execution_id=state.execution_id,
+            created_us=command.start_ns // 1000,
+            ended_us=None,
+            segment=segment.number,
+        )
+        segment.rows.append(row)
+        segment.inserted_steps.add(foreign)
+        state.open = _OpenStep(key, row, state)
+        state.last_step = key
+
+    def _progress(self, command: ProgressReported) -> None:
+        state = self._attempts.get(command.scope.span_id)
+        if state is None or state.open is None or state.open.key != command.key:
+            return  # the step was closed already: a late event must not touch any row
+        step = state.open
+        detail = dict(command.attributes)
+        now = self._clock()
+        if step.last_write is None or now - step.last_write >= self._debounce:
+            step.pending_detail = None
+            step.due = None
+            self._write_progress(state, step, detail, now)
+            return
+        step.pending_detail = detail
+        if step.due is None:
+            step.due = step.last_write + self._debounce
+            heapq.heappush(self._timers, (step.due, next(self._timer_seq), step))
+
+    def _step_ended(self, command: StepEnded) -> None:
+        state = self._attempts.get(command.scope.span_id)
+        key = clean_text(command.key, MAX_STEP_KEY_CHARS)
+        if state is None or state.open is None or state.open.key != key:
+            return  # closed already by the next step or the job's end
+        step = state.open
+        step.holders -= 1
+        if step.holders > 0:
+            return
+        late = self._is_late(state.scope, command.end_ns)
+        status = FAILED if command.failed or late else COMPLETED
+        message = command.error if command.failed else (TIME_LIMIT if late else None)
+        explicit = parse_detail(command.explicit_detail)
+        self._close(state, step, status, explicit, message, command.end_ns // 1000)
+
+    def _job_ended(self, command: JobEnded) -> None:
+        scope = command.scope
+        state = self._attempts.pop(scope.span_id, None) or self._attempt_for_end(scope)
+        end_us = command.end_ns // 1000
+        reason = self._failure_reason(command)
+        status = COMPLETED if reason is None else FAILED
+        failed_step = state.open.key if state.open is not None else None
+        if state.open is not None:
+            self._close(state, state.open, status, None, reason, end_us)
+        detail: Detail | None = None
+        if reason is not None:
+            detail = {"step": failed_step or state.last_step}
+            if command.error:
+                detail["error"] = command.error
+        segment = self._segment_for(scope)
+        segment.job_logs.append(
+            JobLogRow(
+                domain=scope.domain,
+                job_id=scope.job_id,
+                job_type=scope.job_type,
+                attempt=scope.attempt,
+                status=status,
+                reason=reason,
+                detail=detail,
+                trace_id=state.trace_hex,
+                # Never dated before the step close it follows.
+                created_us=max(end_us, state.last_close_us),
+            )
+        )
+
+    def _event(self, command: EventRecorded) -> None:
+        scope = command.scope
+        segment = self._segment_for(scope)
+        segment.rows.append(
+            EventRow(
+                domain=scope.domain,
+                job_id=scope.job_id,
+                job_type=scope.job_type,
+                attempt=scope.attempt,
+                type=clean_text(command.type, MAX_STEP_KEY_CHARS),
+                step_key=None,
+                step_status=None,
+                detail=dict(command.detail) if command.detail else None,
+                message=None if command.message is None else clean_text(command.message),
+                trace_id=format(scope.trace_id, "032x") if scope.trace_id else None,
+                span_id=format(scope.span_id, "016x") if scope.span_id else None,
+                execution_id=scope.execution,
+                created_us=command.time_ns // 1000,
+                ended_us=None,
+                segment=segment.number,
+            )
+        )
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _attempt_for_end(self, scope: Scope) -> _Attempt:
+        state = self._attempt(scope)
+        del self._attempts[scope.span_id]
+        return state
+
+    @staticmethod
+    def _is_late(scope: Scope, end_ns: int) -> bool:
+        return scope.deadline_ns is not None and end_ns > scope.deadline_ns
+
+    def _failure_reason(self, command: JobEnded) -> str | None:
+        if command.outcome == "target_deleted":
+            return "target_deleted"
+        if command.failed:
+            if command.error and command.error.startswith("CancelledError"):
+                return "cancelled"
+            return "error"
+        if self._is_late(command.scope, command.end_ns):
+            return TIME_LIMIT
+        return None
+
+    def _close(
+        self,
+        state: _Attempt,
+        step: _OpenStep,
+        status: str,
+        explicit: Detail | None,
+        message: str | None,
+        ended_us: int,
+    ) -> None:
+        # Cancel the trailing write first: its detail rides with the close instead.
+        step.due = None
+        step.closed = True
+        detail = explicit if explicit is not None else step.pending_detail
+        step.pending_detail = None
+        state.open = None
+        state.last_close_us = max(state.last_close_us, ended_us)
+        message = None if message is None else clean_text(message)
+        row = step.row
+        if self._is_current(row.segment):
+            row.step_status = status
+            row.ended_us = ended_us
+            if detail is not None:
+                row.detail = detail
+            row.message = message
+            return
+        scope = state.scope
+        self._segment_for(scope).closes.append(
+            CloseStep(
+                scope.domain,
+                scope.job_id,
+                scope.attempt,
+                state.execution_id,
+                step.key,
+                status,
+                detail,
+                message,
+                ended_us,
+            )
+        )
+
+    def _write_progress(self, state: _Attempt, step: _OpenStep, detail: Detail, now: float) -> None:
+        step.last_write = now
+        if self._is_current(step.row.segment):
+            step.row.detail = detail
+            return
+        op = step.progress_op
+        if op is not None and self._is_current(step.progress_segment):
+            op.detail = detail  # still unwritten: the latest snapshot replaces it
+            return
+        scope = state.scope
+        op = Progress(
+            scope.domain, scope.job_id, scope.attempt, state.execution_id, step.key, detail
+        )
+        segment = self._segment_for(scope)
+        segment.progress.append(op)
+        step.progress_op = op
+        step.progress_segment = segment.number
+
+    def _write_trailing(self, step: _OpenStep, now: float) -> None:
+        step.due = None
+        detail = step.pending_detail
+        step.pending_detail = None
+        if detail is not None and not step.closed:
+            self._write_progress(step.attempt, step, detail, now)
+
+    def _is_current(self, segment_number: int) -> bool:
+        return self._segment is not None and self._segment.number == segment_number
+
+    def _current_segment(self) -> Segment:
+        if self._segment is None:
+            return self._new_segment()
+        return self._segment
+
+    def _new_segment(self) -> Segment:
+        self._segment = Segment(next(self._segment_numbers))
+        self._batch.segments.append(self._segment)
+        return self._segment
+
+    def _segment_for(self, scope: Scope) -> Segment:
+        """The segment an operation of this attempt may join without reordering writes."""
+        segment = self._current_segment()
+        job = (scope.domain, scope.job_id)
+        if scope.attempt < segment.abandon_barriers.get(job, 0):
+            segment = self._new_segment()
+        segment.touched_jobs.add(job)
+        return segment

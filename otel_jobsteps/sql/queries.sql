@@ -1,0 +1,98 @@
+-- Runtime statements of the writer. Each block: a "-- name: NAME --" header, a one-line
+-- description, then the SQL. {job_event} and {job_log} are schema-qualified identifiers filled
+-- in with psycopg.sql; values are always %(name)s parameters. Rows arrive as parallel arrays
+-- (one statement per kind of operation and batch). Every guarded write names the predicate of
+-- job_event_one_open_step (type = 'STEP' AND ended_at IS NULL) so the planner uses that index.
+
+-- name: abandon_earlier_attempts --
+-- When attempt N starts, close steps still open in attempts before N and settle those attempts.
+WITH target AS (
+    SELECT *
+    FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[], %(at_us)s::bigint[])
+         AS t (domain, job_id, attempt, at_us)
+), closed AS (
+    UPDATE {job_event} AS e
+    SET step_status = 'FAILED',
+        message = 'abandoned',
+        ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond')
+    FROM target AS t
+    WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt < t.attempt
+      AND e.type = 'STEP' AND e.ended_at IS NULL
+    RETURNING e.domain, e.job_id, e.job_type, e.attempt, e.step_key, e.trace_id, e.ended_at
+)
+INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_at)
+SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
+       jsonb_build_object('step', step_key), trace_id, ended_at
+FROM closed
+ON CONFLICT (domain, job_id, attempt) DO NOTHING;
+
+-- name: close_foreign_steps --
+-- Close an attempt's open step owned by another execution (a stalled re-run or a zombie).
+UPDATE {job_event} AS e
+SET step_status = 'FAILED',
+    message = 'abandoned',
+    ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond')
+FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
+            %(execution_id)s::text[], %(at_us)s::bigint[])
+     AS t (domain, job_id, attempt, execution_id, at_us)
+WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+  AND e.type = 'STEP' AND e.ended_at IS NULL
+  AND e.execution_id IS DISTINCT FROM t.execution_id;
+
+-- name: write_progress --
+-- Replace the detail of an open step this execution owns; a closed row is left alone.
+UPDATE {job_event} AS e
+SET detail = t.detail::jsonb
+FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
+            %(execution_id)s::text[], %(step_key)s::text[], %(detail)s::text[])
+     AS t (domain, job_id, attempt, execution_id, step_key, detail)
+WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+  AND e.type = 'STEP' AND e.ended_at IS NULL
+  AND e.execution_id = t.execution_id AND e.step_key = t.step_key;
+
+-- name: close_steps --
+-- Close an open step this execution owns; guarded, so a close that lost a race changes nothing.
+UPDATE {job_event} AS e
+SET step_status = t.status,
+    ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.ended_us * interval '1 microsecond'),
+    detail = COALESCE(t.detail::jsonb, e.detail),
+    message = t.message
+FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
+            %(execution_id)s::text[], %(step_key)s::text[], %(status)s::text[],
+            %(detail)s::text[], %(message)s::text[], %(ended_us)s::bigint[])
+     AS t (domain, job_id, attempt, execution_id, step_key, status, detail, message, ended_us)
+WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+  AND e.type = 'STEP' AND e.ended_at IS NULL
+  AND e.execution_id = t.execution_id AND e.step_key = t.step_key;
+
+-- name: insert_events --
+-- New job_event rows in command order; a second open step for an attempt is skipped, not an error.
+INSERT INTO {job_event} (domain, job_id, job_type, attempt, type, step_key, step_status, detail,
+                         message, trace_id, span_id, execution_id, created_at, ended_at)
+SELECT domain, job_id, job_type, attempt, type, step_key, step_status, detail::jsonb,
+       message, trace_id, span_id, execution_id,
+       timestamptz 'epoch' + created_us * interval '1 microsecond',
+       timestamptz 'epoch' + ended_us * interval '1 microsecond'
+FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(job_type)s::text[], %(attempt)s::int[],
+            %(type)s::text[], %(step_key)s::text[], %(step_status)s::text[], %(detail)s::text[],
+            %(message)s::text[], %(trace_id)s::text[], %(span_id)s::text[],
+            %(execution_id)s::text[], %(created_us)s::bigint[], %(ended_us)s::bigint[])
+     WITH ORDINALITY AS r (domain, job_id, job_type, attempt, type, step_key, step_status,
+                           detail, message, trace_id, span_id, execution_id, created_us,
+                           ended_us, n)
+ORDER BY n
+ON CONFLICT (domain, job_id, attempt) WHERE type = 'STEP' AND ended_at IS NULL DO NOTHING;
+
+-- name: insert_job_logs --
+-- Final rows of finished attempts; the first final state of an attempt wins.
+INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
+                       created_at)
+SELECT domain, job_id, job_type, attempt, status, reason, detail::jsonb, trace_id,
+       timestamptz 'epoch' + created_us * interval '1 microsecond'
+FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(job_type)s::text[], %(attempt)s::int[],
+            %(status)s::text[], %(reason)s::text[], %(detail)s::text[], %(trace_id)s::text[],
+            %(created_us)s::bigint[])
+     WITH ORDINALITY AS r (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
+                           created_us, n)
+ORDER BY n
+ON CONFLICT (domain, job_id, attempt) DO NOTHING;

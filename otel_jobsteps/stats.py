@@ -1,0 +1,61 @@
+"""Counters of the hot path and warnings that are logged at most once per interval."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+__all__ = ["Stats", "logger"]
+
+logger = logging.getLogger("otel_jobsteps")
+
+
+class Stats:
+    """Thread-safe counters plus a rate-limited warning that carries the running count."""
+
+    def __init__(self, *, warn_interval_s: float = 60.0) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._last_error: str | None = None
+        self._warn_interval = warn_interval_s
+        self._last_warned: dict[str, float] = {}
+
+    def add(self, name: str, amount: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += amount
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._counts[name]
+
+    def problem(self, kind: str, error: object) -> None:
+        """Count a problem and warn about it unless a warning of this kind went out recently."""
+        text = str(error)
+        if isinstance(error, BaseException):
+            text = f"{type(error).__name__}: {text}"
+        now = time.monotonic()
+        with self._lock:
+            self._counts[kind] += 1
+            self._last_error = text
+            count = self._counts[kind]
+            last = self._last_warned.get(kind)
+            if last is not None and now - last < self._warn_interval:
+                return
+            self._last_warned[kind] = now
+        logger.warning("otel_jobsteps %s (%d so far): %s", kind, count, text)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            data: dict[str, Any] = dict(self._counts)
+            data["last_error"] = self._last_error
+        return data
+
+    def reset(self) -> None:
+        """Forget everything (a forked child starts its own counts)."""
+        with self._lock:
+            self._counts.clear()
+            self._last_error = None
+            self._last_warned.clear()

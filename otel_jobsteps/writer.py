@@ -1,0 +1,259 @@
+"""The background writer: one named daemon thread per processor.
+
+Application threads append commands to one FIFO (a deque append, no lock, no I/O). The thread
+drains it in order into the recorder, writes the resulting batch in one transaction, and keeps
+the batch for a later try when the database is unreachable. Flush requests travel through the
+same FIFO, so "everything before the flush" is exactly what was appended before it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from typing import Any, Protocol
+
+from opentelemetry import context as otel_context
+
+from .batch import Batch
+from .stats import Stats
+from .store import StepStore
+
+__all__ = ["CommandHandler", "Writer"]
+
+
+class CommandHandler(Protocol):
+    """What the writer needs from the recorder."""
+
+    def handle(self, command: Any) -> None: ...
+    def take_batch(self) -> Batch | None: ...
+    def next_due(self) -> float | None: ...
+    def fire_due(self, now: float | None = None) -> None: ...
+    def flush_timers(self) -> None: ...
+
+
+class _FlushRequest:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+def _suppress_instrumentation() -> None:
+    """Keep an instrumented driver from tracing the writer's own SQL (a private OTel key)."""
+    key = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", "suppress_instrumentation")
+    otel_context.attach(otel_context.set_value(key, True))
+
+
+class Writer:
+    """Ordered queue -> recorder -> batches -> store, on one background thread."""
+
+    def __init__(
+        self,
+        handler: CommandHandler,
+        store: StepStore,
+        stats: Stats,
+        *,
+        max_queue_size: int,
+        max_batch_commands: int = 10_000,
+        max_pending_operations: int = 200_000,
+        backoff_initial_s: float = 0.1,
+        backoff_max_s: float = 10.0,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self._handler = handler
+        self._store = store
+        self._stats = stats
+        self._max_queue = max_queue_size
+        # Progress is shed first: it is dropped once the queue is 90% full.
+        self._max_progress_queue = max(1, max_queue_size * 9 // 10)
+        self._max_batch_commands = max_batch_commands
+        self._max_pending_operations = max_pending_operations
+        self._backoff_initial = backoff_initial_s
+        self._backoff_max = backoff_max_s
+        self._clock = clock
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._queue: deque[Any] = deque()
+        self._wakeup = threading.Event()
+        self._idle = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._unwritten: Batch | None = None
+        self._waiting_flushes: list[_FlushRequest] = []
+        self._failures = 0
+        self._retry_at = 0.0
+
+    # -- application threads ------------------------------------------------------------------
+
+    def submit(self, command: Any) -> None:
+        """Queue a command that opens or closes something (dropped only when the queue is full)."""
+        if len(self._queue) >= self._max_queue:
+            self._stats.problem("dropped_" + type(command).__name__, "queue full")
+            return
+        self._append(command)
+
+    def submit_progress(self, command: Any) -> None:
+        """Queue a progress command; shed first when the queue fills up."""
+        if len(self._queue) >= self._max_progress_queue:
+            self._stats.problem("dropped_" + type(command).__name__, "queue nearly full")
+            return
+        self._append(command)
+
+    def _append(self, command: Any) -> None:
+        if self._stopping:
+            self._stats.add("dropped_after_shutdown")
+            return
+        self._queue.append(command)
+        if self._thread is None:
+            self._start()
+        if self._idle:
+            self._wakeup.set()
+
+    def flush(self, timeout_s: float) -> bool:
+        """True once everything submitted before the call is committed; False on timeout."""
+        if self._thread is None or not self._thread.is_alive():
+            return not self._queue and self._unwritten is None
+        request = _FlushRequest()
+        self._queue.append(request)
+        self._wakeup.set()
+        return request.done.wait(timeout_s)
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Write what can be written within ``timeout_s``, then stop the thread."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._stopping = True
+        self._wakeup.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+            if thread.is_alive():
+                self._stats.problem("shutdown_timeout", f"writer still busy after {timeout_s}s")
+        self._store.close()
+
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+    def after_fork_in_child(self, handler: CommandHandler) -> None:
+        """A forked child gets a fresh queue, thread and handler; the parent's socket is left be."""
+        self._handler = handler
+        self._store.forget_after_fork()
+        self._init_runtime()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None or self._stopping:
+                return
+            thread = threading.Thread(target=self._run, name="otel_jobsteps-writer", daemon=True)
+            thread.start()
+            self._thread = thread
+
+    # -- the writer thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        _suppress_instrumentation()
+        while not self._stopping:
+            self._wait()
+            self._absorb(respect_bound=True)
+            if self._clock() >= self._retry_at:
+                self._write(final=False)
+        # Shutting down: take in everything queued, then one write attempt without backoff.
+        while self._queue:
+            self._absorb(respect_bound=False)
+        self._handler.flush_timers()
+        self._write(final=True)
+
+    def _absorb(self, *, respect_bound: bool) -> None:
+        try:
+            if not respect_bound or self._pending_operations() < self._max_pending_operations:
+                self._drain()
+            self._handler.fire_due()
+        except Exception as error:  # noqa: BLE001 - a bug must not kill the writer
+            self._stats.problem("internal_error", error)
+
+    def _wait(self) -> None:
+        if self._queue and self._pending_operations() < self._max_pending_operations:
+            return
+        now = self._clock()
+        deadlines = [d for d in (self._handler.next_due(), self._retry_after()) if d is not None]
+        timeout = max(0.0, min(deadlines) - now) if deadlines else None
+        self._idle = True
+        if not self._queue or self._unwritten is not None:
+            self._wakeup.wait(timeout)
+        self._idle = False
+        self._wakeup.clear()
+
+    def _retry_after(self) -> float | None:
+        return self._retry_at if self._unwritten is not None else None
+
+    def _pending_operations(self) -> int:
+        return 0 if self._unwritten is None else self._unwritten.operation_count()
+
+    def _drain(self) -> None:
+        queue, handle = self._queue, self._handler.handle
+        count = min(len(queue), self._max_batch_commands)
+        for _ in range(count):
+            command = queue.popleft()
+            if type(command) is _FlushRequest:
+                self._handler.flush_timers()
+                self._waiting_flushes.append(command)
+                continue
+            try:
+                handle(command)
+            except Exception as error:  # noqa: BLE001 - one bad command must not stop the rest
+                self._stats.problem("internal_error", error)
+        self._stats.add("commands", count)
+
+    def _write(self, *, final: bool) -> None:
+        batch = self._handler.take_batch()
+        if batch is not None:
+            if self._unwritten is None:
+                self._unwritten = batch
+            else:
+                self._unwritten.segments.extend(batch.segments)
+        if self._unwritten is None:
+            self._release_flushes()
+            return
+        pending = self._unwritten
+        try:
+            self._write_batch(pending)
+        except Exception as error:  # noqa: BLE001 - absorbed: counted, logged, retried
+            self._store.close()
+            self._failures += 1
+            self._stats.problem("write_failed", error)
+            if final:
+                self._stats.add("dropped_operations", pending.operation_count())
+                self._unwritten = None
+                return
+            delay = min(self._backoff_max, self._backoff_initial * 2 ** (self._failures - 1))
+            self._retry_at = self._clock() + random.uniform(delay / 2, delay)
+            self._stats.add("retries")
+            return
+        self._stats.add("operations_written", pending.operation_count())
+        self._stats.add("batches_written")
+        self._unwritten = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._release_flushes()
+
+    def _write_batch(self, batch: Batch) -> None:
+        try:
+            self._store.write(batch)
+        except Exception as error:
+            if self._store.is_connection_problem(error):
+                raise
+            self._stats.problem("batch_rejected", error)
+            self._store.write_one_by_one(batch, self._rejected)
+
+    def _rejected(self, statement: str, error: BaseException) -> None:
+        self._stats.problem("rejected_" + statement, error)
+
+    def _release_flushes(self) -> None:
+        waiting, self._waiting_flushes = self._waiting_flushes, []
+        for request in waiting:
+            request.done.set()

@@ -9,6 +9,9 @@ from __future__ import annotations
 from .attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
+    JOB_EVENT_DETAIL,
+    JOB_EVENT_MESSAGE,
+    JOB_EVENT_TYPE,
     JOB_EXECUTION,
     JOB_ID,
     JOB_OUTCOME,
@@ -18,7 +21,7 @@ from .attributes import (
     JOB_TYPE,
     OUTCOME_TARGET_DELETED,
 )
-from .context import job_attempt, progress, step
+from .context import job_attempt, progress, record_event, record_job_event, step
 from .errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -31,6 +34,9 @@ from .schema import migrate
 __all__ = [
     "JOB_ATTEMPT",
     "JOB_DOMAIN",
+    "JOB_EVENT_DETAIL",
+    "JOB_EVENT_MESSAGE",
+    "JOB_EVENT_TYPE",
     "JOB_EXECUTION",
     "JOB_ID",
     "JOB_OUTCOME",
@@ -47,5 +53,7 @@ __all__ = [
     "job_attempt",
     "migrate",
     "progress",
+    "record_event",
+    "record_job_event",
     "step",
 ]

@@ -5,6 +5,9 @@ from __future__ import annotations
 __all__ = [
     "JOB_ATTEMPT",
     "JOB_DOMAIN",
+    "JOB_EVENT_DETAIL",
+    "JOB_EVENT_MESSAGE",
+    "JOB_EVENT_TYPE",
     "JOB_EXECUTION",
     "JOB_ID",
     "JOB_OUTCOME",
@@ -33,5 +36,12 @@ JOB_EXECUTION = "job.execution"
 """Optional id of this run of the attempt (defaults to the job span's trace and span id)."""
 JOB_TIME_LIMIT = "job.time_limit"
 """Optional time limit of the attempt in seconds; finishing later is FAILED ``time_limit``."""
+
+JOB_EVENT_TYPE = "job.event.type"
+"""Marks a span as an ordinary job event (``STALLED``, ``RETRY_SCHEDULED``, ...), not a step."""
+JOB_EVENT_MESSAGE = "job.event.message"
+"""Optional message of an ordinary job event."""
+JOB_EVENT_DETAIL = "job.event.detail"
+"""Optional detail of an ordinary job event: a JSON object as a string."""
 
 OUTCOME_TARGET_DELETED = "target_deleted"

@@ -20,6 +20,9 @@ from opentelemetry.util.types import AttributeValue
 from .attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
+    JOB_EVENT_DETAIL,
+    JOB_EVENT_MESSAGE,
+    JOB_EVENT_TYPE,
     JOB_EXECUTION,
     JOB_ID,
     JOB_STEP_KEY,
@@ -27,7 +30,7 @@ from .attributes import (
     JOB_TYPE,
 )
 
-__all__ = ["job_attempt", "progress", "step"]
+__all__ = ["job_attempt", "progress", "record_event", "record_job_event", "step"]
 
 TRACER_NAME = "otel_jobsteps"
 _STEP_SPAN = otel_context.create_key("otel_jobsteps.step_span")
@@ -139,3 +142,55 @@ def progress(detail: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
     if not attributes or JOB_STEP_KEY not in attributes:
         span = otel_context.get_value(_STEP_SPAN) or span  # type: ignore[assignment]
     span.add_event("progress", {k: _attribute_value(v) for k, v in values.items()})
+
+
+def _event_attributes(
+    event_type: str, message: str | None, detail: Mapping[str, Any]
+) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {JOB_EVENT_TYPE: event_type}
+    if message is not None:
+        attributes[JOB_EVENT_MESSAGE] = message
+    if detail:
+        attributes[JOB_EVENT_DETAIL] = json.dumps(dict(detail), default=str)
+    return attributes
+
+
+def record_event(
+    event_type: str,
+    message: str | None = None,
+    /,
+    *,
+    tracer: trace.Tracer | None = None,
+    **detail: Any,
+) -> None:
+    """Record an ordinary event (``STALLED``, ``RETRY_SCHEDULED``, ``LOG``...) of the current job.
+
+    It becomes a ``job_event`` row of that type, written in order with the steps; it never
+    touches the open step. Outside a job scope it does nothing.
+    """
+    tracer = tracer or trace.get_tracer(TRACER_NAME)
+    attributes = _event_attributes(event_type, message, detail)
+    tracer.start_span(f"job event {event_type}", attributes=attributes).end()
+
+
+def record_job_event(
+    domain: str,
+    job_id: str | int,
+    event_type: str,
+    message: str | None = None,
+    *,
+    attempt: int = 1,
+    job_type: str | None = None,
+    tracer: trace.Tracer | None = None,
+    **detail: Any,
+) -> None:
+    """Record an ordinary event for a job named explicitly, e.g. from a queue watcher.
+
+    Needs a `JobStepsProcessor` on the tracer's provider, like every other record.
+    """
+    tracer = tracer or trace.get_tracer(TRACER_NAME)
+    attributes = _event_attributes(event_type, message, detail)
+    attributes.update({JOB_DOMAIN: domain, JOB_ID: str(job_id), JOB_ATTEMPT: attempt})
+    if job_type is not None:
+        attributes[JOB_TYPE] = job_type
+    tracer.start_span(f"job event {event_type}", attributes=attributes).end()

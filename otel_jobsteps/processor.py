@@ -22,6 +22,9 @@ from psycopg.conninfo import conninfo_to_dict
 from .attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
+    JOB_EVENT_DETAIL,
+    JOB_EVENT_MESSAGE,
+    JOB_EVENT_TYPE,
     JOB_EXECUTION,
     JOB_ID,
     JOB_OUTCOME,
@@ -30,9 +33,10 @@ from .attributes import (
     JOB_TIME_LIMIT,
     JOB_TYPE,
 )
-from .detail import DEFAULT_MAX_DETAIL_BYTES, clean_text
+from .detail import DEFAULT_MAX_DETAIL_BYTES, clean_text, parse_detail
 from .errors import ConfigurationError
 from .recorder import (
+    EventRecorded,
     JobEnded,
     JobStarted,
     ProgressReported,
@@ -167,6 +171,9 @@ class JobStepsProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         attributes = span.attributes
+        if attributes and JOB_EVENT_TYPE in attributes:
+            self._record_event(span, attributes)
+            return
         if attributes and JOB_ID in attributes:
             scope = self._job_scope(span, attributes)
             if scope is not None:
@@ -209,6 +216,25 @@ class JobStepsProcessor(SpanProcessor):
         error = _error_text(span) if failed else None
         self._writer.submit(StepEnded(scope, key, end_ns, failed, explicit, error))
 
+    def _record_event(self, span: Span, attributes: Mapping[str, Any]) -> None:
+        """An ordinary event: in the parent's job scope, or in the scope its attributes name."""
+        parent = span.parent
+        scope = self._scopes.get(parent.span_id) if parent is not None else None
+        if scope is None and JOB_ID in attributes:
+            scope = self._job_scope(span, attributes, event=True)
+        if scope is None:
+            return
+        message = attributes.get(JOB_EVENT_MESSAGE)
+        self._writer.submit(
+            EventRecorded(
+                scope,
+                str(attributes[JOB_EVENT_TYPE]),
+                None if message is None else str(message),
+                parse_detail(attributes.get(JOB_EVENT_DETAIL)),
+                span.start_time or time.time_ns(),
+            )
+        )
+
     def _on_progress(self, scope: Scope, key: str, event: Event) -> None:
         self._writer.submit_progress(ProgressReported(scope, key, event.attributes or {}))
 
@@ -221,7 +247,9 @@ class JobStepsProcessor(SpanProcessor):
         else:
             self._stats.problem("progress_hook_unavailable", "this SDK's span has no event list")
 
-    def _job_scope(self, span: Span, attributes: Mapping[str, Any]) -> Scope | None:
+    def _job_scope(
+        self, span: Span, attributes: Mapping[str, Any], *, event: bool = False
+    ) -> Scope | None:
         domain = attributes.get(JOB_DOMAIN)
         job_id = attributes.get(JOB_ID)
         attempt = _attempt_number(attributes.get(JOB_ATTEMPT))
@@ -241,22 +269,25 @@ class JobStepsProcessor(SpanProcessor):
             return None
         job_type = attributes.get(JOB_TYPE)
         execution = attributes.get(JOB_EXECUTION)
-        limit = attributes.get(JOB_TIME_LIMIT)
-        start_ns = span.start_time or time.time_ns()
-        deadline = None
-        if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0:
-            deadline = start_ns + int(limit * 1e9)
-        context = span.context
+        deadline = None if event else self._deadline(span, attributes.get(JOB_TIME_LIMIT))
+        # An event names its scope; it does not own an execution of the attempt.
+        trace_id, span_id = (0, 0) if event else (span.context.trace_id, span.context.span_id)
         return Scope(
             clean_text(domain),
             clean_text(job_id),
             None if job_type is None else clean_text(job_type, MAX_ID_CHARS),
             attempt,
             None if execution is None else clean_text(execution, MAX_ID_CHARS),
-            context.trace_id,
-            context.span_id,
+            trace_id,
+            span_id,
             deadline,
         )
+
+    @staticmethod
+    def _deadline(span: Span, limit: object) -> int | None:
+        if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0:
+            return (span.start_time or time.time_ns()) + int(limit * 1e9)
+        return None
 
     # -- SpanProcessor lifecycle --------------------------------------------------------------
 

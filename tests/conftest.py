@@ -26,7 +26,7 @@ def _docker_answers() -> bool:
         import docker  # type: ignore[import-untyped]
 
         docker.from_env(timeout=2).ping()
-    except Exception:
+    except Exception:  # noqa: BLE001 - no engine, no client library, no socket: all "no"
         return False
     return True
 
@@ -64,7 +64,9 @@ def _create_database(server_dsn: str, name: str, template: str | None = None) ->
 
 def _drop_database(server_dsn: str, name: str) -> None:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,9 @@ from otel_jobsteps import job_attempt, progress, step
 from tests.conftest import TracingFactory, rows
 
 
-def test_two_attempts_land_in_tables(tracing: TracingFactory, conn: psycopg.Connection[Any]) -> None:
+def test_two_attempts_land_in_tables(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
     tracer, processor = tracing()
     for made in (0, 1):
         try:

@@ -1,0 +1,302 @@
+"""Span hooks -> commands -> batches, through a real SDK and a fake store that keeps batches."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import nullcontext
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Status, StatusCode
+
+from otel_jobsteps import (
+    JOB_ATTEMPT,
+    JOB_DOMAIN,
+    JOB_ID,
+    JOB_OUTCOME,
+    JOB_STEP_KEY,
+    JOB_TYPE,
+    ConfigurationError,
+    JobStepsProcessor,
+    job_attempt,
+    progress,
+    record_event,
+    step,
+)
+from otel_jobsteps.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
+from tests.unit.recorder_support import written
+
+UNUSED_DSN = "postgresql://nobody:secret@127.0.0.1:1/never"
+
+
+class Recording:
+    """Stands in for the database: keeps every batch the writer hands to the store."""
+
+    def __init__(self, processor: JobStepsProcessor) -> None:
+        self.batches: list[Batch] = []
+        processor._store.write = self.batches.append  # type: ignore[method-assign]
+
+    def ops(self) -> list[tuple[str, Any]]:
+        return [pair for batch in self.batches for pair in written(batch)]
+
+
+@pytest.fixture
+def setup() -> Iterator[tuple[trace.Tracer, JobStepsProcessor, Recording]]:
+    processor = JobStepsProcessor(UNUSED_DSN)
+    recording = Recording(processor)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    yield provider.get_tracer("test"), processor, recording
+    provider.shutdown()
+
+
+def job_attributes(attempt: int = 1) -> dict[str, Any]:
+    return {JOB_DOMAIN: "render", JOB_ID: "42", JOB_TYPE: "thumbnail", JOB_ATTEMPT: attempt}
+
+
+def test_spans_outside_a_job_cost_no_thread_and_no_connection(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    with (
+        tracer.start_as_current_span("request"),
+        tracer.start_as_current_span("not-a-step", attributes={JOB_STEP_KEY: "RENDER"}) as span,
+    ):
+        span.add_event("progress", {"pct": 1})
+    assert processor._writer._thread is None
+    assert processor.force_flush(1000)
+    assert recording.batches == []
+
+
+def test_plain_tracer_and_helpers_write_the_same_rows(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    with (
+        tracer.start_as_current_span("job", attributes=job_attributes()),
+        tracer.start_as_current_span("r", attributes={JOB_STEP_KEY: "RENDER"}) as span,
+    ):
+        span.add_event("progress", {"pct": 40})
+    with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        progress(pct=40)
+    assert processor.force_flush(5000)
+    rows = [op for _, op in recording.ops() if isinstance(op, EventRow)]
+    assert [(r.step_key, r.step_status, r.detail) for r in rows] == [
+        ("RENDER", "COMPLETED", {"pct": 40}),
+        ("RENDER", "COMPLETED", {"pct": 40}),
+    ]
+
+
+def test_progress_reaches_the_writer_while_the_step_runs(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        assert processor.force_flush(5000)  # the open row is written
+        trace.get_current_span().add_event("progress", {"pct": 7})
+        assert processor.force_flush(5000)
+        assert [op.detail for name, op in recording.ops() if name == "write_progress"] == [
+            {"pct": 7}
+        ]
+
+
+def _fail(exc: BaseException) -> None:
+    raise exc
+
+
+def _target_deleted(span: trace.Span) -> None:
+    span.set_attribute(JOB_OUTCOME, "target_deleted")
+
+
+OUTCOMES = [
+    pytest.param(None, None, "COMPLETED", None, id="success"),
+    pytest.param(ValueError("boom"), None, "FAILED", "error", id="exception"),
+    pytest.param(None, _target_deleted, "FAILED", "target_deleted", id="target-deleted"),
+]
+
+
+@pytest.mark.parametrize(("exc", "mark", "status", "reason"), OUTCOMES)
+def test_job_end_closes_the_step_before_the_log(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+    exc: BaseException | None,
+    mark: Any,
+    status: str,
+    reason: str | None,
+) -> None:
+    tracer, processor, recording = setup
+    with (
+        pytest.raises(ValueError, match="boom") if exc else nullcontext(),
+        tracer.start_as_current_span("job", attributes=job_attributes()) as job,
+    ):
+        span = tracer.start_span("save", attributes={JOB_STEP_KEY: "SAVE"})
+        assert processor.force_flush(5000)  # the step row is open in the database
+        if mark:
+            mark(job)
+        if exc:
+            _fail(exc)
+    span.end()
+    assert processor.force_flush(5000)
+    ops = [op for _, op in recording.ops() if isinstance(op, (CloseStep, JobLogRow))]
+    assert [type(op) for op in ops] == [CloseStep, JobLogRow]
+    assert (ops[0].status, ops[1].status, ops[1].reason) == (status, status, reason)
+
+
+def test_time_limit_late_completion(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    attributes = {**job_attributes(), "job.time_limit": 0.001}
+    job = tracer.start_span("job", attributes=attributes, start_time=1_000_000_000)
+    with trace.use_span(job, end_on_exit=False):
+        tracer.start_span("s", attributes={JOB_STEP_KEY: "RENDER"}, start_time=1_000_000_000).end(
+            end_time=1_500_000_000
+        )
+    job.end(end_time=1_600_000_000)
+    assert processor.force_flush(5000)
+    ops = recording.ops()
+    row = next(op for _, op in ops if isinstance(op, EventRow))
+    log = next(op for _, op in ops if isinstance(op, JobLogRow))
+    assert (row.step_status, row.message, log.status, log.reason) == (
+        "FAILED",
+        "time_limit",
+        "FAILED",
+        "time_limit",
+    )
+
+
+def test_asyncio_cancellation_fails_the_attempt_as_cancelled(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    started = asyncio.Event()
+
+    async def job() -> None:
+        async with (
+            job_attempt("render", "42", "thumbnail", tracer=tracer),
+            step("RENDER", tracer=tracer),
+        ):
+            started.set()
+            await asyncio.sleep(3600)
+
+    async def main() -> None:
+        task = asyncio.create_task(job())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert processor.force_flush(5000)
+    ops = recording.ops()
+    row = next(op for _, op in ops if isinstance(op, EventRow))
+    log = next(op for _, op in ops if isinstance(op, JobLogRow))
+    assert (row.step_status, log.status, log.reason) == ("FAILED", "FAILED", "cancelled")
+
+
+def test_scope_reaches_threads_that_copy_the_context(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    import contextvars
+
+    tracer, processor, recording = setup
+    with job_attempt("render", "42", "thumbnail", tracer=tracer):
+        context = contextvars.copy_context()
+
+        def work() -> None:
+            with step("RENDER", tracer=tracer):
+                progress(pct=1)
+
+        thread = threading.Thread(target=context.run, args=(work,))
+        thread.start()
+        thread.join()
+    assert processor.force_flush(5000)
+    rows = [op for _, op in recording.ops() if isinstance(op, EventRow)]
+    assert [(r.step_key, r.detail) for r in rows] == [("RENDER", {"pct": 1})]
+
+
+def test_a_rerun_of_the_same_attempt_abandons_the_other_executions_step(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    first = tracer.start_span("job", attributes=job_attributes())
+    with trace.use_span(first, end_on_exit=False):
+        tracer.start_span("r", attributes={JOB_STEP_KEY: "RENDER"})  # the zombie never ends it
+    with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        pass
+    assert processor.force_flush(5000)
+    foreign = [op for _, op in recording.ops() if isinstance(op, CloseForeign)]
+    executions = {op.execution_id for op in foreign}
+    assert len(executions) == 2  # the re-run closes whatever another execution left open
+
+
+def test_ordinary_events_are_rows_not_steps(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        record_event("LOG", "halfway", tracer=tracer, frame=12)
+    assert processor.force_flush(5000)
+    rows = [op for _, op in recording.ops() if isinstance(op, EventRow)]
+    assert [(r.type, r.step_key, r.message, r.detail) for r in rows] == [
+        ("STEP", "RENDER", None, None),
+        ("LOG", None, "halfway", {"frame": 12}),
+    ]
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [pytest.param(0, id="zero"), pytest.param(-1, id="negative"), pytest.param("x", id="text")],
+)
+def test_invalid_job_spans_are_ignored_and_counted(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording], attempt: object
+) -> None:
+    tracer, processor, recording = setup
+    attributes = {**job_attributes(), JOB_ATTEMPT: attempt}
+    with (
+        tracer.start_as_current_span("job", attributes=attributes),
+        tracer.start_as_current_span("s", attributes={JOB_STEP_KEY: "RENDER"}),
+    ):
+        pass
+    assert processor.force_flush(1000)
+    assert recording.batches == []
+    assert processor.stats()["invalid_job_span"] == 1
+
+
+def test_error_status_without_exception_fails_the_step(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    with (
+        job_attempt("render", "42", "thumbnail", tracer=tracer),
+        step("RENDER", tracer=tracer) as span,
+    ):
+        span.set_status(Status(StatusCode.ERROR, "render refused"))
+    assert processor.force_flush(5000)
+    row = next(op for _, op in recording.ops() if isinstance(op, EventRow))
+    assert (row.step_status, row.message) == ("FAILED", "render refused")
+
+
+def test_configuration_errors_are_raised_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_JOBSTEPS_DSN", raising=False)
+    with pytest.raises(ConfigurationError, match="OTEL_JOBSTEPS_DSN"):
+        JobStepsProcessor()
+    with pytest.raises(ConfigurationError) as error:
+        JobStepsProcessor("postgresql://u:topsecret@host:notaport/db x=")
+    assert "topsecret" not in str(error.value)
+    with pytest.raises(ConfigurationError, match="debounce_ms"):
+        JobStepsProcessor(UNUSED_DSN, debounce_ms=-1)
+    monkeypatch.setenv("OTEL_JOBSTEPS_DEBOUNCE_MS", "soon")
+    with pytest.raises(ConfigurationError, match="OTEL_JOBSTEPS_DEBOUNCE_MS"):
+        JobStepsProcessor(UNUSED_DSN)
+
+
+class _no_raise:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

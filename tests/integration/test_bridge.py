@@ -156,13 +156,15 @@ def test_a_rerun_of_the_same_attempt_takes_over_from_the_zombie(
     with trace.use_span(zombie_job, end_on_exit=False):
         zombie_step = zombie_tracer.start_span("r", attributes={JOB_STEP_KEY: "RENDER"})
     assert zombie.force_flush(10_000)
-    with tracer.start_as_current_span("job", attributes=attributes):
-        with tracer.start_as_current_span("r", attributes={JOB_STEP_KEY: "RENDER"}):
-            assert processor.force_flush(10_000)
-            # The zombie wakes up and writes into "its" row: it must not touch the re-run's.
-            zombie_step.add_event("progress", {"zombie": True})
-            zombie_step.end()
-            assert zombie.force_flush(10_000)
+    with (
+        tracer.start_as_current_span("job", attributes=attributes),
+        tracer.start_as_current_span("r", attributes={JOB_STEP_KEY: "RENDER"}),
+    ):
+        assert processor.force_flush(10_000)
+        # The zombie wakes up and writes into "its" row: it must not touch the re-run's.
+        zombie_step.add_event("progress", {"zombie": True})
+        zombie_step.end()
+        assert zombie.force_flush(10_000)
     zombie_job.end()
     assert zombie.force_flush(10_000)
     assert processor.force_flush(10_000)

@@ -122,7 +122,7 @@ class Segment:
     # What decides whether a later operation may still join this segment:
     touched_jobs: set[tuple[str, str]] = field(default_factory=set)
     abandon_barriers: dict[tuple[str, str], int] = field(default_factory=dict)
-    inserted_steps: set[tuple[str, str, int, str]] = field(default_factory=set)
+    step_owners: dict[tuple[str, str, int], str] = field(default_factory=dict)
     foreign_closed: set[tuple[str, str, int, str]] = field(default_factory=set)
 
     def operation_count(self) -> int:

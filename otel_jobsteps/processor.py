@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import StatusCode
@@ -45,9 +46,10 @@ from .recorder import (
     StepRecorder,
     StepStarted,
 )
-from .schema import check_schema, migrate
+from .schema import check_writable_tables, migrate
 from .stats import Stats
 from .store import StepStore
+from .telemetry import register_metrics
 from .writer import Writer
 
 __all__ = ["JobStepsProcessor"]
@@ -120,8 +122,10 @@ class JobStepsProcessor(SpanProcessor):
         shutdown_timeout_ms: int | None = None,
         connect_timeout_s: float = 5.0,
         statement_timeout_ms: int = 30_000,
+        heartbeat_interval_s: float = 30.0,
         max_detail_bytes: int = DEFAULT_MAX_DETAIL_BYTES,
         auto_migrate: bool = False,
+        meter_provider: MeterProvider | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         dsn = dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
@@ -143,6 +147,7 @@ class JobStepsProcessor(SpanProcessor):
             ("shutdown_timeout_ms", shutdown_ms),
             ("connect_timeout_s", connect_timeout_s),
             ("statement_timeout_ms", statement_timeout_ms),
+            ("heartbeat_interval_s", heartbeat_interval_s),
             ("max_detail_bytes", max_detail_bytes),
         ):
             if value < 0 or (value == 0 and name != "debounce_ms"):
@@ -160,12 +165,20 @@ class JobStepsProcessor(SpanProcessor):
             on_connect=self._prepare_connection,
         )
         self._recorder = StepRecorder(debounce_ms=self._debounce_ms, clock=clock)
-        self._writer = Writer(self._recorder, self._store, self._stats, max_queue_size=queue_size)
+        self._writer = Writer(
+            self._recorder,
+            self._store,
+            self._stats,
+            max_queue_size=queue_size,
+            heartbeat_interval_s=heartbeat_interval_s,
+            clock=clock,
+        )
         self._scopes: dict[int, Scope] = {}
         self._step_keys: dict[int, str] = {}
         self._shut_down = False
         child_hook = weakref.WeakMethod(self._after_fork_in_child)
         os.register_at_fork(after_in_child=lambda: (hook := child_hook()) and hook())
+        register_metrics(self, meter_provider)
 
     # -- span hooks (application threads) -----------------------------------------------------
 
@@ -316,7 +329,7 @@ class JobStepsProcessor(SpanProcessor):
         if self._auto_migrate:
             migrate(conn, schema=self._schema)
         else:
-            check_schema(conn, schema=self._schema)
+            check_writable_tables(conn, schema=self._schema)
 
     def _after_fork_in_child(self) -> None:
         self._stats.reset()

@@ -172,6 +172,14 @@ class StepRecorder:
     def open_attempts(self) -> int:
         return len(self._attempts)
 
+    def open_steps(self) -> list[tuple[str, str, int, str]]:
+        """(domain, job_id, attempt, execution_id) of every step this process holds open."""
+        return [
+            (s.scope.domain, s.scope.job_id, s.scope.attempt, s.execution_id)
+            for s in list(self._attempts.values())
+            if s.open is not None
+        ]
+
     def next_due(self) -> float | None:
         """Clock time of the earliest trailing progress write, if any is waiting."""
         timers = self._timers
@@ -212,13 +220,11 @@ class StepRecorder:
         self._attempt(scope)
         if scope.attempt > 1:
             job = (scope.domain, scope.job_id)
-            segment = self._current_segment()
-            if job in segment.touched_jobs:
-                segment = self._new_segment()
+            # Closing earlier attempts must not overtake anything already queued for the job.
+            segment = self._segment_for(scope, split=job in self._current_segment().touched_jobs)
             segment.abandons.append(
                 Abandon(scope.domain, scope.job_id, scope.attempt, command.start_ns // 1000)
             )
-            segment.touched_jobs.add(job)
             segment.abandon_barriers[job] = scope.attempt
 
     def _step_started(self, command: StepStarted) -> None:
@@ -231,14 +237,9 @@ class StepRecorder:
                 return
             self._close(state, open_step, COMPLETED, None, None, command.start_ns // 1000)
         scope = state.scope
-        segment = self._segment_for(scope)
+        segment = self._segment_for(scope, state.execution_id)
         foreign = (scope.domain, scope.job_id, scope.attempt, state.execution_id)
         if foreign not in segment.foreign_closed:
-            if any(
-                other[:3] == foreign[:3] and other[3] != foreign[3]
-                for other in segment.inserted_steps
-            ):
-                segment = self._new_segment()
             segment.foreign_closes.append(CloseForeign(*foreign, at_us=command.start_ns // 1000))
             segment.foreign_closed.add(foreign)
         row = EventRow(
@@ -259,7 +260,6 @@ class StepRecorder:
             segment=segment.number,
         )
         segment.rows.append(row)
-        segment.inserted_steps.add(foreign)
         state.open = _OpenStep(key, row, state)
         state.last_step = key
 
@@ -396,7 +396,7 @@ class StepRecorder:
             row.message = message
             return
         scope = state.scope
-        self._segment_for(scope).closes.append(
+        self._segment_for(scope, state.execution_id).closes.append(
             CloseStep(
                 scope.domain,
                 scope.job_id,
@@ -423,7 +423,7 @@ class StepRecorder:
         op = Progress(
             scope.domain, scope.job_id, scope.attempt, state.execution_id, step.key, detail
         )
-        segment = self._segment_for(scope)
+        segment = self._segment_for(scope, state.execution_id)
         segment.progress.append(op)
         step.progress_op = op
         step.progress_segment = segment.number
@@ -448,11 +448,24 @@ class StepRecorder:
         self._batch.segments.append(self._segment)
         return self._segment
 
-    def _segment_for(self, scope: Scope) -> Segment:
-        """The segment an operation of this attempt may join without reordering writes."""
-        segment = self._current_segment()
+    def _segment_for(
+        self, scope: Scope, execution_id: str | None = None, *, split: bool = False
+    ) -> Segment:
+        """The segment an operation of this attempt may join without reordering writes.
+
+        Statements run grouped by kind, which keeps command order only while (1) no operation
+        on an attempt follows an abandon of that attempt and (2) the steps of an attempt are
+        touched by one execution; otherwise the operation starts a new segment.
+        """
+        segment = self._new_segment() if split else self._current_segment()
         job = (scope.domain, scope.job_id)
-        if scope.attempt < segment.abandon_barriers.get(job, 0):
+        attempt = (scope.domain, scope.job_id, scope.attempt)
+        if scope.attempt < segment.abandon_barriers.get(job, 0) or (
+            execution_id is not None
+            and segment.step_owners.setdefault(attempt, execution_id) != execution_id
+        ):
             segment = self._new_segment()
+            if execution_id is not None:
+                segment.step_owners[attempt] = execution_id
         segment.touched_jobs.add(job)
         return segment

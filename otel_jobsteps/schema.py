@@ -11,7 +11,7 @@ from .errors import ConfigurationError, SchemaNotMigratedError
 from .sql import migrations
 from .store import borrowed_connection
 
-__all__ = ["check_schema", "latest_version", "migrate"]
+__all__ = ["check_schema", "check_writable_tables", "latest_version", "migrate"]
 
 VERSION_TABLE = "otel_jobsteps_migration"
 
@@ -78,3 +78,24 @@ def check_schema(conn: psycopg.Connection[Any], *, schema: str = "public") -> No
             f"schema {schema!r} is at version {current}, this otel_jobsteps needs "
             f"{latest_version()}: run `otel-jobsteps migrate`"
         )
+
+
+def check_writable_tables(conn: psycopg.Connection[Any], *, schema: str = "public") -> None:
+    """The writer's check: both tables exist with the newest columns it writes.
+
+    Needs only SELECT on the two tables (the writer's role may read nothing else), so it
+    probes the columns with a query that returns no rows instead of reading the version table.
+    """
+    try:
+        with conn.transaction():
+            for table, column in (("job_event", "heartbeat_at"), ("job_log", "reason")):
+                conn.execute(
+                    sql.SQL("SELECT {} FROM {} LIMIT 0").format(
+                        sql.Identifier(column), sql.Identifier(schema, table)
+                    )
+                )
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as error:
+        raise SchemaNotMigratedError(
+            f"schema {schema!r} lacks the otel_jobsteps tables or columns ({error}):"
+            " run `otel-jobsteps migrate`"
+        ) from None

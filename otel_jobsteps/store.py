@@ -201,6 +201,16 @@ class StepStore:
                                 raise
                             on_rejected(name, error)
 
+    def refresh_heartbeats(self, open_steps: Sequence[tuple[str, str, int, str]]) -> None:
+        """Mark these open steps alive (``sweep`` closes steps whose heartbeat went silent)."""
+        domains, job_ids, attempts, executions = (
+            list(column) for column in zip(*open_steps, strict=True)
+        )
+        self.connection().execute(
+            self._queries["refresh_heartbeats"],
+            {"domain": domains, "job_id": job_ids, "attempt": attempts, "execution_id": executions},
+        )
+
     @staticmethod
     def _statements(segment: Segment) -> list[tuple[str, Sequence[Any]]]:
         return [(name, ops) for name, attr in _STATEMENTS if (ops := getattr(segment, attr))]

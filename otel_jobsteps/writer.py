@@ -31,6 +31,7 @@ class CommandHandler(Protocol):
     def next_due(self) -> float | None: ...
     def fire_due(self, now: float | None = None) -> None: ...
     def flush_timers(self) -> None: ...
+    def open_steps(self) -> list[tuple[str, str, int, str]]: ...
 
 
 class _FlushRequest:
@@ -60,6 +61,7 @@ class Writer:
         max_pending_operations: int = 200_000,
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 10.0,
+        heartbeat_interval_s: float = 30.0,
         clock: Any = time.monotonic,
     ) -> None:
         self._handler = handler
@@ -72,6 +74,7 @@ class Writer:
         self._max_pending_operations = max_pending_operations
         self._backoff_initial = backoff_initial_s
         self._backoff_max = backoff_max_s
+        self._heartbeat_interval = heartbeat_interval_s
         self._clock = clock
         self._init_runtime()
 
@@ -86,6 +89,7 @@ class Writer:
         self._waiting_flushes: list[_FlushRequest] = []
         self._failures = 0
         self._retry_at = 0.0
+        self._next_heartbeat = self._clock() + self._heartbeat_interval
 
     # -- application threads ------------------------------------------------------------------
 
@@ -160,8 +164,12 @@ class Writer:
         while not self._stopping:
             self._wait()
             self._absorb(respect_bound=True)
-            if self._clock() >= self._retry_at:
+            now = self._clock()
+            if now >= self._retry_at:
                 self._write(final=False)
+            if now >= self._next_heartbeat:
+                self._next_heartbeat = now + self._heartbeat_interval
+                self._refresh_heartbeats()
         # Shutting down: take in everything queued, then one write attempt without backoff.
         while self._queue:
             self._absorb(respect_bound=False)
@@ -180,7 +188,8 @@ class Writer:
         if self._queue and self._pending_operations() < self._max_pending_operations:
             return
         now = self._clock()
-        deadlines = [d for d in (self._handler.next_due(), self._retry_after()) if d is not None]
+        candidates = (self._handler.next_due(), self._retry_after(), self._next_heartbeat)
+        deadlines = [d for d in candidates if d is not None]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         self._idle = True
         if not self._queue or self._unwritten is not None:
@@ -239,6 +248,7 @@ class Writer:
         self._unwritten = None
         self._failures = 0
         self._retry_at = 0.0
+        self._next_heartbeat = self._clock() + self._heartbeat_interval
         self._release_flushes()
 
     def _write_batch(self, batch: Batch) -> None:
@@ -249,6 +259,19 @@ class Writer:
                 raise
             self._stats.problem("batch_rejected", error)
             self._store.write_one_by_one(batch, self._rejected)
+
+    def _refresh_heartbeats(self) -> None:
+        if self._unwritten is not None:
+            return  # the database is behind or away: the retry comes first
+        open_steps = self._handler.open_steps()
+        if not open_steps:
+            return
+        try:
+            self._store.refresh_heartbeats(open_steps)
+        except Exception as error:  # noqa: BLE001 - absorbed like every write
+            self._stats.problem("heartbeat_failed", error)
+        else:
+            self._stats.add("heartbeats")
 
     def _rejected(self, statement: str, error: BaseException) -> None:
         self._stats.problem("rejected_" + statement, error)

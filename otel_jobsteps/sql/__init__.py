@@ -7,19 +7,26 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, cast
 
+from psycopg import sql
+
 if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
-__all__ = ["load_queries", "migrations"]
+__all__ = ["load_queries", "migrations", "qualified_queries"]
 
 _NAME = re.compile(r"^-- name: (\w+) --$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
+# Relations the SQL files name as {placeholders}, filled in schema-qualified.
+_RELATIONS = ("job_event", "job_log", "job_attempt", "job_current_attempt", "job_step_duration")
+
+
 @cache
-def load_queries() -> dict[str, LiteralString]:
-    """The blocks of ``queries.sql`` by name (text before the first header is the file's intro)."""
-    text = resources.files(__package__).joinpath("queries.sql").read_text("utf-8")
+def load_queries(file_name: str = "queries.sql") -> dict[str, LiteralString]:
+    """The blocks of a SQL file of this package by name (text before the first header is the
+    file's intro); ``queries.sql``, the writer's statements, by default."""
+    text = resources.files(__package__).joinpath(file_name).read_text("utf-8")
     parts = _NAME.split(text)[1:]
     pairs = zip(parts[::2], parts[1::2], strict=True)
     return {name: cast("LiteralString", body.strip()) for name, body in pairs}
@@ -35,3 +42,10 @@ def migrations() -> tuple[tuple[int, str, LiteralString], ...]:
             sql_text = entry.read_text("utf-8")
             found.append((int(match.group(1)), match.group(2), sql_text))
     return tuple(sorted(found))
+
+
+@cache
+def qualified_queries(file_name: str, schema: str) -> dict[str, sql.Composed]:
+    """The blocks of a SQL file with its ``{relation}`` names quoted into ``schema``."""
+    names = {name: sql.Identifier(schema, name) for name in _RELATIONS}
+    return {name: sql.SQL(text).format(**names) for name, text in load_queries(file_name).items()}

@@ -96,3 +96,14 @@ FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(job_type)s::text[], %(atte
                            created_us, n)
 ORDER BY n
 ON CONFLICT (domain, job_id, attempt) DO NOTHING;
+
+-- name: refresh_heartbeats --
+-- Mark the open steps this process owns as alive: one statement per interval, not per step.
+UPDATE {job_event} AS e
+SET heartbeat_at = now()
+FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
+            %(execution_id)s::text[])
+     AS t (domain, job_id, attempt, execution_id)
+WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+  AND e.type = 'STEP' AND e.ended_at IS NULL
+  AND e.execution_id = t.execution_id;

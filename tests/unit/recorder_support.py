@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from otel_jobsteps.batch import Batch
+from otel_jobsteps.batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, Progress
 from otel_jobsteps.recorder import (
     JobEnded,
     JobStarted,
@@ -82,3 +82,41 @@ class Driver:
         self, at_ms: int, *, failed: bool = False, outcome: object = None, error: str | None = None
     ) -> None:
         self.recorder.handle(JobEnded(self.scope, at_ms * MS, failed, outcome, error))
+
+
+def settle(ops: list[tuple[str, Any]]) -> list[EventRow]:
+    """Apply operations the way the SQL does (guards included) and return the final rows."""
+    rows: list[EventRow] = []
+
+    def open_rows(domain: str, job_id: str) -> list[EventRow]:
+        return [
+            r
+            for r in rows
+            if r.type == "STEP" and r.ended_us is None and (r.domain, r.job_id) == (domain, job_id)
+        ]
+
+    for _, op in ops:
+        if isinstance(op, EventRow):
+            rows.append(replace(op))
+        elif isinstance(op, (CloseStep, Progress)):
+            for row in open_rows(op.domain, op.job_id):
+                if (row.attempt, row.execution_id, row.step_key) != (
+                    op.attempt,
+                    op.execution_id,
+                    op.step_key,
+                ):
+                    continue
+                if isinstance(op, Progress):
+                    row.detail = op.detail
+                    continue
+                row.step_status, row.ended_us, row.message = op.status, op.ended_us, op.message
+                row.detail = op.detail if op.detail is not None else row.detail
+        elif isinstance(op, (CloseForeign, Abandon)):
+            for row in open_rows(op.domain, op.job_id):
+                foreign = isinstance(op, CloseForeign) and (
+                    row.attempt == op.attempt and row.execution_id != op.execution_id
+                )
+                earlier = isinstance(op, Abandon) and row.attempt < op.attempt
+                if foreign or earlier:
+                    row.step_status, row.ended_us, row.message = "FAILED", op.at_us, "abandoned"
+    return rows

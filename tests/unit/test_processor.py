@@ -28,7 +28,7 @@ from otel_jobsteps import (
     step,
 )
 from otel_jobsteps.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
-from tests.unit.recorder_support import written
+from tests.unit.recorder_support import settle, written
 
 UNUSED_DSN = "postgresql://nobody:secret@127.0.0.1:1/never"
 
@@ -42,6 +42,10 @@ class Recording:
 
     def ops(self) -> list[tuple[str, Any]]:
         return [pair for batch in self.batches for pair in written(batch)]
+
+    def rows(self) -> list[EventRow]:
+        """The final rows, however the writer happened to batch the operations."""
+        return settle(self.ops())
 
 
 @pytest.fixture
@@ -84,7 +88,7 @@ def test_plain_tracer_and_helpers_write_the_same_rows(
     with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
         progress(pct=40)
     assert processor.force_flush(5000)
-    rows = [op for _, op in recording.ops() if isinstance(op, EventRow)]
+    rows = recording.rows()
     assert [(r.step_key, r.step_status, r.detail) for r in rows] == [
         ("RENDER", "COMPLETED", {"pct": 40}),
         ("RENDER", "COMPLETED", {"pct": 40}),
@@ -158,7 +162,7 @@ def test_time_limit_late_completion(
     job.end(end_time=1_600_000_000)
     assert processor.force_flush(5000)
     ops = recording.ops()
-    row = next(op for _, op in ops if isinstance(op, EventRow))
+    row = recording.rows()[0]
     log = next(op for _, op in ops if isinstance(op, JobLogRow))
     assert (row.step_status, row.message, log.status, log.reason) == (
         "FAILED",
@@ -192,7 +196,7 @@ def test_asyncio_cancellation_fails_the_attempt_as_cancelled(
     asyncio.run(main())
     assert processor.force_flush(5000)
     ops = recording.ops()
-    row = next(op for _, op in ops if isinstance(op, EventRow))
+    row = recording.rows()[0]
     log = next(op for _, op in ops if isinstance(op, JobLogRow))
     assert (row.step_status, log.status, log.reason) == ("FAILED", "FAILED", "cancelled")
 
@@ -214,7 +218,7 @@ def test_scope_reaches_threads_that_copy_the_context(
         thread.start()
         thread.join()
     assert processor.force_flush(5000)
-    rows = [op for _, op in recording.ops() if isinstance(op, EventRow)]
+    rows = recording.rows()
     assert [(r.step_key, r.detail) for r in rows] == [("RENDER", {"pct": 1})]
 
 
@@ -240,7 +244,7 @@ def test_ordinary_events_are_rows_not_steps(
     with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
         record_event("LOG", "halfway", tracer=tracer, frame=12)
     assert processor.force_flush(5000)
-    rows = [op for _, op in recording.ops() if isinstance(op, EventRow)]
+    rows = recording.rows()
     assert [(r.type, r.step_key, r.message, r.detail) for r in rows] == [
         ("STEP", "RENDER", None, None),
         ("LOG", None, "halfway", {"frame": 12}),
@@ -276,7 +280,7 @@ def test_error_status_without_exception_fails_the_step(
     ):
         span.set_status(Status(StatusCode.ERROR, "render refused"))
     assert processor.force_flush(5000)
-    row = next(op for _, op in recording.ops() if isinstance(op, EventRow))
+    row = recording.rows()[0]
     assert (row.step_status, row.message) == ("FAILED", "render refused")
 
 

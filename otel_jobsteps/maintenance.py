@@ -1,0 +1,120 @@
+"""Operator maintenance: `sweep` closes steps of executions gone silent, `prune` drops old jobs.
+
+Both run set-based statements from ``sql/maintenance.sql`` and take a connection string or an
+open psycopg connection (used as is, never closed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .errors import ConfigurationError
+from .query import Record, Target, fetch, session
+from .sql import qualified_queries
+from .store import borrowed_connection
+
+__all__ = ["PruneResult", "SweptStep", "prune", "sweep"]
+
+
+@dataclass(frozen=True, slots=True)
+class SweptStep(Record):
+    """An open step whose execution went silent, closed (or, in a dry run, to close) by `sweep`.
+
+    ``last_seen_at`` (GREATEST of its start and last heartbeat) becomes its ``ended_at``;
+    ``writes_job_log`` says whether its attempt gets its FAILED ``abandoned`` job_log row here
+    (False when the attempt already had one: the first final row wins).
+    """
+
+    domain: str
+    job_id: str
+    attempt: int
+    step_key: str
+    execution_id: str | None
+    started_at: datetime
+    last_seen_at: datetime
+    writes_job_log: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult(Record):
+    """What `prune` deleted (or, in a dry run, would delete)."""
+
+    job_logs: int
+    job_events: int
+    batches: int
+    dry_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    job_logs: int
+    job_events: int
+
+
+def _positive(name: str, value: timedelta) -> None:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ConfigurationError(f"{name} must be a positive timedelta, got {value!r}")
+
+
+def sweep(
+    conninfo_or_connection: Target,
+    older_than: timedelta,
+    *,
+    dry_run: bool = False,
+    schema: str = "public",
+) -> list[SweptStep]:
+    """Close open steps whose execution has shown no sign of life for ``older_than``.
+
+    An open step's last sign of life is its start or its latest heartbeat, whichever is later.
+    Each silent step is closed FAILED with message ``abandoned`` at that moment, and its
+    attempt gets a FAILED ``abandoned`` job_log row unless it has one. Rows a live writer is
+    updating are left alone. Choose ``older_than`` well above the heartbeat interval: a step
+    closed here stays closed when its execution turns out to be alive. ``dry_run`` only
+    reports what would be closed.
+    """
+    _positive("older_than", older_than)
+    queries = qualified_queries("maintenance.sql", schema)
+    name = "silent_steps" if dry_run else "sweep_silent_steps"
+    with session(conninfo_or_connection, schema=schema) as conn:
+        return fetch(conn, queries[name], {"older_than": older_than}, SweptStep)
+
+
+def prune(
+    conninfo_or_connection: Target,
+    older_than: timedelta,
+    *,
+    dry_run: bool = False,
+    batch_size: int = 1000,
+    schema: str = "public",
+) -> PruneResult:
+    """Delete finished attempts whose job_log row is older than ``older_than``, with their rows.
+
+    Works in transactions of at most ``batch_size`` job_log rows (oldest first) and their
+    attempts' job_event rows. An open step is never deleted, nor any row of an attempt that
+    still has one; attempts without a job_log row are kept (`sweep` first settles the
+    abandoned ones). ``dry_run`` counts what would be deleted.
+    """
+    _positive("older_than", older_than)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}")
+    queries = qualified_queries("maintenance.sql", schema)
+    params = {"older_than": older_than, "batch_size": batch_size}
+    if dry_run:
+        with session(conninfo_or_connection, schema=schema) as conn:
+            (counts,) = fetch(conn, queries["prunable_rows"], params, _Counts)
+        return PruneResult(counts.job_logs, counts.job_events, 0, dry_run=True)
+    logs = events = batches = 0
+    with borrowed_connection(conninfo_or_connection) as conn:
+        while True:
+            # One transaction per batch: locks stay short, and what is done stays done.
+            with session(conn, schema=schema):
+                (counts,) = fetch(conn, queries["prune_batch"], params, _Counts)
+            logs += counts.job_logs
+            events += counts.job_events
+            if counts.job_logs == 0:
+                break
+            batches += 1
+            if counts.job_logs < batch_size:
+                break
+    return PruneResult(logs, events, batches, dry_run=False)

@@ -1,0 +1,288 @@
+"""The read side: `job_detail` and `list_jobs`, computed in SQL (``sql/read.sql``).
+
+Results are frozen dataclasses; ``to_dict()`` gives a JSON-ready dict (ISO 8601 timestamps,
+durations in seconds). Both functions take a connection string or an open psycopg connection,
+which they use as is and never close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row, dict_row
+
+from .errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from .sql import qualified_queries
+from .store import borrowed_connection
+
+__all__ = [
+    "STATUSES",
+    "AttemptSummary",
+    "EventRecord",
+    "JobDetail",
+    "JobLogEntry",
+    "JobSummary",
+    "Record",
+    "StepRecord",
+    "Target",
+    "fetch",
+    "job_detail",
+    "list_jobs",
+    "session",
+]
+
+STATUSES = ("RUNNING", "COMPLETED", "FAILED")
+"""Statuses of an attempt (and of a step): running, or how it ended."""
+
+Target = str | psycopg.Connection[Any]
+_R = TypeVar("_R")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+class Record:
+    """Base of the result dataclasses: ``to_dict()`` for JSON output."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict: ISO 8601 timestamps, durations in seconds."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSummary(Record):
+    """One attempt of a job and its outcome.
+
+    ``status`` is the attempt's ``job_log`` status, or RUNNING while it has none.
+    ``last_step`` is the open step, else the step the attempt ended in; ``error`` the error
+    its ``job_log`` detail names. ``processing_started_at`` is the start of its first step and
+    ``last_activity_at`` its latest row change (start, close, heartbeat or final log).
+    """
+
+    attempt: int
+    job_type: str | None
+    status: str
+    reason: str | None
+    error: str | None
+    last_step: str | None
+    open_step: str | None
+    started_at: datetime | None
+    processing_started_at: datetime | None
+    ended_at: datetime | None
+    last_activity_at: datetime | None
+    stalled_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary(AttemptSummary):
+    """The latest attempt of a job, as `list_jobs` returns it."""
+
+    domain: str
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord(Record):
+    """A STEP row: ``status`` RUNNING until ``ended_at``; ``duration`` None while running."""
+
+    key: str
+    status: str
+    started_at: datetime
+    ended_at: datetime | None
+    duration: timedelta | None
+    detail: dict[str, Any] | None
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord(Record):
+    """An ordinary (non-STEP) event of the job, tagged with its attempt."""
+
+    attempt: int
+    type: str
+    message: str | None
+    detail: dict[str, Any] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobLogEntry(Record):
+    """The final row of a finished attempt."""
+
+    attempt: int
+    status: str
+    reason: str | None
+    detail: dict[str, Any] | None
+    trace_id: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail(Record):
+    """What `job_detail` returns: one job, its attempts, and one attempt in detail.
+
+    ``current_attempt`` is the attempt described by ``steps``, ``processing_started_at``
+    (start of its first step) and ``log``; ``events`` and ``stalled_count`` cover every
+    attempt, and only ordinary events (STEP rows are never counted). ``as_of`` is the
+    server's time of the read, the end of the bar of a step still running.
+    """
+
+    domain: str
+    job_id: str
+    job_type: str | None
+    current_attempt: int
+    attempts: tuple[AttemptSummary, ...]
+    steps: tuple[StepRecord, ...]
+    events: tuple[EventRecord, ...]
+    stalled_count: int
+    processing_started_at: datetime | None
+    log: JobLogEntry | None
+    as_of: datetime
+
+    @property
+    def attempt(self) -> AttemptSummary:
+        """The summary of ``current_attempt``."""
+        return next(a for a in self.attempts if a.attempt == self.current_attempt)
+
+
+def _schema_error(schema: str) -> SchemaNotMigratedError:
+    return SchemaNotMigratedError(
+        f"schema {schema!r} lacks the otel_jobsteps tables or views: run `otel-jobsteps migrate`"
+    )
+
+
+@contextmanager
+def session(
+    target: Target, *, schema: str, snapshot: bool = False
+) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a transaction (a savepoint inside the caller's transaction).
+
+    ``snapshot`` makes a fresh transaction REPEATABLE READ, so several queries see one state.
+    Missing tables become `SchemaNotMigratedError`, a lost connection
+    `DatabaseUnavailableError`.
+    """
+    if not schema:
+        raise ConfigurationError("schema must be a non-empty name")
+    with borrowed_connection(target) as conn:
+        try:
+            fresh = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            with conn.transaction():
+                if snapshot and fresh:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield conn
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            raise _schema_error(schema) from None
+        except psycopg.OperationalError as error:
+            lines = str(error).strip().splitlines()
+            reason = lines[-1] if lines else type(error).__name__
+            raise DatabaseUnavailableError(f"database error: {reason}") from None
+
+
+def fetch(
+    conn: psycopg.Connection[Any],
+    query: sql.Composed,
+    params: Mapping[str, Any],
+    record: type[_R],
+) -> list[_R]:
+    """Run a read query whose columns are the fields of ``record``; one instance per row."""
+    with conn.cursor(row_factory=class_row(record)) as cur:
+        return cur.execute(query, params).fetchall()
+
+
+def _queries(schema: str) -> dict[str, sql.Composed]:
+    return qualified_queries("read.sql", schema)
+
+
+def job_detail(
+    conninfo_or_connection: Target,
+    domain: str,
+    job_id: str | int,
+    attempt: int | None = None,
+    *,
+    schema: str = "public",
+) -> JobDetail | None:
+    """Read one job: its attempts, and the latest (or the asked) attempt's steps and log.
+
+    Returns None when the job, or the asked attempt, has no row. Queries run in one
+    read-only snapshot, so the attempts, steps, events and log agree with each other.
+    """
+    queries = _queries(schema)
+    key = {"domain": domain, "job_id": str(job_id)}
+    with session(conninfo_or_connection, schema=schema, snapshot=True) as conn:
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(queries["job_attempts"], key).fetchall()
+        if not rows:
+            return None
+        names = [f.name for f in fields(AttemptSummary)]
+        attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in rows)
+        chosen = attempt if attempt is not None else attempts[-1].attempt
+        summary = next((a for a in attempts if a.attempt == chosen), None)
+        if summary is None:
+            return None
+        scope = {**key, "attempt": chosen}
+        steps = fetch(conn, queries["job_steps"], scope, StepRecord)
+        events = fetch(conn, queries["job_events"], key, EventRecord)
+        logs = fetch(conn, queries["job_log_entry"], scope, JobLogEntry)
+    return JobDetail(
+        domain=domain,
+        job_id=str(job_id),
+        job_type=next((a.job_type for a in reversed(attempts) if a.job_type), None),
+        current_attempt=chosen,
+        attempts=attempts,
+        steps=tuple(steps),
+        events=tuple(events),
+        stalled_count=sum(a.stalled_count for a in attempts),
+        processing_started_at=summary.processing_started_at,
+        log=logs[0] if logs else None,
+        as_of=rows[0]["as_of"],
+    )
+
+
+def list_jobs(
+    conninfo_or_connection: Target,
+    *,
+    domain: str | None = None,
+    job_type: str | None = None,
+    status: str | None = None,
+    since: datetime | timedelta | None = None,
+    limit: int = 50,
+    schema: str = "public",
+) -> list[JobSummary]:
+    """Recent jobs, each by its latest attempt, the most recently active first.
+
+    ``status`` (RUNNING, COMPLETED or FAILED) and ``job_type`` filter on that latest attempt.
+    ``since`` keeps jobs active since then: a datetime, or a timedelta measured back from the
+    database server's clock (``since=timedelta(hours=1), status="FAILED"``: what failed in the
+    last hour). Without ``since`` every job is a candidate: on big tables, give one.
+    """
+    if status is not None and status not in STATUSES:
+        raise ConfigurationError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"limit must be a positive integer, got {limit!r}")
+    params = {
+        "domain": domain,
+        "job_type": job_type,
+        "status": status,
+        "since_at": since if isinstance(since, datetime) else None,
+        "since_ago": since if isinstance(since, timedelta) else None,
+        "limit": limit,
+    }
+    with session(conninfo_or_connection, schema=schema) as conn:
+        return fetch(conn, _queries(schema)["list_jobs"], params, JobSummary)

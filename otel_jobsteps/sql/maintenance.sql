@@ -1,0 +1,103 @@
+-- Maintenance statements of sweep and prune. Same block format as queries.sql. An open step's
+-- last sign of life is GREATEST(created_at, heartbeat_at): heartbeat_at is NULL until the
+-- owning writer first refreshes it. Every statement that closes or deletes names the predicate
+-- of job_event_one_open_step (type = 'STEP' AND ended_at IS NULL) so that index finds them.
+
+-- name: silent_steps --
+-- Open steps silent since before the cutoff, with whether their attempt still lacks a job_log.
+SELECT e.domain, e.job_id, e.attempt, e.step_key, e.execution_id,
+       e.created_at AS started_at,
+       GREATEST(e.created_at, e.heartbeat_at) AS last_seen_at,
+       NOT EXISTS (SELECT 1 FROM {job_log} AS l
+                   WHERE l.domain = e.domain AND l.job_id = e.job_id
+                     AND l.attempt = e.attempt) AS writes_job_log
+FROM {job_event} AS e
+WHERE e.type = 'STEP' AND e.ended_at IS NULL
+  AND GREATEST(e.created_at, e.heartbeat_at) < now() - %(older_than)s::interval
+ORDER BY last_seen_at, e.id;
+
+-- name: sweep_silent_steps --
+-- Close open steps silent since before the cutoff as FAILED abandoned, ended at their last sign
+-- of life, and settle their attempts (the first final row wins). Rows a live writer holds are
+-- skipped, and the cutoff is checked again on the locked row, so a heartbeat that lands in
+-- between keeps its step open.
+WITH silent AS (
+    SELECT id
+    FROM {job_event}
+    WHERE type = 'STEP' AND ended_at IS NULL
+      AND GREATEST(created_at, heartbeat_at) < now() - %(older_than)s::interval
+    FOR UPDATE SKIP LOCKED
+), closed AS (
+    UPDATE {job_event} AS e
+    SET step_status = 'FAILED',
+        message = 'abandoned',
+        ended_at = GREATEST(e.created_at, e.heartbeat_at)
+    FROM silent
+    WHERE e.id = silent.id
+      AND e.type = 'STEP' AND e.ended_at IS NULL
+      AND GREATEST(e.created_at, e.heartbeat_at) < now() - %(older_than)s::interval
+    RETURNING e.id, e.domain, e.job_id, e.job_type, e.attempt, e.step_key, e.execution_id,
+              e.trace_id, e.created_at, e.ended_at
+), logged AS (
+    INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
+                           created_at)
+    SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
+           jsonb_build_object('step', step_key), trace_id, ended_at
+    FROM closed
+    ON CONFLICT (domain, job_id, attempt) DO NOTHING
+    RETURNING domain, job_id, attempt
+)
+SELECT c.domain, c.job_id, c.attempt, c.step_key, c.execution_id,
+       c.created_at AS started_at,
+       c.ended_at AS last_seen_at,
+       g.attempt IS NOT NULL AS writes_job_log
+FROM closed AS c
+LEFT JOIN logged AS g USING (domain, job_id, attempt)
+ORDER BY c.ended_at, c.id;
+
+-- name: prunable_rows --
+-- How many job_log rows past the cutoff prune would delete, and how many job_event rows with
+-- them; attempts with an open step are kept whole.
+WITH old_attempt AS (
+    SELECT l.domain, l.job_id, l.attempt
+    FROM {job_log} AS l
+    WHERE l.created_at < now() - %(older_than)s::interval
+      AND NOT EXISTS (SELECT 1 FROM {job_event} AS o
+                      WHERE o.domain = l.domain AND o.job_id = l.job_id
+                        AND o.attempt = l.attempt
+                        AND o.type = 'STEP' AND o.ended_at IS NULL)
+)
+SELECT (SELECT count(*) FROM old_attempt) AS job_logs,
+       (SELECT count(*)
+        FROM {job_event} AS e
+        JOIN old_attempt AS a USING (domain, job_id, attempt)) AS job_events;
+
+-- name: prune_batch --
+-- Delete up to batch_size job_log rows past the cutoff, oldest first, with their attempts'
+-- job_event rows. An attempt with an open step is skipped whole, and an open step is never
+-- deleted even if one appeared since (checked again in the DELETE).
+WITH old_attempt AS (
+    SELECT l.id, l.domain, l.job_id, l.attempt
+    FROM {job_log} AS l
+    WHERE l.created_at < now() - %(older_than)s::interval
+      AND NOT EXISTS (SELECT 1 FROM {job_event} AS o
+                      WHERE o.domain = l.domain AND o.job_id = l.job_id
+                        AND o.attempt = l.attempt
+                        AND o.type = 'STEP' AND o.ended_at IS NULL)
+    ORDER BY l.created_at
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+), deleted_event AS (
+    DELETE FROM {job_event} AS e
+    USING old_attempt AS a
+    WHERE e.domain = a.domain AND e.job_id = a.job_id AND e.attempt = a.attempt
+      AND NOT (e.type = 'STEP' AND e.ended_at IS NULL)
+    RETURNING e.id
+), deleted_log AS (
+    DELETE FROM {job_log} AS l
+    USING old_attempt AS a
+    WHERE l.id = a.id
+    RETURNING l.id
+)
+SELECT (SELECT count(*) FROM deleted_log) AS job_logs,
+       (SELECT count(*) FROM deleted_event) AS job_events;

@@ -1,0 +1,99 @@
+-- Read queries of job_detail, list_jobs and `otel-jobsteps tail`. Same block format as
+-- queries.sql: {job_event}, {job_log} and {job_attempt} are schema-qualified identifiers filled
+-- in with psycopg.sql; values are always %(name)s parameters. Column names match the fields of
+-- the dataclasses in otel_jobsteps/query.py.
+
+-- name: job_attempts --
+-- Every attempt of one job, oldest first, with the server's time of the read.
+SELECT attempt, job_type, status, reason, error, last_step, open_step, started_at,
+       processing_started_at, ended_at, last_activity_at, stalled_count,
+       now() AS as_of
+FROM {job_attempt}
+WHERE domain = %(domain)s AND job_id = %(job_id)s
+ORDER BY attempt;
+
+-- name: job_steps --
+-- The STEP rows of one attempt in the order they started.
+SELECT step_key AS key,
+       step_status AS status,
+       created_at AS started_at,
+       ended_at,
+       ended_at - created_at AS duration,
+       detail,
+       message
+FROM {job_event}
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s
+  AND type = 'STEP'
+ORDER BY created_at, id;
+
+-- name: job_events --
+-- The ordinary (non-STEP) events of one job, all attempts, in the order they happened.
+SELECT attempt, type, message, detail, created_at
+FROM {job_event}
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND type <> 'STEP'
+ORDER BY created_at, id;
+
+-- name: job_log_entry --
+-- The final row of one attempt, if it has one.
+SELECT attempt, status, reason, detail, trace_id, created_at
+FROM {job_log}
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s;
+
+-- name: list_jobs --
+-- The latest attempt of jobs touched since the cutoff (no cutoff: every job), newest first.
+-- Candidates come from job_event_recent, job_event_one_open_step and job_log_recent; the
+-- filters then apply to each candidate's latest attempt. The cutoff is written out where an
+-- index reads it, so the planner estimates with its value.
+WITH candidate AS (
+    SELECT domain, job_id
+    FROM {job_event}
+    WHERE COALESCE(ended_at, created_at)
+          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+    UNION
+    SELECT domain, job_id
+    FROM {job_event}
+    WHERE type = 'STEP' AND ended_at IS NULL
+    UNION
+    SELECT domain, job_id
+    FROM {job_log}
+    WHERE created_at >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+)
+SELECT c.domain, c.job_id, latest.attempt, latest.job_type, latest.status, latest.reason,
+       latest.error, latest.last_step, latest.open_step, latest.started_at,
+       latest.processing_started_at, latest.ended_at, latest.last_activity_at,
+       latest.stalled_count
+FROM candidate AS c
+CROSS JOIN LATERAL (
+    SELECT *
+    FROM {job_attempt} AS a
+    WHERE a.domain = c.domain AND a.job_id = c.job_id
+    ORDER BY a.attempt DESC
+    LIMIT 1
+) AS latest
+WHERE (%(domain)s::text IS NULL OR c.domain = %(domain)s)
+  AND (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
+  AND (%(status)s::text IS NULL OR latest.status = %(status)s)
+  AND latest.last_activity_at >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+ORDER BY latest.last_activity_at DESC, c.domain, c.job_id
+LIMIT %(limit)s;
+
+-- name: tail_start --
+-- Where following starts: the highest id so far and the ids of the steps open now.
+SELECT COALESCE((SELECT max(id) FROM {job_event}), 0) AS last_id,
+       ARRAY(SELECT id
+             FROM {job_event}
+             WHERE type = 'STEP' AND ended_at IS NULL
+               AND (%(domain)s::text IS NULL OR domain = %(domain)s)) AS open_ids;
+
+-- name: tail_changes --
+-- Rows written after the last id seen or in a recent gap below it (a transaction that committed
+-- late), and steps seen open that have closed since, by id.
+SELECT id, domain, job_id, attempt, type, step_key, step_status, message, detail,
+       created_at, ended_at
+FROM {job_event}
+WHERE (id > %(after_id)s
+       OR id = ANY(%(gap_ids)s)
+       OR (id = ANY(%(open_ids)s) AND ended_at IS NOT NULL))
+  AND (%(domain)s::text IS NULL OR domain = %(domain)s)
+ORDER BY id
+LIMIT %(limit)s;

@@ -1,0 +1,212 @@
+"""Text rendering for the CLI: a job's attempts and steps as a timeline, and job lists.
+
+Pure functions of the read-side dataclasses; colour is decided by the caller (`Style`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, TextIO
+
+from .query import AttemptSummary, JobDetail, JobSummary, StepRecord
+
+__all__ = [
+    "BAR_WIDTH",
+    "Style",
+    "format_duration",
+    "format_time",
+    "render_detail",
+    "render_jobs",
+]
+
+BAR_WIDTH = 40
+_STATUS_COLORS = {"COMPLETED": "32", "FAILED": "1;31", "RUNNING": "33"}
+_DETAIL_CHARS = 60
+
+
+class Style:
+    """How to draw: ANSI colours or none, block characters or ASCII."""
+
+    def __init__(self, *, color: bool, unicode: bool = True) -> None:
+        self.color = color
+        self.bar = "█" if unicode else "#"
+        self.track = "·" if unicode else "."
+
+    @classmethod
+    def for_stream(cls, stream: TextIO) -> Style:
+        """Colour only on a terminal, and not when NO_COLOR is set or TERM is dumb."""
+        color = (
+            stream.isatty()
+            and not os.environ.get("NO_COLOR")
+            and os.environ.get("TERM", "") != "dumb"
+        )
+        try:
+            "█·".encode(stream.encoding or "ascii")
+            unicode = True
+        except (LookupError, UnicodeEncodeError):
+            unicode = False
+        return cls(color=color, unicode=unicode)
+
+    def paint(self, text: str, code: str | None) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color and code else text
+
+    def status(self, text: str, status: str) -> str:
+        """``text`` (already padded) in the colour of ``status``."""
+        return self.paint(text, _STATUS_COLORS.get(status))
+
+
+def format_duration(value: timedelta | None) -> str:
+    """Short human duration: 850ms, 1.20s, 2m03s, 1h02m, 3d04h."""
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{max(seconds, 0) * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours == 0:
+        return f"{minutes}m{secs:02d}s"
+    days, hours = divmod(hours, 24)
+    return f"{hours}h{minutes:02d}m" if days == 0 else f"{days}d{hours:02d}h"
+
+
+def format_time(value: datetime | None) -> str:
+    """A timestamp to the millisecond with its UTC offset, or ``-``."""
+    return "-" if value is None else value.isoformat(sep=" ", timespec="milliseconds")
+
+
+def _compact(detail: dict[str, Any] | None) -> str:
+    if not detail:
+        return ""
+    text = json.dumps(detail, separators=(", ", ": "), ensure_ascii=False, default=str)
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+
+
+def _attempt_line(summary: AttemptSummary, as_of: datetime, style: Style) -> str:
+    end = summary.ended_at or as_of
+    took = end - summary.started_at if summary.started_at else None
+    where = summary.open_step or summary.last_step
+    if summary.status == "FAILED":
+        note = f"failed at {where or '?'}" + (f": {summary.error}" if summary.error else "")
+        note = style.paint(note, _STATUS_COLORS["FAILED"])
+    elif summary.status == "RUNNING":
+        note = f"running {where}" if where else "running, no step yet"
+    else:
+        note = ""
+    status = style.status(f"{summary.status:<9}", summary.status)
+    return (
+        f"  #{summary.attempt:<3} {status}  {summary.reason or '':<14} "
+        f"{format_time(summary.started_at):<29}  {format_duration(took):>8}  {note}".rstrip()
+    )
+
+
+def _bar(step: StepRecord, start: datetime, total: float, as_of: datetime, style: Style) -> str:
+    end = step.ended_at or as_of
+    first = int((step.started_at - start).total_seconds() / total * BAR_WIDTH)
+    last = math.ceil((end - start).total_seconds() / total * BAR_WIDTH)
+    first = min(max(first, 0), BAR_WIDTH - 1)
+    last = min(max(last, first + 1), BAR_WIDTH)
+    filled = style.status(style.bar * (last - first), step.status)
+    return style.track * first + filled + style.track * (BAR_WIDTH - last)
+
+
+def _step_line(
+    step: StepRecord, key_width: int, start: datetime, total: float, as_of: datetime, style: Style
+) -> str:
+    bar = _bar(step, start, total, as_of, style)
+    took = step.duration if step.ended_at else as_of - step.started_at
+    if step.status == "FAILED":
+        note = style.paint(f"<- FAILED: {step.message or 'no message'}", _STATUS_COLORS["FAILED"])
+    elif step.status == "RUNNING":
+        note = style.status("<- running", "RUNNING")
+    else:
+        note = ""
+    detail = _compact(step.detail)
+    status = style.status(f"{step.status:<9}", step.status)
+    return (
+        f"  {step.key:<{key_width}}  {status}  |{bar}|  {format_duration(took):>8}  "
+        f"{note}{'  ' if note and detail else ''}{detail}".rstrip()
+    )
+
+
+def _steps_section(detail: JobDetail, style: Style) -> list[str]:
+    lines = [f"steps of attempt {detail.current_attempt}:"]
+    if not detail.steps:
+        return [*lines, "  (no steps yet)"]
+    start = detail.steps[0].started_at
+    ends = [s.ended_at or detail.as_of for s in detail.steps]
+    total = max((max(ends) - start).total_seconds(), 1e-6)
+    width = max(len(s.key) for s in detail.steps)
+    lines += [_step_line(s, width, start, total, detail.as_of, style) for s in detail.steps]
+    scale = format_duration(timedelta(seconds=total))
+    lines.append(" " * (width + 16) + f"0{scale:>{BAR_WIDTH - 1}}")
+    return lines
+
+
+def render_detail(detail: JobDetail, style: Style) -> str:
+    """The `show` page: attempts with outcomes, the chosen attempt's timeline, events."""
+    kind = f" ({detail.job_type})" if detail.job_type else ""
+    lines = [
+        f"job {detail.domain} / {detail.job_id}{kind}: "
+        f"attempt {detail.current_attempt} of {len(detail.attempts)}",
+        "",
+        "attempts:",
+        *(_attempt_line(a, detail.as_of, style) for a in detail.attempts),
+        "",
+        *_steps_section(detail, style),
+        "",
+        f"processing started: {format_time(detail.processing_started_at)}",
+    ]
+    log = detail.log
+    if log is not None:
+        outcome = style.status(log.status, log.status)
+        reason = f" ({log.reason})" if log.reason else ""
+        lines.append(f"final: {outcome}{reason} at {format_time(log.created_at)}")
+    lines.append(f"stalled events: {detail.stalled_count}")
+    if detail.events:
+        lines.append("events:")
+        for event in detail.events:
+            text = "  ".join(
+                part for part in (event.message or "", _compact(event.detail)) if part
+            )
+            lines.append(
+                f"  #{event.attempt:<3} {format_time(event.created_at)}  {event.type:<16} {text}"
+                .rstrip()
+            )
+    return "\n".join(lines)
+
+
+def render_jobs(jobs: Sequence[JobSummary], style: Style) -> str:
+    """The `jobs` table, one latest attempt per line."""
+    if not jobs:
+        return "no jobs found"
+    header = ("LAST ACTIVITY", "DOMAIN", "JOB ID", "TYPE", "ATTEMPT", "STATUS", "STEP", "REASON")
+    rows = [
+        (
+            format_time(job.last_activity_at),
+            job.domain,
+            job.job_id,
+            job.job_type or "-",
+            str(job.attempt),
+            job.status,
+            job.open_step or job.last_step or "-",
+            ": ".join(part for part in (job.reason, job.error) if part),
+        )
+        for job in jobs
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    status_column = header.index("STATUS")
+
+    def line(row: Sequence[str], color: bool) -> str:
+        cells = [f"{cell:<{width}}" for cell, width in zip(row, widths, strict=True)]
+        if color:
+            cells[status_column] = style.status(cells[status_column], row[status_column])
+        return "  ".join(cells).rstrip()
+
+    return "\n".join([line(header, False), *(line(row, True) for row in rows)])

@@ -55,6 +55,7 @@ from .writer import Writer
 __all__ = ["JobStepsProcessor"]
 
 MAX_ID_CHARS = 512
+MAX_ATTEMPT = 2**31 - 1  # the attempt column is a PostgreSQL integer
 
 
 class _ProgressEvents(BoundedList):  # type: ignore[type-arg]
@@ -270,14 +271,14 @@ class JobStepsProcessor(SpanProcessor):
             domain in (None, "")
             or job_id in (None, "")
             or attempt is None
-            or attempt < 1
+            or not 1 <= attempt <= MAX_ATTEMPT
             or len(str(domain)) > MAX_ID_CHARS
             or len(str(job_id)) > MAX_ID_CHARS
         ):
             self._stats.problem(
                 "invalid_job_span",
                 f"span {span.name!r} ignored: needs non-empty {JOB_DOMAIN} and {JOB_ID} "
-                f"(at most {MAX_ID_CHARS} characters) and an integer {JOB_ATTEMPT} >= 1",
+                f"(at most {MAX_ID_CHARS} characters), an integer {JOB_ATTEMPT} in 1..{MAX_ATTEMPT}",
             )
             return None
         job_type = attributes.get(JOB_TYPE)

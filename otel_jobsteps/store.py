@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .batch import Batch, Segment
+from .batch import Batch, CloseForeign, EventRow, Segment
 from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
 from .errors import ConfigurationError, DatabaseUnavailableError
 from .sql import load_queries
@@ -180,6 +180,24 @@ class StepStore:
             for segment in batch.segments:
                 for name, ops in self._statements(segment):
                     cur.execute(self._queries[name], _array_params(ops, self._max_detail_bytes))
+                    if name == "insert_events" and cur.rowcount < len(ops):
+                        self._take_over_open_steps(cur, ops)
+
+    def _take_over_open_steps(self, cur: psycopg.Cursor[Any], rows: Sequence[EventRow]) -> None:
+        """Another execution opened a step of the same attempt while this batch ran.
+
+        In command order our step started after theirs, so theirs is closed as abandoned
+        and ours inserted again; rows already in place conflict with themselves and stay.
+        """
+        running = [row for row in rows if row.ended_us is None and row.type == "STEP"]
+        if not running:
+            return
+        takeovers = [
+            CloseForeign(r.domain, r.job_id, r.attempt, r.execution_id or "", r.created_us)
+            for r in running
+        ]
+        cur.execute(self._queries["close_foreign_steps"], _array_params(takeovers, 0))
+        cur.execute(self._queries["insert_events"], _array_params(running, self._max_detail_bytes))
 
     def write_one_by_one(
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]

@@ -1,0 +1,129 @@
+"""Hostile input never reaches the job and never poisons a batch: the rows around it land."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import psycopg
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_jobsteps import JOB_STEP_DETAIL, JobStepsProcessor, job_attempt, progress, step
+from tests.conftest import TracingFactory, rows
+
+_examples = itertools.count()
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.just("a\x00b")
+scalars = (
+    texts
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.booleans()
+    | st.none()
+)
+details = st.dictionaries(
+    texts,
+    scalars | st.lists(scalars, max_size=4) | st.dictionaries(texts, scalars, max_size=3),
+    max_size=6,
+)
+attribute_values = texts | st.integers(-5, 5) | st.floats(allow_nan=True) | st.booleans()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    detail=details,
+    step_key=texts,
+    explicit=texts | st.just('{"a": NaN}') | st.just("[1, 2]"),
+    job_id=attribute_values,
+    attempt=attribute_values,
+)
+def test_hostile_values_are_absorbed_and_neighbours_written(
+    dsn: str,
+    detail: dict[str, Any],
+    step_key: str,
+    explicit: str,
+    job_id: object,
+    attempt: object,
+) -> None:
+    processor = JobStepsProcessor(dsn)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    marker = f"example-{next(_examples)}"
+    try:
+        # A hostile job span: ignored when its scope is invalid, recorded when it is not.
+        attributes = {"job.domain": "hostile", "job.id": job_id, "job.attempt": attempt}
+        with tracer.start_as_current_span("job", attributes=attributes):  # type: ignore[arg-type]
+            with step(step_key or "EMPTY", tracer=tracer):
+                progress(detail)
+        with job_attempt("hostile", marker, "t", tracer=tracer):
+            with step("BEFORE", tracer=tracer):
+                progress(ok=1)
+            with step(step_key or "EMPTY", tracer=tracer) as bad:
+                progress(detail)
+                bad.set_attribute(JOB_STEP_DETAIL, explicit)
+            with step("AFTER", tracer=tracer):
+                progress(ok=2)
+        assert processor.force_flush(10_000)
+        stats = processor.stats()
+    finally:
+        provider.shutdown()
+    assert not any(k.startswith(("rejected_", "internal_error")) for k in stats), stats
+    with psycopg.connect(dsn) as conn:
+        got = rows(
+            conn,
+            "SELECT step_key, step_status, detail FROM job_event WHERE job_id = %s ORDER BY id",
+            marker,
+        )
+    assert [(k, s) for k, s, _ in got][::2] == [("BEFORE", "COMPLETED"), ("AFTER", "COMPLETED")]
+    assert got[1][1] == "COMPLETED"
+    assert "\x00" not in json.dumps(got[1][2])
+
+
+def test_a_huge_detail_becomes_a_truncation_marker(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing(max_detail_bytes=1024)
+    with job_attempt("hostile", "big", "t", tracer=tracer), step("RENDER", tracer=tracer):
+        progress(blob="x" * 3_000_000, small=1)
+    assert processor.force_flush(10_000)
+    ((detail,),) = rows(conn, "SELECT detail FROM job_event")
+    assert detail["_truncated"] is True
+    assert detail["original_bytes"] > 3_000_000
+    assert detail["keys"] == ["blob", "small"]
+
+
+def test_text_columns_never_receive_nul(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing()
+    with job_attempt("do\x00main", "j\x00b", "ty\x00pe", tracer=tracer):
+        with step("ST\x00EP", tracer=tracer):
+            raise_and_swallow()
+    assert processor.force_flush(10_000)
+    assert rows(conn, "SELECT domain, job_id, job_type, step_key FROM job_event") == [
+        ("do\ufffdmain", "j\ufffdb", "ty\ufffdpe", "ST\ufffdEP")
+    ]
+
+
+def raise_and_swallow() -> None:
+    try:
+        raise ValueError("bad \x00 byte")
+    except ValueError:
+        pass
+
+
+def test_numeric_string_attempt_is_accepted(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing()
+    attributes = {"job.domain": "d", "job.id": "7", "job.type": "t", "job.attempt": "2"}
+    with tracer.start_as_current_span("job", attributes=attributes):
+        with step("RENDER", tracer=tracer):
+            pass
+    assert processor.force_flush(10_000)
+    assert rows(conn, "SELECT attempt FROM job_event") == [(2,)]

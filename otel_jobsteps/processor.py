@@ -278,7 +278,7 @@ class JobStepsProcessor(SpanProcessor):
             self._stats.problem(
                 "invalid_job_span",
                 f"span {span.name!r} ignored: needs non-empty {JOB_DOMAIN} and {JOB_ID} "
-                f"(at most {MAX_ID_CHARS} characters), an integer {JOB_ATTEMPT} in 1..{MAX_ATTEMPT}",
+                f"(<= {MAX_ID_CHARS} characters) and an integer {JOB_ATTEMPT} in 1..{MAX_ATTEMPT}",
             )
             return None
         job_type = attributes.get(JOB_TYPE)

@@ -1,0 +1,115 @@
+"""Workers killed with SIGKILL mid-step: the next attempt or a sweep settles them; a live,
+quiet step with a heartbeat is never swept."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, step
+from otel_jobsteps.maintenance import sweep
+from tests.conftest import TracingFactory, rows
+
+HOUR_NS = 3600 * 10**9
+
+
+def _worker(dsn: str, job_id: str, ready: Any, started_long_ago: bool) -> None:
+    """Open a step, make sure its row is written, say so, then hang until killed."""
+    processor = JobStepsProcessor(dsn, heartbeat_interval_s=0.05)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("worker")
+    start = time.time_ns() - HOUR_NS if started_long_ago else None
+    attributes = {"job.domain": "dead", "job.id": job_id, "job.type": "t", "job.attempt": 1}
+    job = tracer.start_span("job", attributes=attributes, start_time=start)
+    with trace.use_span(job):
+        tracer.start_span("render", attributes={JOB_STEP_KEY: "RENDER"}, start_time=start)
+        processor.force_flush(10_000)
+        ready.set()
+        signal.pause()  # mid-step, forever
+
+
+def _start(dsn: str, job_id: str, *, started_long_ago: bool = False) -> Any:
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    process = context.Process(target=_worker, args=(dsn, job_id, ready, started_long_ago))
+    process.start()
+    assert ready.wait(60)
+    return process
+
+
+def _kill(process: Any) -> None:
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(10)
+    assert process.exitcode == -signal.SIGKILL
+
+
+def _heartbeat(conn: psycopg.Connection[Any], job_id: str) -> Any:
+    found = conn.execute(
+        "SELECT heartbeat_at FROM job_event WHERE job_id = %s AND ended_at IS NULL", (job_id,)
+    ).fetchone()
+    return found[0] if found else None
+
+
+def _await_beat_after(conn: psycopg.Connection[Any], job_id: str, after: Any) -> Any:
+    for _ in range(1000):
+        beat = _heartbeat(conn, job_id)
+        if beat is not None and (after is None or beat > after):
+            return beat
+        conn.execute("SELECT pg_sleep(0.01)")
+    raise AssertionError(f"no heartbeat for {job_id}")
+
+
+def test_the_next_attempt_settles_a_killed_one(
+    dsn: str, tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    _kill(_start(dsn, "next"))
+    tracer, processor = tracing()
+    with job_attempt("dead", "next", "t", attempts_made=1, tracer=tracer):
+        with step("RENDER", tracer=tracer):
+            pass
+    assert processor.force_flush(10_000)
+    assert rows(conn, "SELECT attempt, step_status, message FROM job_event ORDER BY id") == [
+        (1, "FAILED", "abandoned"),
+        (2, "COMPLETED", None),
+    ]
+    assert rows(conn, "SELECT attempt, status, reason FROM job_log ORDER BY attempt") == [
+        (1, "FAILED", "abandoned"),
+        (2, "COMPLETED", None),
+    ]
+
+
+def test_sweep_settles_a_killed_worker_and_spares_a_live_quiet_one(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    dead = _start(dsn, "killed")
+    alive = _start(dsn, "quiet", started_long_ago=True)  # an hour-long step, still beating
+    try:
+        last_beat = _await_beat_after(conn, "killed", None)
+        _kill(dead)
+        # Let the silence be long: move the dead worker's last signs of life an hour back.
+        conn.execute(
+            "UPDATE job_event SET created_at = created_at - interval '1 hour',"
+            " heartbeat_at = heartbeat_at - interval '1 hour' WHERE job_id = 'killed'"
+        )
+        _await_beat_after(conn, "quiet", last_beat)  # the live one keeps beating
+        swept = sweep(conn, timedelta(minutes=10))
+        assert [(s.job_id, s.step_key) for s in swept] == [("killed", "RENDER")]
+        assert rows(conn, "SELECT job_id, status, reason FROM job_log") == [
+            ("killed", "FAILED", "abandoned")
+        ]
+        assert rows(conn, "SELECT job_id, step_status FROM job_event WHERE ended_at IS NULL") == [
+            ("quiet", "RUNNING")
+        ]
+    finally:
+        _kill(alive)
+        if dead.is_alive():
+            _kill(dead)

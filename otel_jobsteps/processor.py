@@ -88,7 +88,7 @@ def _env_int(name: str, default: int) -> int:
 def _attempt_number(value: object) -> int | None:
     if type(value) is int:
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -184,6 +184,18 @@ class JobStepsProcessor(SpanProcessor):
     # -- span hooks (application threads) -----------------------------------------------------
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        try:
+            self._start(span)
+        except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
+            self._stats.problem("internal_error", error)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            self._end(span)
+        except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
+            self._stats.problem("internal_error", error)
+
+    def _start(self, span: Span) -> None:
         attributes = span.attributes
         if attributes and JOB_EVENT_TYPE in attributes:
             self._record_event(span, attributes)
@@ -210,7 +222,7 @@ class JobStepsProcessor(SpanProcessor):
         self._hook_events(span, partial(self._on_progress, scope, key))
         self._writer.submit(StepStarted(scope, key, span_id, span.start_time or time.time_ns()))
 
-    def on_end(self, span: ReadableSpan) -> None:
+    def _end(self, span: ReadableSpan) -> None:
         span_id = span.context.span_id
         scope = self._scopes.pop(span_id, None)
         if scope is None:
@@ -250,7 +262,10 @@ class JobStepsProcessor(SpanProcessor):
         )
 
     def _on_progress(self, scope: Scope, key: str, event: Event) -> None:
-        self._writer.submit_progress(ProgressReported(scope, key, event.attributes or {}))
+        try:
+            self._writer.submit_progress(ProgressReported(scope, key, event.attributes or {}))
+        except Exception as error:  # noqa: BLE001 - called from span.add_event in the job
+            self._stats.problem("internal_error", error)
 
     def _hook_events(self, span: Span, notify: Callable[[Event], None]) -> None:
         events = getattr(span, "_events", None)

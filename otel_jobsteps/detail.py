@@ -45,9 +45,14 @@ def encode_detail(
     """JSON text of a detail object, cleaned; over ``max_bytes`` it becomes a truncation marker."""
     if detail is None:
         return None
-    text = json.dumps(_clean_value(detail), ensure_ascii=False, separators=(",", ":"))
-    if len(text) > max_bytes // 4 and len(text.encode()) > max_bytes:
-        marker = {TRUNCATED_KEY: True, "original_bytes": len(text.encode()), "keys": []}
+    try:  # the common case, all in C: plain JSON values, no NaN, no NUL
+        text = json.dumps(detail, allow_nan=False, separators=(",", ":"))
+        if "\\u0000" in text:
+            raise ValueError("NUL")
+    except (TypeError, ValueError):
+        text = json.dumps(_clean_value(detail), separators=(",", ":"))
+    if len(text) > max_bytes:  # ASCII-only JSON: characters are bytes
+        marker = {TRUNCATED_KEY: True, "original_bytes": len(text), "keys": []}
         kept: list[str] = []
         budget = max_bytes // 2
         for key in detail:
@@ -56,7 +61,7 @@ def encode_detail(
                 break
             kept.append(clean_text(key))
         marker["keys"] = kept
-        text = json.dumps(marker, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(marker, separators=(",", ":"))
     return text
 
 

@@ -10,13 +10,11 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
-from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import StatusCode
 from psycopg.conninfo import conninfo_to_dict
 
@@ -47,6 +45,7 @@ from .recorder import (
     StepStarted,
 )
 from .schema import check_writable_tables, migrate
+from .spans import attribute_dict, watch_events
 from .stats import Stats
 from .store import StepStore
 from .telemetry import register_metrics
@@ -54,25 +53,10 @@ from .writer import Writer
 
 __all__ = ["JobStepsProcessor"]
 
+# Commands are built with tuple.__new__: a third of a NamedTuple call on the hot path.
+_new = tuple.__new__
 MAX_ID_CHARS = 512
 MAX_ATTEMPT = 2**31 - 1  # the attempt column is a PostgreSQL integer
-
-
-class _ProgressEvents(BoundedList):  # type: ignore[type-arg]
-    """A step span's event list that also reports each event as it is added.
-
-    OpenTelemetry has no event hook for processors; this replaces the SDK span's private
-    event list at start so progress reaches the recorder while the step runs.
-    """
-
-    def __init__(self, maxlen: int | None, notify: Callable[[Event], None]) -> None:
-        super().__init__(maxlen)
-        self._notify = notify
-
-    def append(self, item: Event) -> None:
-        super().append(item)
-        if item.name != "exception":
-            self._notify(item)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -174,8 +158,8 @@ class JobStepsProcessor(SpanProcessor):
             heartbeat_interval_s=heartbeat_interval_s,
             clock=clock,
         )
-        self._scopes: dict[int, Scope] = {}
-        self._step_keys: dict[int, str] = {}
+        # Every span inside a job scope, by span id: its scope and, for a step, its key.
+        self._spans: dict[int, tuple[Scope, str | None]] = {}
         self._shut_down = False
         child_hook = weakref.WeakMethod(self._after_fork_in_child)
         os.register_at_fork(after_in_child=lambda: (hook := child_hook()) and hook())
@@ -185,67 +169,69 @@ class JobStepsProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            self._start(span)
+            attributes = attribute_dict(span)
+            if attributes:
+                if JOB_EVENT_TYPE in attributes:
+                    self._record_event(span, attributes)
+                    return
+                if JOB_ID in attributes and self._start_job(span, attributes):
+                    return
+            parent = span.parent
+            if parent is None:
+                return
+            spans = self._spans
+            found = spans.get(parent.span_id)
+            if found is None:
+                return  # outside any job scope: nothing else happens, ever
+            scope = found[0]
+            key = attributes.get(JOB_STEP_KEY)
+            span_id = span.context.span_id
+            if key is None:
+                spans[span_id] = (scope, None)  # not a step, but its children are in scope
+                return
+            key = key if type(key) is str else str(key)
+            spans[span_id] = step = (scope, key)
+            if not watch_events(span, self._report_progress, step):
+                self._stats.problem("progress_hook_unavailable", "progress is read at step end")
+            self._writer.submit(_new(StepStarted, (scope, key, span_id, span.start_time)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            self._end(span)
+            span_id = span.context.span_id
+            found = self._spans.pop(span_id, None)
+            if found is None:
+                return
+            scope, key = found
+            if key is None and scope.span_id != span_id:
+                return
+            failed = span.status.status_code is StatusCode.ERROR
+            error = _error_text(span) if failed else None
+            attributes = attribute_dict(span)
+            end_ns = span.end_time or time.time_ns()
+            if key is None:
+                outcome = attributes.get(JOB_OUTCOME)
+                self._writer.submit(_new(JobEnded, (scope, end_ns, failed, outcome, error)))
+                return
+            explicit = attributes.get(JOB_STEP_DETAIL)
+            self._writer.submit(_new(StepEnded, (scope, key, end_ns, failed, explicit, error)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
 
-    def _start(self, span: Span) -> None:
-        attributes = span.attributes
-        if attributes and JOB_EVENT_TYPE in attributes:
-            self._record_event(span, attributes)
-            return
-        if attributes and JOB_ID in attributes:
-            scope = self._job_scope(span, attributes)
-            if scope is not None:
-                self._scopes[scope.span_id] = scope
-                self._writer.submit(JobStarted(scope, span.start_time or time.time_ns()))
-                return
-        parent = span.parent
-        if parent is None:
-            return
-        scope = self._scopes.get(parent.span_id)
+    def _start_job(self, span: Span, attributes: Mapping[str, Any]) -> bool:
+        scope = self._job_scope(span, attributes)
         if scope is None:
-            return
-        span_id = span.context.span_id
-        self._scopes[span_id] = scope
-        key = attributes.get(JOB_STEP_KEY) if attributes else None
-        if key is None:
-            return
-        key = key if type(key) is str else str(key)
-        self._step_keys[span_id] = key
-        self._hook_events(span, partial(self._on_progress, scope, key))
-        self._writer.submit(StepStarted(scope, key, span_id, span.start_time or time.time_ns()))
-
-    def _end(self, span: ReadableSpan) -> None:
-        span_id = span.context.span_id
-        scope = self._scopes.pop(span_id, None)
-        if scope is None:
-            return
-        failed = span.status.status_code is StatusCode.ERROR
-        end_ns = span.end_time or time.time_ns()
-        attributes = span.attributes
-        if scope.span_id == span_id:
-            outcome = attributes.get(JOB_OUTCOME) if attributes else None
-            error = _error_text(span) if failed else None
-            self._writer.submit(JobEnded(scope, end_ns, failed, outcome, error))
-            return
-        key = self._step_keys.pop(span_id, None)
-        if key is None:
-            return
-        explicit = attributes.get(JOB_STEP_DETAIL) if attributes else None
-        error = _error_text(span) if failed else None
-        self._writer.submit(StepEnded(scope, key, end_ns, failed, explicit, error))
+            return False
+        self._spans[scope.span_id] = (scope, None)
+        self._writer.submit(_new(JobStarted, (scope, span.start_time)))
+        return True
 
     def _record_event(self, span: Span, attributes: Mapping[str, Any]) -> None:
         """An ordinary event: in the parent's job scope, or in the scope its attributes name."""
         parent = span.parent
-        scope = self._scopes.get(parent.span_id) if parent is not None else None
+        found = self._spans.get(parent.span_id) if parent is not None else None
+        scope = found[0] if found is not None else None
         if scope is None and JOB_ID in attributes:
             scope = self._job_scope(span, attributes, event=True)
         if scope is None:
@@ -261,20 +247,11 @@ class JobStepsProcessor(SpanProcessor):
             )
         )
 
-    def _on_progress(self, scope: Scope, key: str, event: Event) -> None:
+    def _report_progress(self, step: tuple[Scope, str], event: Event) -> None:
         try:
-            self._writer.submit_progress(ProgressReported(scope, key, event.attributes or {}))
+            self._writer.submit_progress(_new(ProgressReported, (*step, event.attributes)))
         except Exception as error:  # noqa: BLE001 - called from span.add_event in the job
             self._stats.problem("internal_error", error)
-
-    def _hook_events(self, span: Span, notify: Callable[[Event], None]) -> None:
-        events = getattr(span, "_events", None)
-        if type(events) is BoundedList:
-            hooked = _ProgressEvents(events._dq.maxlen, notify)  # type: ignore[attr-defined]
-            hooked.extend(events)
-            span._events = hooked
-        else:
-            self._stats.problem("progress_hook_unavailable", "this SDK's span has no event list")
 
     def _job_scope(
         self, span: Span, attributes: Mapping[str, Any], *, event: bool = False

@@ -93,29 +93,36 @@ class Writer:
 
     # -- application threads ------------------------------------------------------------------
 
+    # The two submit methods are the hot path: one length check, one append, no lock.
+
     def submit(self, command: Any) -> None:
         """Queue a command that opens or closes something (dropped only when the queue is full)."""
-        if len(self._queue) >= self._max_queue:
-            self._stats.problem("dropped_" + type(command).__name__, "queue full")
+        queue = self._queue
+        if len(queue) >= self._max_queue or self._stopping:
+            self._drop(command)
             return
-        self._append(command)
+        queue.append(command)
+        if self._idle or self._thread is None:
+            self._wake()
 
     def submit_progress(self, command: Any) -> None:
-        """Queue a progress command; shed first when the queue fills up."""
-        if len(self._queue) >= self._max_progress_queue:
-            self._stats.problem("dropped_" + type(command).__name__, "queue nearly full")
+        """Queue a progress command; shed first, once the queue is 90% full."""
+        queue = self._queue
+        if len(queue) >= self._max_progress_queue or self._stopping:
+            self._drop(command)
             return
-        self._append(command)
+        queue.append(command)
+        if self._idle or self._thread is None:
+            self._wake()
 
-    def _append(self, command: Any) -> None:
-        if self._stopping:
-            self._stats.add("dropped_after_shutdown")
-            return
-        self._queue.append(command)
+    def _drop(self, command: Any) -> None:
+        reason = "shut down" if self._stopping else "queue full"
+        self._stats.problem("dropped_" + type(command).__name__, reason)
+
+    def _wake(self) -> None:
         if self._thread is None:
             self._start()
-        if self._idle:
-            self._wakeup.set()
+        self._wakeup.set()
 
     def flush(self, timeout_s: float) -> bool:
         """True once everything submitted before the call is committed; False on timeout."""

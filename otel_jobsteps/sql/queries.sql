@@ -8,7 +8,7 @@
 -- When attempt N starts, close steps still open in attempts before N and settle those attempts.
 WITH target AS (
     SELECT *
-    FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[], %(at_us)s::bigint[])
+    FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(at_us)b::bigint[])
          AS t (domain, job_id, attempt, at_us)
 ), closed AS (
     UPDATE {job_event} AS e
@@ -32,8 +32,8 @@ UPDATE {job_event} AS e
 SET step_status = 'FAILED',
     message = 'abandoned',
     ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond')
-FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
-            %(execution_id)s::text[], %(at_us)s::bigint[])
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+            %(execution_id)b::text[], %(at_us)b::bigint[])
      AS t (domain, job_id, attempt, execution_id, at_us)
 WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
   AND e.type = 'STEP' AND e.ended_at IS NULL
@@ -43,8 +43,8 @@ WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
 -- Replace the detail of an open step this execution owns; a closed row is left alone.
 UPDATE {job_event} AS e
 SET detail = t.detail::jsonb
-FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
-            %(execution_id)s::text[], %(step_key)s::text[], %(detail)s::text[])
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+            %(execution_id)b::text[], %(step_key)b::text[], %(detail)b::text[])
      AS t (domain, job_id, attempt, execution_id, step_key, detail)
 WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
   AND e.type = 'STEP' AND e.ended_at IS NULL
@@ -57,9 +57,9 @@ SET step_status = t.status,
     ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.ended_us * interval '1 microsecond'),
     detail = COALESCE(t.detail::jsonb, e.detail),
     message = t.message
-FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
-            %(execution_id)s::text[], %(step_key)s::text[], %(status)s::text[],
-            %(detail)s::text[], %(message)s::text[], %(ended_us)s::bigint[])
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+            %(execution_id)b::text[], %(step_key)b::text[], %(status)b::text[],
+            %(detail)b::text[], %(message)b::text[], %(ended_us)b::bigint[])
      AS t (domain, job_id, attempt, execution_id, step_key, status, detail, message, ended_us)
 WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
   AND e.type = 'STEP' AND e.ended_at IS NULL
@@ -73,10 +73,10 @@ SELECT domain, job_id, job_type, attempt, type, step_key, step_status, detail::j
        message, trace_id, span_id, execution_id,
        timestamptz 'epoch' + created_us * interval '1 microsecond',
        timestamptz 'epoch' + ended_us * interval '1 microsecond'
-FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(job_type)s::text[], %(attempt)s::int[],
-            %(type)s::text[], %(step_key)s::text[], %(step_status)s::text[], %(detail)s::text[],
-            %(message)s::text[], %(trace_id)s::text[], %(span_id)s::text[],
-            %(execution_id)s::text[], %(created_us)s::bigint[], %(ended_us)s::bigint[])
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(job_type)b::text[], %(attempt)b::int[],
+            %(type)b::text[], %(step_key)b::text[], %(step_status)b::text[], %(detail)b::text[],
+            %(message)b::text[], %(trace_id)b::text[], %(span_id)b::text[],
+            %(execution_id)b::text[], %(created_us)b::bigint[], %(ended_us)b::bigint[])
      WITH ORDINALITY AS r (domain, job_id, job_type, attempt, type, step_key, step_status,
                            detail, message, trace_id, span_id, execution_id, created_us,
                            ended_us, n)
@@ -89,9 +89,9 @@ INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail
                        created_at)
 SELECT domain, job_id, job_type, attempt, status, reason, detail::jsonb, trace_id,
        timestamptz 'epoch' + created_us * interval '1 microsecond'
-FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(job_type)s::text[], %(attempt)s::int[],
-            %(status)s::text[], %(reason)s::text[], %(detail)s::text[], %(trace_id)s::text[],
-            %(created_us)s::bigint[])
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(job_type)b::text[], %(attempt)b::int[],
+            %(status)b::text[], %(reason)b::text[], %(detail)b::text[], %(trace_id)b::text[],
+            %(created_us)b::bigint[])
      WITH ORDINALITY AS r (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
                            created_us, n)
 ORDER BY n
@@ -101,8 +101,8 @@ ON CONFLICT (domain, job_id, attempt) DO NOTHING;
 -- Mark the open steps this process owns as alive: one statement per interval, not per step.
 UPDATE {job_event} AS e
 SET heartbeat_at = now()
-FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
-            %(execution_id)s::text[])
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+            %(execution_id)b::text[])
      AS t (domain, job_id, attempt, execution_id)
 WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
   AND e.type = 'STEP' AND e.ended_at IS NULL

@@ -62,6 +62,8 @@ class Writer:
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 10.0,
         heartbeat_interval_s: float = 30.0,
+        linger_s: float = 0.005,
+        wake_threshold: int = 1000,
         clock: Any = time.monotonic,
     ) -> None:
         self._handler = handler
@@ -75,6 +77,8 @@ class Writer:
         self._backoff_initial = backoff_initial_s
         self._backoff_max = backoff_max_s
         self._heartbeat_interval = heartbeat_interval_s
+        self._linger = linger_s
+        self._wake_threshold = wake_threshold
         self._clock = clock
         self._init_runtime()
 
@@ -102,7 +106,7 @@ class Writer:
             self._drop(command)
             return
         queue.append(command)
-        if self._idle or self._thread is None:
+        if self._idle or len(queue) == self._wake_threshold or self._thread is None:
             self._wake()
 
     def submit_progress(self, command: Any) -> None:
@@ -112,7 +116,7 @@ class Writer:
             self._drop(command)
             return
         queue.append(command)
-        if self._idle or self._thread is None:
+        if self._idle or len(queue) == self._wake_threshold or self._thread is None:
             self._wake()
 
     def _drop(self, command: Any) -> None:
@@ -192,16 +196,26 @@ class Writer:
             self._stats.problem("internal_error", error)
 
     def _wait(self) -> None:
-        if self._queue and self._pending_operations() < self._max_pending_operations:
+        """Sleep until there is work: a full batch at once, a few commands after a short
+        linger, an empty queue until a submit, a timer, a retry or the heartbeat is due."""
+        queue = self._queue
+        backlog = self._pending_operations() >= self._max_pending_operations
+        if not backlog and len(queue) >= self._wake_threshold:
             return
-        now = self._clock()
         candidates = (self._handler.next_due(), self._retry_after(), self._next_heartbeat)
         deadlines = [d for d in candidates if d is not None]
-        timeout = max(0.0, min(deadlines) - now) if deadlines else None
-        self._idle = True
-        if not self._queue or self._unwritten is not None:
-            self._wakeup.wait(timeout)
-        self._idle = False
+        timeout = max(0.0, min(deadlines) - self._clock()) if deadlines else None
+        if backlog:
+            self._wakeup.wait(timeout)  # only a flush or shutdown cuts the wait short
+        elif queue:
+            # A batch is gathering. Submitters do not wake a lingering writer, so a busy job
+            # pays no wake-up per span; a full batch or a flush ends the linger early.
+            self._wakeup.wait(self._linger if timeout is None else min(timeout, self._linger))
+        else:
+            self._idle = True
+            if not queue:  # checked again: a submit may have come before _idle was set
+                self._wakeup.wait(timeout)
+            self._idle = False
         self._wakeup.clear()
 
     def _retry_after(self) -> float | None:

@@ -49,36 +49,20 @@ def register_metrics(source: Any, meter_provider: metrics.MeterProvider | None =
             if keep(key) and isinstance(value, int)
         ]
 
-    meter.create_observable_counter(
-        "otel_jobsteps.commands",
-        observe(plain("commands")),
-        unit="{command}",
-        description="Span facts taken from the queue by the writer",
-    )
-    meter.create_observable_counter(
-        "otel_jobsteps.operations.written",
-        observe(plain("operations_written")),
-        unit="{operation}",
-        description="Row operations committed to PostgreSQL",
-    )
-    meter.create_observable_counter(
-        "otel_jobsteps.retries",
-        observe(plain("retries")),
-        unit="{retry}",
-        description="Batches kept for another try after a failed write",
-    )
-    meter.create_observable_counter(
-        "otel_jobsteps.dropped",
-        observe(by_kind(lambda k: k.startswith(_DROPPED), _DROPPED)),
-        unit="{command}",
-        description="Work dropped, by kind (queue full, rejected by PostgreSQL)",
-    )
-    meter.create_observable_counter(
-        "otel_jobsteps.problems",
-        observe(by_kind(lambda k: k in _PROBLEMS or k.startswith("rejected_"))),
-        unit="{problem}",
-        description="Absorbed failures, by kind",
-    )
+    instruments = (
+        ("otel_jobsteps.commands", plain("commands"), "{command}",
+         "Span facts taken from the queue by the writer"),
+        ("otel_jobsteps.operations.written", plain("operations_written"), "{operation}",
+         "Row operations committed to PostgreSQL"),
+        ("otel_jobsteps.retries", plain("retries"), "{retry}",
+         "Batches kept for another try after a failed write"),
+        ("otel_jobsteps.dropped", by_kind(lambda k: k.startswith(_DROPPED), _DROPPED),
+         "{command}", "Work dropped, by kind (queue full, rejected by PostgreSQL)"),
+        ("otel_jobsteps.problems", by_kind(lambda k: k in _PROBLEMS or k.startswith("rejected_")),
+         "{problem}", "Absorbed failures, by kind"),
+    )  # fmt: skip
+    for name, pick, unit, description in instruments:
+        meter.create_observable_counter(name, observe(pick), unit=unit, description=description)
     meter.create_observable_gauge(
         "otel_jobsteps.queue.length",
         observe(plain("queued")),

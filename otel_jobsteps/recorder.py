@@ -47,6 +47,8 @@ FAILED = "FAILED"
 ABANDONED = "abandoned"
 TIME_LIMIT = "time_limit"
 MAX_STEP_KEY_CHARS = 256
+MAX_REASON_CHARS = 64
+COMPLETED_OUTCOME = "completed"
 
 
 class Scope(NamedTuple):
@@ -360,8 +362,10 @@ class StepRecorder:
         return scope.deadline_ns is not None and end_ns > scope.deadline_ns
 
     def _failure_reason(self, command: JobEnded) -> str | None:
-        if command.outcome == "target_deleted":
-            return "target_deleted"
+        outcome = command.outcome
+        if isinstance(outcome, str) and outcome and outcome != COMPLETED_OUTCOME:
+            # target_deleted, or what a queue adapter knows: retry, time_limit, reclaimed...
+            return clean_text(outcome, MAX_REASON_CHARS)
         if command.failed:
             if command.error and command.error.split(":", 1)[0].endswith("CancelledError"):
                 return "cancelled"

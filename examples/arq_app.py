@@ -1,0 +1,75 @@
+"""arq + otel_jobsteps: each try of a job is an attempt (``ctx["job_try"]``).
+
+export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
+python -m examples.arq_app worker         # terminal 1 (or: arq examples.arq_app.WorkerSettings,
+                                          #  with the provider set up as in worker())
+python -m examples.arq_app                # terminal 2: enqueue, then show
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from typing import Any, ClassVar
+
+from arq import create_pool
+from arq.connections import RedisSettings
+from arq.worker import Retry, run_worker
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_jobsteps import JobStepsProcessor, migrate, progress, step
+from otel_jobsteps.integrations.arq import instrument
+from otel_jobsteps.query import job_detail
+
+REDIS = RedisSettings.from_dsn(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+
+
+async def thumbnail(ctx: dict[str, Any], image: str) -> str:
+    async with step("RENDER"):
+        for pct in (25, 50, 75, 100):
+            progress(pct=pct)
+            await asyncio.sleep(0.1)
+    async with step("SAVE"):
+        if ctx["job_try"] == 1:
+            raise Retry(defer=1)  # arq retries on Retry (and cancellation) only
+    return f"{image}.thumb.png"
+
+
+class WorkerSettings:
+    functions: ClassVar[list[Any]] = [thumbnail]
+    redis_settings = REDIS
+    job_timeout = 60
+
+
+instrument(WorkerSettings, domain="render")  # the one line
+
+
+def work() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(JobStepsProcessor(auto_migrate=True))
+    trace.set_tracer_provider(provider)
+    run_worker(WorkerSettings)  # type: ignore[arg-type]
+
+
+async def send() -> None:
+    migrate(os.environ["OTEL_JOBSTEPS_DSN"])  # idempotent; job_detail needs the tables
+    job_id = f"thumb-{uuid.uuid4().hex[:8]}"
+    pool = await create_pool(REDIS)
+    await pool.enqueue_job("thumbnail", "cat.png", _job_id=job_id)
+    await pool.aclose()
+    print("enqueued", job_id)
+    for _ in range(60):
+        detail = job_detail(os.environ["OTEL_JOBSTEPS_DSN"], "render", job_id)
+        if detail is not None and detail.log is not None and detail.current_attempt == 2:
+            for attempt in detail.attempts:
+                print(f"attempt {attempt.attempt}: {attempt.status} {attempt.reason or ''}")
+            print("events:", [(e.attempt, e.type) for e in detail.events])
+            return
+        await asyncio.sleep(0.5)
+
+
+if __name__ == "__main__":
+    work() if sys.argv[1:] == ["worker"] else asyncio.run(send())

@@ -1,0 +1,69 @@
+"""BullMQ (Python package) + otel_jobsteps: attempt = attemptsMade + 1, one run = one lock token.
+
+export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
+python -m examples.bullmq_app worker      # terminal 1 (Ctrl+C stops it)
+python -m examples.bullmq_app             # terminal 2: add a job, then show
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from typing import Any
+
+from bullmq import Job, Queue, Worker
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_jobsteps import JobStepsProcessor, migrate, progress, step
+from otel_jobsteps.integrations.bullmq import instrument
+from otel_jobsteps.query import job_detail
+
+CONNECTION = {"connection": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")}
+
+
+async def thumbnail(job: Job, token: str) -> Any:
+    async with step("RENDER"):
+        for pct in (25, 50, 75, 100):
+            progress(pct=pct)
+            await asyncio.sleep(0.1)
+    async with step("SAVE"):
+        if job.attemptsMade == 0:
+            raise OSError("disk full")
+    return f"{job.data['image']}.thumb.png"
+
+
+async def work() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(JobStepsProcessor(auto_migrate=True))
+    trace.set_tracer_provider(provider)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+    worker = instrument(Worker("render", thumbnail, CONNECTION), domain="render")  # the one line
+    await stop.wait()
+    await worker.close()
+    provider.shutdown()
+
+
+async def send() -> None:
+    migrate(os.environ["OTEL_JOBSTEPS_DSN"])  # idempotent; job_detail needs the tables
+    job_id = f"thumb-{uuid.uuid4().hex[:8]}"
+    queue = Queue("render", CONNECTION)
+    await queue.add("thumbnail", {"image": "cat.png"}, {"jobId": job_id, "attempts": 3})
+    await queue.close()
+    print("added", job_id)
+    for _ in range(60):
+        detail = job_detail(os.environ["OTEL_JOBSTEPS_DSN"], "render", job_id)
+        if detail is not None and detail.log is not None and detail.current_attempt == 2:
+            for attempt in detail.attempts:
+                print(f"attempt {attempt.attempt}: {attempt.status} {attempt.reason or ''}")
+            print("events:", [(e.attempt, e.type) for e in detail.events])
+            return
+        await asyncio.sleep(0.5)
+
+
+if __name__ == "__main__":
+    asyncio.run(work() if sys.argv[1:] == ["worker"] else send())

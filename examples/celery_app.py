@@ -1,0 +1,59 @@
+"""Celery + otel_jobsteps: every task run becomes a job attempt with its steps.
+
+    export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
+    celery -A examples.celery_app worker --loglevel INFO          # terminal 1 (RabbitMQ)
+    python -m examples.celery_app                                 # terminal 2: send, then show
+
+The thumbnail task fails to save on attempt 1, retries, and succeeds on attempt 2.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from celery import Celery, Task
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_jobsteps import JobStepsProcessor, migrate, progress, step
+from otel_jobsteps.integrations.celery import instrument
+from otel_jobsteps.query import job_detail
+
+provider = TracerProvider()
+provider.add_span_processor(JobStepsProcessor(auto_migrate=True))
+trace.set_tracer_provider(provider)  # before the pool forks: children get their own writer
+
+app = Celery(
+    "thumbnails", broker=os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1//")
+)
+app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True)
+instrument(app, domain="render")  # the one line
+
+
+@app.task(bind=True, name="thumbnail", soft_time_limit=30, max_retries=3)
+def thumbnail(self: Task, image: str) -> str:
+    with step("RENDER"):
+        for pct in (25, 50, 75, 100):
+            progress(pct=pct)
+            time.sleep(0.1)
+    with step("SAVE"):
+        if self.request.retries == 0:
+            raise self.retry(exc=OSError("disk full"), countdown=1)
+    return f"{image}.thumb.png"
+
+
+if __name__ == "__main__":
+    migrate(os.environ["OTEL_JOBSTEPS_DSN"])  # idempotent; job_detail needs the tables
+    job_id = f"thumb-{uuid.uuid4().hex[:8]}"
+    thumbnail.apply_async(("cat.png",), task_id=job_id)
+    print("sent", job_id)
+    for _ in range(60):
+        detail = job_detail(os.environ["OTEL_JOBSTEPS_DSN"], "render", job_id)
+        if detail is not None and detail.log is not None and detail.current_attempt == 2:
+            for attempt in detail.attempts:
+                print(f"attempt {attempt.attempt}: {attempt.status} {attempt.reason or ''}")
+            print("events:", [(e.attempt, e.type) for e in detail.events])
+            break
+        time.sleep(0.5)

@@ -1,0 +1,68 @@
+"""RQ + otel_jobsteps: the work horse records each job run as a job attempt.
+
+    export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
+    python -m examples.rq_app worker          # terminal 1: a JobStepsWorker on queue "render"
+    python -m examples.rq_app                 # terminal 2: enqueue, then show
+
+(With the rq CLI: ``rq worker -w otel_jobsteps.integrations.rq.JobStepsWorker render``; the
+domain is then the queue name. The tracer provider must be set up in the worker process.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from redis import Redis
+from rq import Queue, Retry, get_current_job
+
+from otel_jobsteps import JobStepsProcessor, migrate, progress, step
+from otel_jobsteps.integrations.rq import ATTEMPT_KEY, JobStepsWorker, instrument
+from otel_jobsteps.query import job_detail
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def thumbnail(image: str) -> str:
+    job = get_current_job()
+    with step("RENDER"):
+        for pct in (25, 50, 75, 100):
+            progress(pct=pct)
+            time.sleep(0.1)
+    with step("SAVE"):
+        if job is not None and job.meta.get(ATTEMPT_KEY) == 1:
+            raise OSError("disk full")
+    return f"{image}.thumb.png"
+
+
+def work() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(JobStepsProcessor(auto_migrate=True))
+    trace.set_tracer_provider(provider)
+    worker = JobStepsWorker(["render"], connection=Redis.from_url(REDIS_URL))
+    instrument(worker, domain="render")  # the one line (without it: domain = queue name)
+    worker.work()
+
+
+def send() -> None:
+    migrate(os.environ["OTEL_JOBSTEPS_DSN"])  # idempotent; job_detail needs the tables
+    job_id = f"thumb-{uuid.uuid4().hex[:8]}"
+    queue = Queue("render", connection=Redis.from_url(REDIS_URL))
+    queue.enqueue("examples.rq_app.thumbnail", "cat.png", job_id=job_id, retry=Retry(max=2))
+    print("enqueued", job_id)
+    for _ in range(60):
+        detail = job_detail(os.environ["OTEL_JOBSTEPS_DSN"], "render", job_id)
+        if detail is not None and detail.log is not None and detail.current_attempt == 2:
+            for attempt in detail.attempts:
+                print(f"attempt {attempt.attempt}: {attempt.status} {attempt.reason or ''}")
+            print("events:", [(e.attempt, e.type) for e in detail.events])
+            return
+        time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    work() if sys.argv[1:] == ["worker"] else send()

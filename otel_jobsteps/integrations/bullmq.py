@@ -1,0 +1,154 @@
+"""BullMQ (the Python ``bullmq`` package): ``instrument(worker, domain="render")``.
+
+Call it right after constructing the ``Worker``: it wraps the worker's processor, so every run
+is a job attempt, and listens to the worker's ``stalled`` event. What maps to what (read from
+bullmq/worker.py, bullmq/job.py and the Lua scripts moveToActive, moveStalledJobsToWait and
+extendLock of bullmq 3.4):
+
+- ``job.id`` = the BullMQ job id; ``job.type`` = the job name.
+- ``job.attempt`` = ``attemptsMade + 1``: ``attemptsMade`` ("atm") grows when a run completes
+  or fails (a retry included), never when the stalled-job check moves an active job whose lock
+  expired back to wait. That re-run is the same attempt again.
+- ``job.execution`` = the run's lock token (``<worker id>:<n>``), new for every run; the
+  moveToActive script also counts the run in ``attemptsStarted`` ("ats").
+- An exception with attempts left (``attemptsMade + 1 < opts.attempts``, not
+  ``UnrecoverableError``, not discarded, as ``Job.moveToFailed`` decides): FAILED ``retry``
+  plus a RETRY_SCHEDULED event; otherwise FAILED ``error``.
+- BullMQ has no job time limit: the lock is the reclaim deadline. At the end of every run the
+  adapter asks whether the run still holds the job's lock (extendLock, the call BullMQ's lock
+  renewal makes): a run that lost it finished after the queue had taken the job back and is
+  FAILED ``reclaimed`` (BullMQ itself then fails to complete it: "Missing lock").
+- The worker's ``stalled`` event (its stalled-job check moved the job back to wait, or failed
+  it past ``maxStalledCount``): a STALLED event for attempt ``attemptsMade + 1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bullmq import Job, Worker
+from bullmq.custom_errors import UnrecoverableError
+from opentelemetry import trace
+
+from .. import context
+from ..attributes import JOB_OUTCOME
+from ._common import (
+    EVENT_RETRY_SCHEDULED,
+    EVENT_STALLED,
+    OUTCOME_RECLAIMED,
+    OUTCOME_RETRY,
+)
+
+__all__ = ["instrument"]
+
+TRACER_NAME = "otel_jobsteps.integrations.bullmq"
+_MARK = "__otel_jobsteps_wrapped__"
+
+logger = logging.getLogger("otel_jobsteps.integrations")
+
+Processor = Callable[..., Awaitable[Any]]
+
+
+def instrument(
+    worker: Worker,
+    domain: str,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    check_lock: bool = True,
+) -> Worker:
+    """Record every run of ``worker``'s processor as a job attempt in ``domain``; returns it.
+
+    ``check_lock`` asks Redis once per run whether the run still owns the job's lock (the
+    late-completion check). Calling it twice wraps once.
+    """
+    if not domain:
+        raise ValueError("domain must be a non-empty string")
+    processor = worker.processor
+    if processor is None or getattr(processor, _MARK, False):
+        return worker
+    tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
+    worker.processor = _wrapped_processor(worker, processor, domain, tracer, check_lock)
+    pending: set[asyncio.Task[None]] = set()
+
+    def on_stalled(job_id: str, *_: Any) -> None:
+        task = asyncio.ensure_future(_record_stalled(worker, domain, str(job_id), tracer))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    worker.on("stalled", on_stalled)
+    return worker
+
+
+def _wrapped_processor(
+    worker: Worker, processor: Processor, domain: str, tracer: trace.Tracer, check_lock: bool
+) -> Processor:
+    @functools.wraps(processor)
+    async def process(job: Job, token: str, *rest: Any) -> Any:
+        attempts_made = int(job.attemptsMade or 0)
+        async with context.job_attempt(
+            domain, job.id, job.name, attempts_made, execution=token, tracer=tracer
+        ) as span:
+            try:
+                result = await processor(job, token, *rest)
+            except Exception as error:
+                if check_lock and not await _owns_lock(worker, job, token):
+                    span.set_attribute(JOB_OUTCOME, OUTCOME_RECLAIMED)
+                elif _will_retry(job, error):
+                    span.set_attribute(JOB_OUTCOME, OUTCOME_RETRY)
+                    context.record_event(
+                        EVENT_RETRY_SCHEDULED,
+                        tracer=tracer,
+                        next_attempt=attempts_made + 2,
+                        attempts=job.opts.get("attempts"),
+                    )
+                raise
+            if check_lock and not await _owns_lock(worker, job, token):
+                span.set_attribute(JOB_OUTCOME, OUTCOME_RECLAIMED)
+            return result
+
+    setattr(process, _MARK, True)
+    return process
+
+
+def _will_retry(job: Job, error: BaseException) -> bool:
+    """Job.moveToFailed's test (a custom backoff returning -1 can still refuse)."""
+    attempts = job.opts.get("attempts") or 0
+    return (
+        (job.attemptsMade or 0) + 1 < attempts
+        and not job.discarded
+        and not isinstance(error, UnrecoverableError)
+    )
+
+
+async def _owns_lock(worker: Worker, job: Job, token: str) -> bool:
+    """Whether the run still holds the job's lock (extendLock answers 0 when it does not)."""
+    try:
+        answer = await worker.backend.extendLock(job.id, token, worker.opts["lockDuration"])
+    except Exception as error:  # noqa: BLE001 - an unanswered check assumes the lock is held
+        logger.warning("checking the lock of BullMQ job %s failed: %s", job.id, error)
+        return True
+    return answer not in (0, "0", b"0", None)
+
+
+async def _record_stalled(worker: Worker, domain: str, job_id: str, tracer: trace.Tracer) -> None:
+    try:
+        job = await Job.fromId(worker, job_id)  # the worker stands in for its queue here
+    except Exception as error:  # noqa: BLE001 - the event is best effort
+        logger.warning("reading stalled BullMQ job %s failed: %s", job_id, error)
+        job = None
+    attempts_made = int(job.attemptsMade or 0) if job is not None else 0
+    context.record_job_event(
+        domain,
+        job_id,
+        EVENT_STALLED,
+        "the stalled-job check found its lock expired and took it back",
+        attempt=attempts_made + 1,
+        job_type=None if job is None else job.name,
+        tracer=tracer,
+        source="bullmq.stalled",
+        stalled_counter=None if job is None else job.stalledCounter,
+    )

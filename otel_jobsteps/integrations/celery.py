@@ -1,0 +1,187 @@
+"""Celery: ``instrument(app, domain="render")`` records every task run as a job attempt.
+
+Each task's ``run`` is wrapped (the way Celery's own ``autoretry_for`` wraps it), so the job span
+covers exactly the task body, inside whatever ``task_prerun``/``task_postrun`` open around it
+(opentelemetry-instrumentation-celery's ``run/<task>`` span becomes the job span's parent).
+
+What maps to what (read from celery/app/trace.py, celery/app/task.py, celery/worker/request.py):
+
+- ``job.id`` = ``request.id``: ``Task.retry`` re-sends the message with the same task id.
+- ``job.attempt`` = ``request.retries + 1``: ``Task.retry`` sends ``retries + 1``; a message the
+  broker redelivers (``acks_late``) keeps its ``retries``, so it is the same attempt again, run
+  by another execution (the job span's own id).
+- ``celery.exceptions.Retry`` out of the body: FAILED ``retry`` plus a RETRY_SCHEDULED event.
+- ``SoftTimeLimitExceeded`` out of the body: FAILED ``time_limit``; ``job.time_limit`` is the soft
+  limit (else the hard one), so a body that swallows the soft limit and returns later is FAILED
+  ``time_limit`` as well. The hard limit kills the pool process: nothing runs in it any more,
+  and the next execution of the attempt, the next attempt or ``sweep`` settles it as abandoned.
+- ``request.delivery_info["redelivered"]``: a STALLED event for the attempt, recorded when the
+  redelivered message starts (a worker lost it before acknowledging it).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery, Task, signals
+from celery.exceptions import Retry, SoftTimeLimitExceeded
+from opentelemetry import trace
+
+from .. import context
+from ..attributes import JOB_OUTCOME
+from ._common import (
+    EVENT_RETRY_SCHEDULED,
+    EVENT_STALLED,
+    OUTCOME_RETRY,
+    OUTCOME_TIME_LIMIT,
+    flush_provider,
+)
+
+__all__ = ["instrument"]
+
+TRACER_NAME = "otel_jobsteps.integrations.celery"
+_MARK = "__otel_jobsteps_wrapped__"
+
+
+@dataclass(frozen=True)
+class _Settings:
+    domain: str
+    job_type: Callable[[Task], str]
+    tracer_provider: trace.TracerProvider | None
+    flush_timeout_ms: int
+
+    def tracer(self) -> trace.Tracer:
+        return trace.get_tracer(TRACER_NAME, tracer_provider=self.tracer_provider)
+
+
+_apps: weakref.WeakKeyDictionary[Celery, _Settings] = weakref.WeakKeyDictionary()
+
+
+def instrument(
+    app: Celery,
+    domain: str,
+    *,
+    job_type: Callable[[Task], str] | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    flush_timeout_ms: int = 5000,
+) -> None:
+    """Record every run of every task of ``app`` as an attempt of a job in ``domain``.
+
+    Call it where the app is defined (the module the worker imports): tasks are wrapped when
+    the app is finalized and again when the worker starts, before any pool process forks.
+    ``job_type`` maps a task to its ``job.type`` (default: the task name). Pool processes flush
+    the provider when they exit (they end with ``os._exit``), within ``flush_timeout_ms``.
+    Calling it twice for one app changes the settings, never wraps twice.
+    """
+    if not domain:
+        raise ValueError("domain must be a non-empty string")
+    _apps[app] = _Settings(
+        domain, job_type or _task_name, tracer_provider, max(1, int(flush_timeout_ms))
+    )
+    app.on_after_finalize.connect(_on_after_finalize, weak=False)
+    signals.worker_init.connect(_on_worker_init, weak=False)
+    signals.worker_process_shutdown.connect(_on_process_shutdown, weak=False)
+    if app.finalized:
+        _wrap_tasks(app)
+
+
+def _task_name(task: Task) -> str:
+    return str(task.name)
+
+
+def _on_after_finalize(sender: Celery, **_: Any) -> None:
+    _wrap_tasks(sender)
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    # Sent after the worker imported every task module and before the pool starts, so tasks
+    # registered after finalization are wrapped before any tracer (celery.app.trace) is built.
+    app = getattr(sender, "app", None)
+    if app is not None:
+        _wrap_tasks(app)
+
+
+def _on_process_shutdown(**_: Any) -> None:
+    # billiard ends pool processes with os._exit: the provider's atexit flush never runs.
+    for settings in list(_apps.values()):
+        flush_provider(settings.tracer_provider, settings.flush_timeout_ms)
+
+
+def _wrap_tasks(app: Celery) -> None:
+    if app not in _apps:
+        return
+    for task in list(app.tasks.values()):
+        if getattr(task, "app", None) is app and not getattr(task.run, _MARK, False):
+            task.run = _wrapped_run(task, task.run)
+
+
+def _wrapped_run(task: Task, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        settings = _apps.get(task.app)
+        request = task.request
+        if settings is None or request.called_directly or not request.id:
+            return original(*args, **kwargs)  # a plain call, not a task execution
+        retries = request.retries or 0
+        soft, hard = _time_limits(task, request)
+        tracer = settings.tracer()
+        started = time.monotonic()
+        try:
+            with context.job_attempt(
+                settings.domain,
+                request.id,
+                settings.job_type(task),
+                retries,
+                time_limit=soft or hard,
+                tracer=tracer,
+            ) as span:
+                if (request.delivery_info or {}).get("redelivered"):
+                    context.record_event(
+                        EVENT_STALLED,
+                        "redelivered by the broker: a worker lost it before acknowledging it",
+                        tracer=tracer,
+                        source="celery.redelivered",
+                    )
+                try:
+                    return original(*args, **kwargs)
+                except Retry as retry:
+                    span.set_attribute(JOB_OUTCOME, OUTCOME_RETRY)
+                    _record_retry(retry, retries, tracer)
+                    raise
+                except SoftTimeLimitExceeded:
+                    span.set_attribute(JOB_OUTCOME, OUTCOME_TIME_LIMIT)
+                    raise
+                except (SystemExit, KeyboardInterrupt):
+                    # billiard's hard limit sends TERM (SystemExit here), then KILL 0.1 s later.
+                    if hard and time.monotonic() - started >= hard * 0.9:
+                        span.set_attribute(JOB_OUTCOME, OUTCOME_TIME_LIMIT)
+                    raise
+        except (SystemExit, KeyboardInterrupt):
+            # The process is going away: write the attempt's end now, not at exit.
+            flush_provider(settings.tracer_provider, min(settings.flush_timeout_ms, 1000))
+            raise
+
+    setattr(run, _MARK, True)
+    return run
+
+
+def _record_retry(retry: Retry, retries: int, tracer: trace.Tracer) -> None:
+    detail: dict[str, Any] = {"next_attempt": retries + 2}
+    if retry.when is not None:
+        detail["when"] = str(retry.when)
+    message = None if retry.exc is None else f"{type(retry.exc).__name__}: {retry.exc}"
+    context.record_event(EVENT_RETRY_SCHEDULED, message, tracer=tracer, **detail)
+
+
+def _time_limits(task: Task, request: Any) -> tuple[float | None, float | None]:
+    """(soft, hard) limits of this run in seconds, as the pool applies them."""
+    hard, soft = request.timelimit or (None, None)
+    conf = task.app.conf
+    soft = soft or task.soft_time_limit or conf.task_soft_time_limit
+    hard = hard or task.time_limit or conf.task_time_limit
+    return (float(soft) if soft else None), (float(hard) if hard else None)

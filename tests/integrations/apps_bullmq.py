@@ -1,0 +1,71 @@
+"""BullMQ jobs for the integration tests; ``python -m tests.integrations.apps_bullmq`` runs a
+worker (options as JSON in JOBSTEPS_TEST_BULLMQ_OPTS) until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from bullmq import Job, Worker
+
+from otel_jobsteps import progress, step
+from otel_jobsteps.integrations.bullmq import instrument
+from tests.integrations.apps_tracing import DOMAIN, QUEUE, setup_tracing
+
+
+async def flaky(job: Job) -> str:
+    """RENDER then SAVE; SAVE raises on attempt 1 (the job is added with attempts=2)."""
+    async with step("RENDER"):
+        progress(pct=100)
+    async with step("SAVE"):
+        if job.attemptsMade == 0:
+            raise OSError("disk full")
+    return "saved"
+
+
+async def blocking(job: Job) -> str:
+    """Blocks the event loop past the lock duration: the lock is not renewed and expires."""
+    async with step("RENDER"):
+        time.sleep(2.5)
+    return "late"
+
+
+async def killed(job: Job) -> str:
+    """The worker process dies (SIGKILL) in RENDER on the job's first run."""
+    async with step("RENDER"):
+        if job.attemptsStarted == 1:
+            from opentelemetry import trace
+
+            trace.get_tracer_provider().force_flush(10_000)  # type: ignore[attr-defined]
+            os.kill(os.getpid(), signal.SIGKILL)
+    async with step("SAVE"):
+        pass
+    return "saved"
+
+
+JOBS = {"flaky": flaky, "blocking": blocking, "killed": killed}
+
+
+async def process(job: Job, token: str) -> Any:
+    return await JOBS[job.name](job)
+
+
+async def main() -> None:
+    setup_tracing()
+    options = {"connection": os.environ["JOBSTEPS_TEST_REDIS_URL"]}
+    options.update(json.loads(os.environ.get("JOBSTEPS_TEST_BULLMQ_OPTS", "{}")))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    worker = instrument(Worker(QUEUE, process, options), domain=DOMAIN)  # type: ignore[arg-type]
+    print("worker ready", flush=True)
+    await stop.wait()
+    await worker.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

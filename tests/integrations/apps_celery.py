@@ -1,0 +1,92 @@
+"""The Celery app the integration tests run in a real worker (RabbitMQ broker, prefork pool)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from typing import Any
+
+from celery import Celery, Task, signals
+from celery.exceptions import SoftTimeLimitExceeded
+from kombu import Exchange, Queue
+
+from otel_jobsteps import progress, step
+from otel_jobsteps.integrations.celery import instrument
+from tests.integrations.apps_tracing import DOMAIN, QUEUE, setup_tracing
+
+app = Celery("jobsteps_test", broker=os.environ.get("JOBSTEPS_TEST_BROKER", "amqp://"))
+app.conf.update(
+    task_default_queue=QUEUE,
+    task_queues=[Queue(QUEUE, Exchange(QUEUE, auto_delete=True), QUEUE, auto_delete=True)],
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
+instrument(app, domain=DOMAIN)
+
+
+@signals.worker_init.connect
+def _tracing(**_: Any) -> None:
+    # In the main process, before the pool forks: children inherit a live writer.
+    setup_tracing()
+    if os.environ.get("JOBSTEPS_TEST_OTEL_CELERY"):
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+        CeleryInstrumentor().instrument()
+
+
+def _flush() -> None:
+    from opentelemetry import trace
+
+    trace.get_tracer_provider().force_flush(10_000)  # type: ignore[attr-defined]
+
+
+@app.task(bind=True, name="jobsteps.flaky")
+def flaky(self: Task) -> str:
+    """RENDER then SAVE; SAVE fails on attempt 1 and the task retries at once."""
+    with step("RENDER"):
+        progress(pct=100)
+    with step("SAVE"):
+        if self.request.retries == 0:
+            raise self.retry(exc=OSError("disk full"), countdown=0)
+    return "saved"
+
+
+@app.task(bind=True, name="jobsteps.slow_soft", soft_time_limit=1)
+def slow_soft(self: Task, swallow: bool) -> str:
+    with step("RENDER"):
+        try:
+            time.sleep(5)
+        except SoftTimeLimitExceeded:
+            if not swallow:
+                raise
+            time.sleep(0.3)  # cleanup that outlives the limit, then a "successful" return
+    return "late"
+
+
+@app.task(bind=True, name="jobsteps.slow_hard", time_limit=1, acks_late=False)
+def slow_hard(self: Task, stuck_in_c: bool) -> str:
+    """Past the hard limit billiard sends TERM, then KILL 0.1 s later."""
+    with step("RENDER"):
+        if stuck_in_c:
+            # One C call that never returns to the interpreter: the TERM handler cannot run.
+            hashlib.pbkdf2_hmac("sha256", b"password", b"salt", 200_000_000)
+        else:
+            time.sleep(10)
+    return "never"
+
+
+@app.task(bind=True, name="jobsteps.killed")
+def killed(self: Task) -> str:
+    """The pool process dies (SIGKILL, like the OOM killer) in RENDER on the first delivery."""
+    with step("RENDER"):
+        if not self.request.delivery_info.get("redelivered"):
+            _flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    with step("SAVE"):
+        pass
+    return "saved"

@@ -1,0 +1,277 @@
+"""Real brokers and real workers for the queue adapter tests.
+
+Each test module gets one migrated database (its workers write there) and starts its workers as
+subprocesses in their own process group, each with a watchdog; teardown always kills the group.
+A test needing a broker skips with the reason when nothing answers on its port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from otel_jobsteps.query import JobDetail, job_detail
+
+REPO = Path(__file__).resolve().parents[2]
+REDIS_URL = os.environ.get("OTEL_JOBSTEPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("OTEL_JOBSTEPS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+WORKER_WATCHDOG_S = 120.0
+
+T = TypeVar("T")
+
+
+def _answers(url: str, default_port: int, hello: bytes, expect: bytes) -> str | None:
+    """None when the server at ``url`` answers ``hello`` with ``expect``, else the reason."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or default_port
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as sock:
+            sock.settimeout(1.0)
+            sock.sendall(hello)
+            if not sock.recv(16).startswith(expect):
+                return f"{host}:{port} answered, but not as expected"
+    except OSError as error:
+        return f"nothing answers on {host}:{port} ({error})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    reason = _answers(REDIS_URL, 6379, b"PING\r\n", b"+PONG")
+    if reason:
+        pytest.skip(f"needs Redis (OTEL_JOBSTEPS_TEST_REDIS_URL): {reason}")
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    # The AMQP 0-9-1 protocol header; a broker replies with a Connection.Start method frame.
+    reason = _answers(AMQP_URL, 5672, b"AMQP\x00\x00\x09\x01", b"\x01")
+    if reason:
+        pytest.skip(f"needs RabbitMQ (OTEL_JOBSTEPS_TEST_AMQP_URL): {reason}")
+    return AMQP_URL
+
+
+@pytest.fixture(scope="module")
+def module_dsn(server_dsn: str, template_database: str) -> Iterator[str]:
+    """A migrated database shared by one module's workers (one worker start per module)."""
+    name = f"otel_jobsteps_queue_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template_database)
+            )
+        )
+    yield make_conninfo(server_dsn, dbname=name)
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture(scope="module")
+def run_id() -> str:
+    """Unique per module run: queue names and key prefixes, so stale jobs never interfere."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="module")
+def purge_redis(redis_url: str, run_id: str) -> Iterator[None]:
+    """At module end, delete the Redis keys whose names carry this run's id."""
+    yield
+    from redis import Redis
+
+    with Redis.from_url(redis_url) as client:
+        keys = list(client.scan_iter(match=f"*{run_id}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        for index in ("rq:queues", "rq:workers"):  # RQ's global sets name our queues/workers
+            members = [m for m in client.smembers(index) if run_id.encode() in m]
+            if members:
+                client.srem(index, *members)
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of the processes below ``root`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: list[int] = []
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+class WorkerProcess:
+    """A worker subprocess in its own process group, killed by a watchdog if it outlives it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._watchdog = threading.Timer(WORKER_WATCHDOG_S, self.kill)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signum)  # the group this subprocess leads
+
+    def kill(self) -> None:
+        """KILL the group and every descendant (RQ's work horse leads a group of its own)."""
+        descendants = _descendants(self.process.pid)
+        self.signal_group(signal.SIGKILL)
+        for pid in descendants:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        self._watchdog.cancel()
+        if self.process.poll() is None:
+            self.signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(grace_s)
+        self.kill()  # whatever the leader left behind in its group
+        if self.process.poll() is None:
+            self.process.wait(5)
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+WorkerFactory = Callable[..., WorkerProcess]
+
+
+@pytest.fixture(scope="module")
+def start_worker(
+    module_dsn: str, run_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerFactory]:
+    """Start ``python -m MODULE ARGS...`` (or any argv) with the module's DB and names."""
+    workers: list[WorkerProcess] = []
+    log_dir = tmp_path_factory.mktemp("workers")
+
+    def start(*argv: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        environment = {
+            **os.environ,
+            "OTEL_JOBSTEPS_DSN": module_dsn,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])
+            ),
+            "PYTHONUNBUFFERED": "1",
+            "JOBSTEPS_TEST_QUEUE": f"jobsteps-{run_id}",
+            **(env or {}),
+        }
+        command = [sys.executable, *argv]
+        worker = WorkerProcess(command, environment, log_dir / f"worker-{len(workers)}.log")
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def wait_until(
+    probe: Callable[[], T | None], *, timeout_s: float = 30.0, what: str = "condition"
+) -> T:
+    """Poll ``probe`` until it returns a truthy value; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.05
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+def wait_for_log(
+    dsn: str, domain: str, job_id: str, attempt: int, *, timeout_s: float = 30.0
+) -> JobDetail:
+    """The job's detail once ``attempt`` has its job_log row."""
+
+    def probe() -> JobDetail | None:
+        detail = job_detail(dsn, domain, job_id, attempt)
+        return detail if detail is not None and detail.log is not None else None
+
+    return wait_until(probe, timeout_s=timeout_s, what=f"job_log of {job_id} attempt {attempt}")
+
+
+def wait_for_step(
+    dsn: str,
+    domain: str,
+    job_id: str,
+    key: str,
+    *,
+    status: str = "RUNNING",
+    timeout_s: float = 30.0,
+) -> JobDetail:
+    """The job's detail once its latest attempt has step ``key`` in ``status``."""
+
+    def probe() -> JobDetail | None:
+        detail = job_detail(dsn, domain, job_id)
+        if detail is None:
+            return None
+        return detail if any(s.key == key and s.status == status for s in detail.steps) else None
+
+    return wait_until(probe, timeout_s=timeout_s, what=f"step {key} {status} of {job_id}")
+
+
+def step_rows(dsn: str, domain: str, job_id: str) -> list[tuple[Any, ...]]:
+    """(attempt, step_key, step_status, message) of every STEP row, in insert order."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT attempt, step_key, step_status, message FROM job_event"
+            " WHERE domain = %s AND job_id = %s AND type = 'STEP' ORDER BY id",
+            (domain, job_id),
+        ).fetchall()
+
+
+def log_rows(dsn: str, domain: str, job_id: str) -> list[tuple[Any, ...]]:
+    """(attempt, status, reason) of every job_log row of the job."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT attempt, status, reason FROM job_log"
+            " WHERE domain = %s AND job_id = %s ORDER BY attempt",
+            (domain, job_id),
+        ).fetchall()
+
+
+def event_types(detail: JobDetail) -> list[tuple[int, str]]:
+    return [(event.attempt, event.type) for event in detail.events]

@@ -1,0 +1,191 @@
+"""Celery adapter against a real prefork worker on this machine's RabbitMQ."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("celery", reason="needs the celery extra")
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from otel_jobsteps.maintenance import sweep
+from otel_jobsteps.query import job_detail
+from tests.integrations.conftest import (
+    WorkerFactory,
+    WorkerProcess,
+    event_types,
+    log_rows,
+    step_rows,
+    wait_for_log,
+    wait_for_step,
+    wait_until,
+)
+
+DOMAIN = "celery-test"
+OTEL_CELERY = importlib.util.find_spec("opentelemetry.instrumentation.celery") is not None
+
+
+@pytest.fixture(scope="module")
+def spans_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("spans") / "spans.jsonl"
+
+
+@pytest.fixture(scope="module")
+def worker(
+    amqp_url: str, start_worker: WorkerFactory, run_id: str, spans_file: Path
+) -> WorkerProcess:
+    process = start_worker(
+        "-m", "celery", "-A", "tests.integrations.apps_celery", "worker",
+        "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO",
+        "--without-heartbeat", "--without-gossip", "--without-mingle",
+        "--hostname", f"jobsteps-{run_id}@%h",
+        env={
+            "JOBSTEPS_TEST_BROKER": amqp_url,
+            "JOBSTEPS_TEST_DOMAIN": DOMAIN,
+            "JOBSTEPS_TEST_SPANS": str(spans_file),
+            "JOBSTEPS_TEST_OTEL_CELERY": "1" if OTEL_CELERY else "",
+        },
+    )  # fmt: skip
+    wait_until(
+        lambda: " ready." in process.log() or process.process.poll() is not None,
+        timeout_s=60,
+        what="the celery worker to be ready",
+    )
+    assert process.process.poll() is None, process.log()
+    return process
+
+
+@pytest.fixture(scope="module")
+def client(amqp_url: str, run_id: str) -> Iterator[Celery]:
+    queue = f"jobsteps-{run_id}"
+    app = Celery("jobsteps_client", broker=amqp_url)
+    app.conf.update(
+        task_default_queue=queue,
+        task_queues=[Queue(queue, Exchange(queue, auto_delete=True), queue, auto_delete=True)],
+    )
+    yield app
+    app.close()
+
+
+def send(client: Celery, name: str, *args: Any) -> str:
+    job_id = f"{name}-{uuid.uuid4().hex[:8]}"
+    client.send_task(name, args=args, task_id=job_id)
+    return job_id
+
+
+def test_fails_on_attempt_1_retries_and_succeeds_on_attempt_2(
+    worker: WorkerProcess, client: Celery, module_dsn: str
+) -> None:
+    job_id = send(client, "jobsteps.flaky")
+
+    detail = wait_for_log(module_dsn, DOMAIN, job_id, 2)
+
+    assert step_rows(module_dsn, DOMAIN, job_id) == [
+        (1, "RENDER", "COMPLETED", None),
+        (1, "SAVE", "FAILED", "celery.exceptions.Retry: Retry in 0s: OSError('disk full')"),
+        (2, "RENDER", "COMPLETED", None),
+        (2, "SAVE", "COMPLETED", None),
+    ]
+    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "retry"), (2, "COMPLETED", None)]
+    assert detail.job_type == "jobsteps.flaky"
+    assert [(a.attempt, a.status, a.reason) for a in detail.attempts] == [
+        (1, "FAILED", "retry"),
+        (2, "COMPLETED", None),
+    ]
+    assert [s.key for s in detail.steps] == ["RENDER", "SAVE"]
+    assert event_types(detail) == [(1, "RETRY_SCHEDULED")]
+    assert detail.events[0].message == "OSError: disk full"
+    assert detail.stalled_count == 0
+
+
+@pytest.mark.skipif(not OTEL_CELERY, reason="needs opentelemetry-instrumentation-celery")
+def test_span_layout_under_opentelemetry_instrumentation_celery(
+    worker: WorkerProcess, client: Celery, module_dsn: str, spans_file: Path
+) -> None:
+    job_id = send(client, "jobsteps.flaky")
+    wait_for_log(module_dsn, DOMAIN, job_id, 2)
+
+    # Its run/<task> span (attributes set at postrun) is the parent of each job span; its own
+    # spans carry no job.* attribute, so they add no rows.
+    spans = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    jobs = [s for s in spans if s["attributes"].get("job.id") == job_id]
+    runs = {s["span_id"]: s for s in spans if s["name"] == "run/jobsteps.flaky"}
+    assert [job["name"] for job in jobs] == ["job jobsteps.flaky", "job jobsteps.flaky"]
+    assert all(
+        runs[job["parent_id"]]["attributes"]["celery.task_name"] == "jobsteps.flaky" for job in jobs
+    )
+    assert all("job.id" not in run["attributes"] for run in runs.values())
+    assert len(step_rows(module_dsn, DOMAIN, job_id)) == 4
+
+
+@pytest.mark.parametrize("swallow", [False, True], ids=["raises", "returns-late"])
+def test_soft_time_limit_fails_the_attempt_with_time_limit(
+    worker: WorkerProcess, client: Celery, module_dsn: str, swallow: bool
+) -> None:
+    job_id = send(client, "jobsteps.slow_soft", swallow)
+
+    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
+
+    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "time_limit")]
+    assert [(s.key, s.status) for s in detail.steps] == [("RENDER", "FAILED")]
+
+
+def test_hard_time_limit_terms_the_process_which_records_time_limit_before_dying(
+    worker: WorkerProcess, client: Celery, module_dsn: str
+) -> None:
+    job_id = send(client, "jobsteps.slow_hard", False)
+
+    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
+
+    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "time_limit")]
+    assert [(s.key, s.status) for s in detail.steps] == [("RENDER", "FAILED")]
+    assert "Hard time limit (1s) exceeded" in worker.log()
+
+
+def test_hard_time_limit_kill_leaves_the_attempt_to_sweep(
+    worker: WorkerProcess, client: Celery, module_dsn: str
+) -> None:
+    job_id = send(client, "jobsteps.slow_hard", True)
+    wait_for_step(module_dsn, DOMAIN, job_id, "RENDER")
+
+    # Stuck in C code, the process cannot run its TERM handler and dies by KILL, writing
+    # nothing more: its step stays open until sweep finds it silent (heartbeats every 1 s).
+    swept = wait_until(
+        lambda: sweep(module_dsn, timedelta(seconds=3)),
+        timeout_s=20,
+        what="sweep to close the killed attempt's step",
+    )
+
+    assert [(s.job_id, s.step_key, s.writes_job_log) for s in swept] == [(job_id, "RENDER", True)]
+    assert step_rows(module_dsn, DOMAIN, job_id) == [(1, "RENDER", "FAILED", "abandoned")]
+    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "abandoned")]
+
+
+def test_killed_pool_process_is_redelivered_as_a_stalled_rerun_of_the_same_attempt(
+    worker: WorkerProcess, client: Celery, module_dsn: str
+) -> None:
+    job_id = send(client, "jobsteps.killed")
+
+    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
+
+    # One attempt, two executions: the re-run's first step closed the dead one's step.
+    assert step_rows(module_dsn, DOMAIN, job_id) == [
+        (1, "RENDER", "FAILED", "abandoned"),
+        (1, "RENDER", "COMPLETED", None),
+        (1, "SAVE", "COMPLETED", None),
+    ]
+    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "COMPLETED", None)]
+    assert event_types(detail) == [(1, "STALLED")]
+    assert detail.stalled_count == 1
+    # Fork safety: every row above came from pool processes forked from a main process whose
+    # writer thread was already running (the BOOT row).
+    assert job_detail(module_dsn, DOMAIN, f"boot-{worker.pid}") is not None

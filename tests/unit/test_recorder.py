@@ -195,6 +195,8 @@ def test_progress_for_a_closed_step_is_ignored(recorder: StepRecorder, job: Driv
         pytest.param(
             {"failed": True, "error": "CancelledError"}, "FAILED", "cancelled", id="cancelled"
         ),
+        pytest.param({"outcome": "retry"}, "FAILED", "retry", id="adapter-outcome"),
+        pytest.param({"outcome": "completed"}, "COMPLETED", None, id="completed-outcome"),
     ],
 )
 def test_job_end_closes_the_open_step_before_the_log(

@@ -28,7 +28,18 @@ from .errors import (
     JobStepsError,
     SchemaNotMigratedError,
 )
+from .maintenance import PruneResult, SweptStep, prune, sweep
 from .processor import JobStepsProcessor
+from .query import (
+    AttemptSummary,
+    EventRecord,
+    JobDetail,
+    JobLogEntry,
+    JobSummary,
+    StepRecord,
+    job_detail,
+    list_jobs,
+)
 from .schema import migrate
 
 __all__ = [
@@ -45,15 +56,27 @@ __all__ = [
     "JOB_TIME_LIMIT",
     "JOB_TYPE",
     "OUTCOME_TARGET_DELETED",
+    "AttemptSummary",
     "ConfigurationError",
     "DatabaseUnavailableError",
+    "EventRecord",
+    "JobDetail",
+    "JobLogEntry",
     "JobStepsError",
     "JobStepsProcessor",
+    "JobSummary",
+    "PruneResult",
     "SchemaNotMigratedError",
+    "StepRecord",
+    "SweptStep",
     "job_attempt",
+    "job_detail",
+    "list_jobs",
     "migrate",
     "progress",
+    "prune",
     "record_event",
     "record_job_event",
     "step",
+    "sweep",
 ]

@@ -23,8 +23,10 @@ from .store import borrowed_connection
 
 __all__ = [
     "STATUSES",
+    "ActivityFollower",
     "AttemptSummary",
     "EventRecord",
+    "JobActivity",
     "JobDetail",
     "JobLogEntry",
     "JobSummary",
@@ -286,3 +288,96 @@ def list_jobs(
     }
     with session(conninfo_or_connection, schema=schema) as conn:
         return fetch(conn, _queries(schema)["list_jobs"], params, JobSummary)
+
+
+@dataclass(frozen=True, slots=True)
+class JobActivity(Record):
+    """A change `ActivityFollower` saw: ``change`` is ``started`` or ``ended`` (a step) or
+    ``event`` (an ordinary event), ``at`` when it happened."""
+
+    change: str
+    at: datetime
+    domain: str
+    job_id: str
+    attempt: int
+    type: str
+    step_key: str | None
+    step_status: str | None
+    message: str | None
+    detail: dict[str, Any] | None
+
+
+class ActivityFollower:
+    """Follows ``job_event`` by polling: rows with an id above the highest seen, and the close
+    (``ended_at`` set) of the steps it saw open.
+
+    Ids of a gap below the highest seen id are asked for again for a few polls, so a row from a
+    transaction that committed after a later one is still shown.
+    """
+
+    MAX_GAP_IDS = 1000
+    GAP_POLLS = 10
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        domain: str | None = None,
+        schema: str = "public",
+        batch_size: int = 1000,
+    ) -> None:
+        self._conn = conn
+        self._domain = domain
+        self._schema = schema
+        self._batch_size = batch_size
+        self._gaps: dict[int, int] = {}
+        with session(conn, schema=schema), conn.cursor() as cur:
+            row = cur.execute(_queries(schema)["tail_start"], {"domain": domain}).fetchone()
+        assert row is not None
+        self._last_id: int = row[0]
+        self._open_ids: set[int] = set(row[1])
+
+    @property
+    def open_steps(self) -> int:
+        """How many steps seen open are being watched for their close."""
+        return len(self._open_ids)
+
+    def poll(self) -> list[JobActivity]:
+        """The changes since the last poll, in id order (a closed step: in its row's place)."""
+        params = {
+            "after_id": self._last_id,
+            "gap_ids": list(self._gaps),
+            "open_ids": list(self._open_ids),
+            "domain": self._domain,
+            "limit": self._batch_size,
+        }
+        conn, query = self._conn, _queries(self._schema)["tail_changes"]
+        with session(conn, schema=self._schema), conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(query, params).fetchall()
+        self._gaps = {i: n - 1 for i, n in self._gaps.items() if n > 1}
+        found: list[JobActivity] = []
+        for row in rows:
+            found.extend(self._changes(row))
+        return found
+
+    def _changes(self, row: dict[str, Any]) -> list[JobActivity]:
+        row_id: int = row.pop("id")
+        new = row_id > self._last_id or row_id in self._gaps
+        self._gaps.pop(row_id, None)
+        if row_id > self._last_id:
+            missing = range(self._last_id + 1, row_id)
+            if len(self._gaps) + len(missing) <= self.MAX_GAP_IDS:
+                self._gaps.update(dict.fromkeys(missing, self.GAP_POLLS))
+            self._last_id = row_id
+        created_at, ended_at = row.pop("created_at"), row.pop("ended_at")
+        changes = []
+        if row["type"] != "STEP":
+            return [JobActivity("event", created_at, **row)] if new else []
+        if new:
+            changes.append(JobActivity("started", created_at, **row))
+        if ended_at is not None:
+            self._open_ids.discard(row_id)
+            changes.append(JobActivity("ended", ended_at, **row))
+        elif new:
+            self._open_ids.add(row_id)
+        return changes

@@ -60,7 +60,7 @@ class Style:
 
 
 def format_duration(value: timedelta | None) -> str:
-    """Short human duration: 850ms, 1.20s, 2m03s, 1h02m, 3d04h."""
+    """Short human duration: 850ms, 1.20s, 2m03s, 1h30m, 3d04h (zero tails dropped: 1h, 30d)."""
     if value is None:
         return "-"
     seconds = value.total_seconds()
@@ -70,10 +70,14 @@ def format_duration(value: timedelta | None) -> str:
         return f"{seconds:.2f}s"
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
-    if hours == 0:
-        return f"{minutes}m{secs:02d}s"
     days, hours = divmod(hours, 24)
-    return f"{hours}h{minutes:02d}m" if days == 0 else f"{days}d{hours:02d}h"
+    if days:
+        big, small = f"{days}d", (hours, "h")
+    elif hours:
+        big, small = f"{hours}h", (minutes, "m")
+    else:
+        big, small = f"{minutes}m", (secs, "s")
+    return big + (f"{small[0]:02d}{small[1]}" if small[0] else "")
 
 
 def format_time(value: datetime | None) -> str:
@@ -172,13 +176,9 @@ def render_detail(detail: JobDetail, style: Style) -> str:
     if detail.events:
         lines.append("events:")
         for event in detail.events:
-            text = "  ".join(
-                part for part in (event.message or "", _compact(event.detail)) if part
-            )
-            lines.append(
-                f"  #{event.attempt:<3} {format_time(event.created_at)}  {event.type:<16} {text}"
-                .rstrip()
-            )
+            text = "  ".join(part for part in (event.message or "", _compact(event.detail)) if part)
+            when = format_time(event.created_at)
+            lines.append(f"  #{event.attempt:<3} {when}  {event.type:<16} {text}".rstrip())
     return "\n".join(lines)
 
 

@@ -22,10 +22,16 @@ from otel_jobsteps import JobStepsProcessor, migrate
 
 
 def _docker_answers() -> bool:
+    if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
+        return False
     try:
         import docker  # type: ignore[import-untyped]
 
-        docker.from_env(timeout=2).ping()
+        client = docker.from_env(timeout=2)
+        try:
+            client.ping()
+        finally:
+            client.close()
     except Exception:  # noqa: BLE001 - no engine, no client library, no socket: all "no"
         return False
     return True

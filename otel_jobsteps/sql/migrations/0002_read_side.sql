@@ -6,8 +6,9 @@
 -- it would turn every heartbeat refresh of an open row into a non-HOT update.
 
 -- list_jobs finds jobs touched since a cutoff: a row last changed when it closed, else when it
--- was written. The expression must stay exactly the one list_jobs names.
-CREATE INDEX job_event_recent ON job_event ((COALESCE(ended_at, created_at)));
+-- was written. The expression must stay exactly the one list_jobs names. IF NOT EXISTS: on a
+-- big table an operator may build it CONCURRENTLY beforehand.
+CREATE INDEX IF NOT EXISTS job_event_recent ON job_event ((COALESCE(ended_at, created_at)));
 
 -- One row per attempt of a job: its outcome (the job_log row, else RUNNING), the step it is at
 -- or ended in, and when it started, started processing, ended and last showed activity.

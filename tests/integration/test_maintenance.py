@@ -1,0 +1,212 @@
+"""sweep and prune on a real PostgreSQL: they act on silent or old rows, never on live ones."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from otel_jobsteps import ConfigurationError, job_attempt, prune, step, sweep
+from tests.conftest import TracingFactory, rows
+
+HOUR = timedelta(hours=1)
+
+
+def open_step(
+    conn: psycopg.Connection[Any],
+    job_id: str,
+    *,
+    age: str,
+    heartbeat_age: str | None = None,
+    attempt: int = 1,
+    key: str = "SAVE",
+) -> None:
+    """An open STEP row started ``age`` ago, last refreshed ``heartbeat_age`` ago (or never)."""
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,"
+        " execution_id, created_at, heartbeat_at)"
+        " VALUES ('render', %s, 'thumbnail', %s, 'STEP', %s, 'RUNNING', 'worker-1',"
+        " now() - %s::interval, now() - %s::interval)",
+        (job_id, attempt, key, age, heartbeat_age),
+    )
+
+
+def step_rows(conn: psycopg.Connection[Any], job_id: str) -> list[tuple[Any, ...]]:
+    return rows(
+        conn,
+        "SELECT attempt, step_key, step_status, message, ended_at IS NULL FROM job_event"
+        " WHERE job_id = %s AND type = 'STEP' ORDER BY id",
+        job_id,
+    )
+
+
+def log_rows(conn: psycopg.Connection[Any], job_id: str) -> list[tuple[Any, ...]]:
+    return rows(
+        conn,
+        "SELECT attempt, status, reason, detail FROM job_log WHERE job_id = %s ORDER BY attempt",
+        job_id,
+    )
+
+
+# -- sweep -----------------------------------------------------------------------------------
+
+
+def test_sweep_closes_silent_steps_and_spares_live_ones(
+    tracing: TracingFactory, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing()
+    open_step(conn, "silent", age="3 hours")
+    open_step(conn, "beating", age="3 hours", heartbeat_age="1 minute")
+    with job_attempt("render", "live", "thumbnail", tracer=tracer):
+        with step("RENDER", tracer=tracer):
+            assert processor.force_flush(10_000)
+            swept = sweep(dsn, HOUR)
+            assert step_rows(conn, "live") == [(1, "RENDER", "RUNNING", None, True)]
+    assert processor.force_flush(10_000)
+
+    assert [(s.job_id, s.attempt, s.step_key, s.writes_job_log) for s in swept] == [
+        ("silent", 1, "SAVE", True)
+    ]
+    assert swept[0].last_seen_at == swept[0].started_at
+    assert step_rows(conn, "silent") == [(1, "SAVE", "FAILED", "abandoned", False)]
+    assert rows(conn, "SELECT ended_at = created_at FROM job_event WHERE job_id = 'silent'") == [
+        (True,)
+    ]
+    assert log_rows(conn, "silent") == [(1, "FAILED", "abandoned", {"step": "SAVE"})]
+    assert step_rows(conn, "beating") == [(1, "SAVE", "RUNNING", None, True)]
+    # The live execution went on and closed its own step.
+    assert step_rows(conn, "live") == [(1, "RENDER", "COMPLETED", None, False)]
+    assert log_rows(conn, "live") == [(1, "COMPLETED", None, None)]
+
+
+def test_sweep_ends_a_step_at_its_last_heartbeat(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    open_step(conn, "stopped", age="5 hours", heartbeat_age="2 hours")
+    (swept,) = sweep(dsn, HOUR)
+
+    assert swept.last_seen_at > swept.started_at
+    assert rows(conn, "SELECT ended_at = heartbeat_at FROM job_event WHERE job_id = 'stopped'") == [
+        (True,)
+    ]
+    assert rows(conn, "SELECT created_at = %s FROM job_log", swept.last_seen_at) == [(True,)]
+
+
+def test_sweep_keeps_an_existing_final_row(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    open_step(conn, "logged", age="3 hours")
+    conn.execute(
+        "INSERT INTO job_log (domain, job_id, attempt, status) VALUES ('render', 'logged', 1,"
+        " 'COMPLETED')"
+    )
+    (swept,) = sweep(dsn, HOUR)
+
+    assert not swept.writes_job_log
+    assert step_rows(conn, "logged") == [(1, "SAVE", "FAILED", "abandoned", False)]
+    assert log_rows(conn, "logged") == [(1, "COMPLETED", None, None)]
+
+
+def test_sweep_dry_run_changes_nothing(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    open_step(conn, "silent", age="3 hours")
+    preview = sweep(dsn, HOUR, dry_run=True)
+
+    assert [(s.job_id, s.step_key, s.writes_job_log) for s in preview] == [("silent", "SAVE", True)]
+    assert step_rows(conn, "silent") == [(1, "SAVE", "RUNNING", None, True)]
+    assert log_rows(conn, "silent") == []
+    assert sweep(dsn, HOUR) == preview  # the preview said exactly what the sweep does
+
+
+@pytest.mark.parametrize("older_than", [timedelta(0), timedelta(seconds=-5)])
+def test_sweep_needs_a_positive_duration(dsn: str, older_than: timedelta) -> None:
+    with pytest.raises(ConfigurationError):
+        sweep(dsn, older_than)
+
+
+# -- prune -----------------------------------------------------------------------------------
+
+
+def finished_attempt(conn: psycopg.Connection[Any], job_id: str, attempt: int, *, age: str) -> None:
+    """A closed step, an event and the final row of an attempt that ended ``age`` ago."""
+    params = {"job_id": job_id, "attempt": attempt, "age": age}
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, attempt, type, step_key, step_status, created_at,"
+        " ended_at) VALUES ('render', %(job_id)s, %(attempt)s, 'STEP', 'SAVE', 'COMPLETED',"
+        " now() - %(age)s::interval, now() - %(age)s::interval)",
+        params,
+    )
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, attempt, type, created_at)"
+        " VALUES ('render', %(job_id)s, %(attempt)s, 'STALLED', now() - %(age)s::interval)",
+        params,
+    )
+    conn.execute(
+        "INSERT INTO job_log (domain, job_id, attempt, status, created_at)"
+        " VALUES ('render', %(job_id)s, %(attempt)s, 'COMPLETED', now() - %(age)s::interval)",
+        params,
+    )
+
+
+def counts(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return rows(
+        conn,
+        "SELECT job_id, attempt, count(*) FROM job_event GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+
+
+def test_prune_deletes_old_attempts_and_keeps_open_steps(
+    tracing: TracingFactory, dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing()
+    finished_attempt(conn, "old", 1, age="40 days")
+    finished_attempt(conn, "recent", 1, age="1 day")
+    finished_attempt(conn, "reopened", 1, age="40 days")
+    open_step(conn, "reopened", age="1 minute", key="REDO")  # an execution of attempt 1 again
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, type, created_at)"
+        " VALUES ('render', 'no-log', 'STALLED', now() - interval '90 days')"
+    )
+    with job_attempt("render", "old", "thumbnail", 1, tracer=tracer):
+        with step("RENDER", tracer=tracer):
+            assert processor.force_flush(10_000)
+            result = prune(dsn, timedelta(days=30))
+            assert step_rows(conn, "old") == [(2, "RENDER", "RUNNING", None, True)]
+    assert processor.force_flush(10_000)
+
+    assert (result.job_logs, result.job_events, result.batches) == (1, 2, 1)
+    assert counts(conn) == [
+        ("no-log", 1, 1),
+        ("old", 2, 1),
+        ("recent", 1, 2),
+        ("reopened", 1, 3),
+    ]
+    assert rows(conn, "SELECT job_id, attempt FROM job_log ORDER BY job_id") == [
+        ("old", 2),  # the live attempt finished after the prune
+        ("recent", 1),
+        ("reopened", 1),
+    ]
+
+
+def test_prune_works_in_batches(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    for job in ("a", "b", "c"):
+        finished_attempt(conn, job, 1, age="40 days")
+    finished_attempt(conn, "d", 1, age="2 days")
+
+    preview = prune(dsn, timedelta(days=30), dry_run=True, batch_size=1)
+    assert (preview.job_logs, preview.job_events, preview.dry_run) == (3, 6, True)
+    assert len(counts(conn)) == 4
+
+    result = prune(dsn, timedelta(days=30), batch_size=1)
+    assert (result.job_logs, result.job_events, result.batches) == (3, 6, 3)
+    assert counts(conn) == [("d", 1, 2)]
+    assert prune(dsn, timedelta(days=30)).job_logs == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({"older_than": timedelta(0)}, id="older-than"),
+        pytest.param({"older_than": HOUR, "batch_size": 0}, id="batch-size"),
+    ],
+)
+def test_prune_rejects_bad_arguments(dsn: str, bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        prune(dsn, **bad)

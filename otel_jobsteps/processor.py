@@ -45,7 +45,7 @@ from .recorder import (
     StepStarted,
 )
 from .schema import check_writable_tables, migrate
-from .spans import attribute_dict, watch_events
+from .spans import attribute_dict, plain_attributes, watch_events
 from .stats import Stats
 from .store import StepStore
 from .telemetry import register_metrics
@@ -249,7 +249,8 @@ class JobStepsProcessor(SpanProcessor):
 
     def _report_progress(self, step: tuple[Scope, str], event: Event) -> None:
         try:
-            self._writer.submit_progress(_new(ProgressReported, (*step, event.attributes)))
+            attributes = plain_attributes(event.attributes)
+            self._writer.submit_progress(_new(ProgressReported, (*step, attributes)))
         except Exception as error:  # noqa: BLE001 - called from span.add_event in the job
             self._stats.problem("internal_error", error)
 

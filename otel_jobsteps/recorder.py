@@ -169,6 +169,7 @@ class StepRecorder:
         return batch if batch.segments else None
 
     def pending_operations(self) -> int:
+        """Operations waiting in the batch being built (the writer bounds memory with it)."""
         return self._batch.operation_count()
 
     def open_attempts(self) -> int:
@@ -244,23 +245,12 @@ class StepRecorder:
         if foreign not in segment.foreign_closed:
             segment.foreign_closes.append(CloseForeign(*foreign, at_us=command.start_ns // 1000))
             segment.foreign_closed.add(foreign)
+        # Positional (EventRow's field order): this runs once per step on the writer thread.
         row = EventRow(
-            domain=scope.domain,
-            job_id=scope.job_id,
-            job_type=scope.job_type,
-            attempt=scope.attempt,
-            type=STEP,
-            step_key=key,
-            step_status=RUNNING,
-            detail=None,
-            message=None,
-            trace_id=state.trace_hex,
-            span_id=format(command.span_id, "016x"),
-            execution_id=state.execution_id,
-            created_us=command.start_ns // 1000,
-            ended_us=None,
-            segment=segment.number,
-        )
+            scope.domain, scope.job_id, scope.job_type, scope.attempt, STEP, key, RUNNING,
+            None, None, state.trace_hex, format(command.span_id, "016x"), state.execution_id,
+            command.start_ns // 1000, None, segment.number,
+        )  # fmt: skip
         segment.rows.append(row)
         state.open = _OpenStep(key, row, state)
         state.last_step = key
@@ -270,8 +260,15 @@ class StepRecorder:
         if state is None or state.open is None or state.open.key != command.key:
             return  # the step was closed already: a late event must not touch any row
         step = state.open
-        detail = dict(command.attributes)
+        attributes = command.attributes
+        detail = attributes if type(attributes) is dict else dict(attributes)
         now = self._clock()
+        if self._is_current(step.row.segment):
+            # The row itself is not written yet: it carries the latest detail, no timer needed.
+            step.row.detail = detail
+            if step.last_write is None:
+                step.last_write = now
+            return
         if step.last_write is None or now - step.last_write >= self._debounce:
             step.pending_detail = None
             step.due = None

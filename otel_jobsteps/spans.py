@@ -13,18 +13,22 @@ from typing import Any
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 
-__all__ = ["attribute_dict", "watch_events"]
+__all__ = ["attribute_dict", "plain_attributes", "watch_events"]
 
 _EMPTY: Mapping[str, Any] = {}
 
 
-def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
-    """The span's attributes as a plain mapping, read-only by convention."""
-    attributes = getattr(span, "_attributes", None)
+def plain_attributes(attributes: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The plain dict inside the SDK's ``BoundedAttributes``, read-only by convention."""
     plain = getattr(attributes, "_dict", None)
     if type(plain) is dict:
         return plain
-    return span.attributes or _EMPTY
+    return attributes or _EMPTY
+
+
+def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
+    """The span's attributes as a plain mapping, read-only by convention."""
+    return plain_attributes(getattr(span, "_attributes", None) or span.attributes)
 
 
 class _WatchedEvents(BoundedList):  # type: ignore[type-arg]

@@ -31,6 +31,7 @@ class CommandHandler(Protocol):
     def next_due(self) -> float | None: ...
     def fire_due(self, now: float | None = None) -> None: ...
     def flush_timers(self) -> None: ...
+    def pending_operations(self) -> int: ...
     def open_steps(self) -> list[tuple[str, str, int, str]]: ...
 
 
@@ -222,7 +223,8 @@ class Writer:
         return self._retry_at if self._unwritten is not None else None
 
     def _pending_operations(self) -> int:
-        return 0 if self._unwritten is None else self._unwritten.operation_count()
+        unwritten = 0 if self._unwritten is None else self._unwritten.operation_count()
+        return unwritten + self._handler.pending_operations()
 
     def _drain(self) -> None:
         queue, handle = self._queue, self._handler.handle

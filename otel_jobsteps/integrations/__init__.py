@@ -6,14 +6,6 @@ library; this package imports none of them, so installing otel_jobsteps never ne
 
 from __future__ import annotations
 
-from ._common import (
-    EVENT_RETRY_SCHEDULED,
-    EVENT_STALLED,
-    OUTCOME_RECLAIMED,
-    OUTCOME_RETRY,
-    OUTCOME_TIME_LIMIT,
-)
-
 __all__ = [
     "EVENT_RETRY_SCHEDULED",
     "EVENT_STALLED",
@@ -21,3 +13,15 @@ __all__ = [
     "OUTCOME_RETRY",
     "OUTCOME_TIME_LIMIT",
 ]
+
+OUTCOME_RETRY = "retry"
+"""``job.outcome`` of an attempt that failed and that the queue will run again."""
+OUTCOME_TIME_LIMIT = "time_limit"
+"""``job.outcome`` of an attempt the queue's time limit interrupted."""
+OUTCOME_RECLAIMED = "reclaimed"
+"""``job.outcome`` of a run that finished after the queue had taken the job back."""
+
+EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"
+"""Ordinary event of an attempt after which the queue scheduled another one."""
+EVENT_STALLED = "STALLED"
+"""Ordinary event of an attempt whose worker the queue reported lost."""

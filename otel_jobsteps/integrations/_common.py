@@ -1,33 +1,56 @@
-"""What the queue adapters share: outcome and event names, flushing the tracer provider."""
+"""What the queue adapters share: argument checks, the wrapped marker, retries, flushing.
+
+The outcome and event names themselves are public: they live in the package ``__init__``.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from opentelemetry import trace
 
+from .. import context
+from ..attributes import JOB_OUTCOME
+from . import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
+
 __all__ = [
-    "EVENT_RETRY_SCHEDULED",
-    "EVENT_STALLED",
-    "OUTCOME_RECLAIMED",
-    "OUTCOME_RETRY",
-    "OUTCOME_TIME_LIMIT",
     "flush_provider",
+    "is_wrapped",
+    "logger",
+    "mark_wrapped",
+    "record_retry_scheduled",
+    "require_domain",
 ]
 
 logger = logging.getLogger("otel_jobsteps.integrations")
 
-OUTCOME_RETRY = "retry"
-"""``job.outcome`` of an attempt that failed and that the queue will run again."""
-OUTCOME_TIME_LIMIT = "time_limit"
-"""``job.outcome`` of an attempt the queue's time limit interrupted."""
-OUTCOME_RECLAIMED = "reclaimed"
-"""``job.outcome`` of a run that finished after the queue had taken the job back."""
+_WRAPPED = "__otel_jobsteps_wrapped__"
+_F = TypeVar("_F", bound=Callable[..., Any])
 
-EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"
-"""Ordinary event of an attempt after which the queue scheduled another one."""
-EVENT_STALLED = "STALLED"
-"""Ordinary event of an attempt whose worker the queue reported lost."""
+
+def require_domain(domain: str) -> None:
+    if not domain:
+        raise ValueError("domain must be a non-empty string")
+
+
+def is_wrapped(function: object) -> bool:
+    """Whether ``function`` is already an adapter's wrapper (instrumenting twice wraps once)."""
+    return bool(getattr(function, _WRAPPED, False))
+
+
+def mark_wrapped(function: _F) -> _F:
+    setattr(function, _WRAPPED, True)
+    return function
+
+
+def record_retry_scheduled(
+    span: trace.Span, tracer: trace.Tracer, message: str | None = None, **detail: Any
+) -> None:
+    """FAILED ``retry`` for the current attempt plus its RETRY_SCHEDULED event."""
+    span.set_attribute(JOB_OUTCOME, OUTCOME_RETRY)
+    context.record_event(EVENT_RETRY_SCHEDULED, message, tracer=tracer, **detail)
 
 
 def flush_provider(provider: trace.TracerProvider | None, timeout_ms: int) -> bool:

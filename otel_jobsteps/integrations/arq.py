@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import time
 from collections.abc import MutableMapping
 from typing import Any
@@ -34,7 +33,8 @@ from opentelemetry import trace
 
 from .. import context
 from ..attributes import JOB_OUTCOME
-from ._common import EVENT_RETRY_SCHEDULED, EVENT_STALLED, OUTCOME_RETRY, OUTCOME_TIME_LIMIT
+from . import EVENT_STALLED, OUTCOME_TIME_LIMIT
+from ._common import is_wrapped, logger, mark_wrapped, record_retry_scheduled, require_domain
 
 __all__ = ["RUNNING_KEY_PREFIX", "instrument", "instrument_function"]
 
@@ -42,8 +42,6 @@ TRACER_NAME = "otel_jobsteps.integrations.arq"
 RUNNING_KEY_PREFIX = "otel_jobsteps:arq:running:"
 _MARK_TTL_S = 88_400  # as long as arq keeps the job's try counter
 _DEFAULT_JOB_TIMEOUT_S = 300.0
-
-logger = logging.getLogger("otel_jobsteps.integrations")
 
 
 def instrument(
@@ -58,8 +56,7 @@ def instrument(
     ``detect_stalls`` keeps the per-run Redis mark that turns a dead worker's run into a
     STALLED event (two extra Redis commands per job).
     """
-    if not domain:
-        raise ValueError("domain must be a non-empty string")
+    require_domain(domain)
     mapping: MutableMapping[str, Any] | None = settings if isinstance(settings, dict) else None
 
     def setting(name: str, default: Any) -> Any:
@@ -98,7 +95,7 @@ def instrument_function(
 ) -> Function:
     """One arq function (as ``functions`` lists it) wrapped to record each run; idempotent."""
     original = func(function)
-    if getattr(original.coroutine, "__otel_jobsteps_wrapped__", False):
+    if is_wrapped(original.coroutine):
         return original
     timeout_s = original.timeout_s if original.timeout_s is not None else default_timeout_s
     limit = float(timeout_s) if timeout_s else None
@@ -123,13 +120,9 @@ def instrument_function(
                     return await coroutine(ctx, *args, **kwargs)
                 except Retry as retry:
                     if retry_jobs:
-                        span.set_attribute(JOB_OUTCOME, OUTCOME_RETRY)
                         delay = (retry.defer_score or 0) / 1000
-                        context.record_event(
-                            EVENT_RETRY_SCHEDULED,
-                            tracer=tracer,
-                            next_attempt=job_try + 1,
-                            defer_s=delay,
+                        record_retry_scheduled(
+                            span, tracer, next_attempt=job_try + 1, defer_s=delay
                         )
                     raise
                 except asyncio.CancelledError:
@@ -140,7 +133,7 @@ def instrument_function(
         finally:
             await _clear_running(redis, job_id)
 
-    setattr(run, "__otel_jobsteps_wrapped__", True)  # noqa: B010 - a marker on a function
+    mark_wrapped(run)
     return Function(
         name, run, original.timeout_s, original.keep_result_s, original.keep_result_forever,
         original.max_tries,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,19 +35,12 @@ from opentelemetry import trace
 
 from .. import context
 from ..attributes import JOB_OUTCOME
-from ._common import (
-    EVENT_RETRY_SCHEDULED,
-    EVENT_STALLED,
-    OUTCOME_RECLAIMED,
-    OUTCOME_RETRY,
-)
+from . import EVENT_STALLED, OUTCOME_RECLAIMED
+from ._common import is_wrapped, logger, mark_wrapped, record_retry_scheduled, require_domain
 
 __all__ = ["instrument"]
 
 TRACER_NAME = "otel_jobsteps.integrations.bullmq"
-_MARK = "__otel_jobsteps_wrapped__"
-
-logger = logging.getLogger("otel_jobsteps.integrations")
 
 Processor = Callable[..., Awaitable[Any]]
 
@@ -65,10 +57,9 @@ def instrument(
     ``check_lock`` asks Redis once per run whether the run still owns the job's lock (the
     late-completion check). Calling it twice wraps once.
     """
-    if not domain:
-        raise ValueError("domain must be a non-empty string")
+    require_domain(domain)
     processor = worker.processor
-    if processor is None or getattr(processor, _MARK, False):
+    if processor is None or is_wrapped(processor):
         return worker
     tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
     worker.processor = _wrapped_processor(worker, processor, domain, tracer, check_lock)
@@ -98,20 +89,16 @@ def _wrapped_processor(
                 if check_lock and not await _owns_lock(worker, job, token):
                     span.set_attribute(JOB_OUTCOME, OUTCOME_RECLAIMED)
                 elif _will_retry(job, error):
-                    span.set_attribute(JOB_OUTCOME, OUTCOME_RETRY)
-                    context.record_event(
-                        EVENT_RETRY_SCHEDULED,
-                        tracer=tracer,
-                        next_attempt=attempts_made + 2,
-                        attempts=job.opts.get("attempts"),
+                    attempts = job.opts.get("attempts")
+                    record_retry_scheduled(
+                        span, tracer, next_attempt=attempts_made + 2, attempts=attempts
                     )
                 raise
             if check_lock and not await _owns_lock(worker, job, token):
                 span.set_attribute(JOB_OUTCOME, OUTCOME_RECLAIMED)
             return result
 
-    setattr(process, _MARK, True)
-    return process
+    return mark_wrapped(process)
 
 
 def _will_retry(job: Job, error: BaseException) -> bool:

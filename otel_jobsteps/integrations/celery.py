@@ -34,18 +34,18 @@ from opentelemetry import trace
 
 from .. import context
 from ..attributes import JOB_OUTCOME
+from . import EVENT_STALLED, OUTCOME_TIME_LIMIT
 from ._common import (
-    EVENT_RETRY_SCHEDULED,
-    EVENT_STALLED,
-    OUTCOME_RETRY,
-    OUTCOME_TIME_LIMIT,
     flush_provider,
+    is_wrapped,
+    mark_wrapped,
+    record_retry_scheduled,
+    require_domain,
 )
 
 __all__ = ["instrument"]
 
 TRACER_NAME = "otel_jobsteps.integrations.celery"
-_MARK = "__otel_jobsteps_wrapped__"
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,7 @@ def instrument(
     the provider when they exit (they end with ``os._exit``), within ``flush_timeout_ms``.
     Calling it twice for one app changes the settings, never wraps twice.
     """
-    if not domain:
-        raise ValueError("domain must be a non-empty string")
+    require_domain(domain)
     _apps[app] = _Settings(
         domain, job_type or _task_name, tracer_provider, max(1, int(flush_timeout_ms))
     )
@@ -116,7 +115,7 @@ def _wrap_tasks(app: Celery) -> None:
     if app not in _apps:
         return
     for task in list(app.tasks.values()):
-        if getattr(task, "app", None) is app and not getattr(task.run, _MARK, False):
+        if getattr(task, "app", None) is app and not is_wrapped(task.run):
             task.run = _wrapped_run(task, task.run)
 
 
@@ -150,8 +149,7 @@ def _wrapped_run(task: Task, original: Callable[..., Any]) -> Callable[..., Any]
                 try:
                     return original(*args, **kwargs)
                 except Retry as retry:
-                    span.set_attribute(JOB_OUTCOME, OUTCOME_RETRY)
-                    _record_retry(retry, retries, tracer)
+                    _record_retry(span, tracer, retry, retries)
                     raise
                 except SoftTimeLimitExceeded:
                     span.set_attribute(JOB_OUTCOME, OUTCOME_TIME_LIMIT)
@@ -166,16 +164,15 @@ def _wrapped_run(task: Task, original: Callable[..., Any]) -> Callable[..., Any]
             flush_provider(settings.tracer_provider, min(settings.flush_timeout_ms, 1000))
             raise
 
-    setattr(run, _MARK, True)
-    return run
+    return mark_wrapped(run)
 
 
-def _record_retry(retry: Retry, retries: int, tracer: trace.Tracer) -> None:
+def _record_retry(span: trace.Span, tracer: trace.Tracer, retry: Retry, retries: int) -> None:
     detail: dict[str, Any] = {"next_attempt": retries + 2}
     if retry.when is not None:
         detail["when"] = str(retry.when)
     message = None if retry.exc is None else f"{type(retry.exc).__name__}: {retry.exc}"
-    context.record_event(EVENT_RETRY_SCHEDULED, message, tracer=tracer, **detail)
+    record_retry_scheduled(span, tracer, message, **detail)
 
 
 def _time_limits(task: Task, request: Any) -> tuple[float | None, float | None]:

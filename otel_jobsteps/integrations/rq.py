@@ -25,7 +25,6 @@ rq/worker/base.py, rq/worker/worker_classes.py, rq/job.py and rq/registry.py of 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -42,13 +41,8 @@ from rq.worker.base import BaseWorker
 
 from .. import context
 from ..attributes import JOB_OUTCOME
-from ._common import (
-    EVENT_RETRY_SCHEDULED,
-    EVENT_STALLED,
-    OUTCOME_RETRY,
-    OUTCOME_TIME_LIMIT,
-    flush_provider,
-)
+from . import EVENT_RETRY_SCHEDULED, EVENT_STALLED, OUTCOME_RETRY, OUTCOME_TIME_LIMIT
+from ._common import flush_provider, logger, require_domain
 
 __all__ = [
     "JobStepsSimpleWorker",
@@ -62,8 +56,6 @@ __all__ = [
 TRACER_NAME = "otel_jobsteps.integrations.rq"
 ATTEMPT_KEY = "otel_jobsteps.attempt"
 FIRST_RETRIES_LEFT_KEY = "otel_jobsteps.first_retries_left"
-
-logger = logging.getLogger("otel_jobsteps.integrations")
 
 ExceptionHandler = Callable[..., Any]
 
@@ -285,8 +277,7 @@ def instrument(
     if not isinstance(worker, JobStepsWorkerMixin):
         raise TypeError("instrument() needs a JobStepsWorker (or a JobStepsWorkerMixin class)")
     if domain is not None:
-        if not domain:
-            raise ValueError("domain must be a non-empty string")
+        require_domain(domain)
         worker.jobsteps_domain = domain
     if tracer_provider is not None:
         worker.jobsteps_tracer_provider = tracer_provider

@@ -1,0 +1,172 @@
+"""Helpers of the outage tests: run planned jobs, say which rows they must leave, read rows back."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.trace import Span, Tracer
+
+from otel_jobsteps import JOB_STEP_DETAIL, JobStepsProcessor, job_attempt, progress, step
+
+__all__ = [
+    "DOMAIN",
+    "PASSWORD",
+    "STEP_COLUMNS",
+    "Bridge",
+    "BridgeFactory",
+    "JobRows",
+    "StepPlan",
+    "at",
+    "ended_at",
+    "expected_logs",
+    "expected_steps",
+    "log_rows",
+    "run_job",
+    "started_at",
+    "step_rows",
+    "wait_for",
+]
+
+PASSWORD = "hunter2-secret"
+DOMAIN = "faults"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+StepRow = tuple[Any, ...]
+LogRow = tuple[Any, ...]
+
+
+@dataclass
+class Bridge:
+    """A tracer whose provider feeds one JobStepsProcessor that writes through the proxy."""
+
+    tracer: Tracer
+    processor: JobStepsProcessor
+    provider: TracerProvider
+
+
+BridgeFactory = Callable[..., Bridge]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step of a planned job: progress snapshots, an explicit end detail, or a failure."""
+
+    key: str
+    progress: Sequence[dict[str, Any]] = ()
+    explicit: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass
+class JobRows:
+    """The rows one finished job must leave: its step rows in order and its job_log row."""
+
+    steps: list[StepRow] = field(default_factory=list)
+    log: LogRow | None = None
+
+
+def at(ns: int) -> datetime:
+    """A span timestamp as PostgreSQL stores it (microseconds, UTC)."""
+    return _EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def ended_at(span: Span) -> datetime:
+    """When a finished span ended, as PostgreSQL stores it."""
+    return at(_times(span)[1])
+
+
+def started_at(span: Span) -> datetime:
+    """When a span started, as PostgreSQL stores it."""
+    return at(_times(span)[0])
+
+
+def _times(span: Span) -> tuple[int, int]:
+    assert isinstance(span, ReadableSpan)
+    assert span.start_time is not None
+    assert span.end_time is not None
+    return span.start_time, span.end_time
+
+
+def run_job(tracer: Tracer, job_id: str, plan: Sequence[StepPlan], attempt: int = 1) -> JobRows:
+    """Run one attempt of a job by ``plan`` on the caller's thread; return the rows it implies.
+
+    A planned failure ends the job there (FAILED). Any other exception escapes: the job saw
+    something the bridge should have absorbed.
+    """
+    ran: list[tuple[StepPlan, Span]] = []
+    planned_error: OSError | None = None
+    try:
+        with job_attempt(DOMAIN, job_id, "faults", attempt - 1, tracer=tracer) as job_span:
+            for planned in plan:
+                with step(planned.key, tracer=tracer) as step_span:
+                    ran.append((planned, step_span))
+                    for snapshot in planned.progress:
+                        progress(snapshot)
+                    if planned.explicit is not None:
+                        step_span.set_attribute(JOB_STEP_DETAIL, json.dumps(planned.explicit))
+                    if planned.error is not None:
+                        planned_error = OSError(planned.error)
+                        raise planned_error
+    except OSError as error:
+        if error is not planned_error:
+            raise
+    expected = JobRows([_step_row(job_id, attempt, planned, span) for planned, span in ran])
+    _, job_end = _times(job_span)
+    if planned_error is None:
+        expected.log = (job_id, attempt, "COMPLETED", None, None, at(job_end))
+    else:
+        detail = {"step": ran[-1][0].key, "error": f"OSError: {planned_error}"}
+        expected.log = (job_id, attempt, "FAILED", "error", detail, at(job_end))
+    return expected
+
+
+def _step_row(job_id: str, attempt: int, planned: StepPlan, span: Span) -> StepRow:
+    start, end = _times(span)
+    detail = planned.explicit
+    if detail is None and planned.progress:
+        detail = dict(planned.progress[-1])
+    status = "FAILED" if planned.error is not None else "COMPLETED"
+    message = None if planned.error is None else f"OSError: {planned.error}"
+    return (job_id, attempt, planned.key, status, detail, message, at(start), at(end))
+
+
+STEP_COLUMNS = "job_id, attempt, step_key, step_status, detail, message, created_at, ended_at"
+
+
+def step_rows(conn: psycopg.Connection[Any], job_ids: Sequence[str] | None = None) -> list[StepRow]:
+    """STEP rows in insertion order, as `run_job` describes them."""
+    query = f"SELECT {STEP_COLUMNS} FROM job_event WHERE type = 'STEP'"
+    if job_ids is None:
+        return conn.execute(query + " ORDER BY id").fetchall()
+    return conn.execute(query + " AND job_id = ANY(%s) ORDER BY id", (list(job_ids),)).fetchall()
+
+
+def log_rows(conn: psycopg.Connection[Any]) -> list[LogRow]:
+    """job_log rows in insertion order, as `run_job` describes them."""
+    return conn.execute(
+        "SELECT job_id, attempt, status, reason, detail, created_at FROM job_log ORDER BY id"
+    ).fetchall()
+
+
+def expected_steps(jobs: Sequence[JobRows]) -> list[StepRow]:
+    return [row for job in jobs for row in job.steps]
+
+
+def expected_logs(jobs: Sequence[JobRows]) -> list[LogRow]:
+    return [job.log for job in jobs if job.log is not None]
+
+
+def wait_for(what: str, check: Callable[[], object], timeout_s: float = 15.0) -> None:
+    """Poll ``check()`` until it is truthy; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.002)

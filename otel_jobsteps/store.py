@@ -111,6 +111,7 @@ class StepStore:
         self._queries = qualified_queries(schema)
         self._on_connect = on_connect
         self._conn: psycopg.Connection[Any] | None = None
+        self.last_transaction: int | None = None
 
     @property
     def dsn_for_display(self) -> str:
@@ -175,8 +176,10 @@ class StepStore:
 
     def write(self, batch: Batch) -> None:
         """Write the batch in one transaction (raises on any failure; nothing is then written)."""
+        self.last_transaction = None  # set once this batch's transaction has an id
         conn = self.connection()
         with conn.transaction(), conn.cursor() as cur:
+            self._note_transaction(cur)
             for segment in batch.segments:
                 for name, ops in self._statements(segment):
                     cur.execute(self._queries[name], _array_params(ops, self._max_detail_bytes))
@@ -203,8 +206,10 @@ class StepStore:
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
     ) -> None:
         """Write each operation in its own savepoint; report and skip those PostgreSQL rejects."""
+        self.last_transaction = None  # set once this batch's transaction has an id
         conn = self.connection()
         with conn.transaction(), conn.cursor() as cur:
+            self._note_transaction(cur)
             for segment in batch.segments:
                 for name, ops in self._statements(segment):
                     for op in ops:
@@ -218,6 +223,16 @@ class StepStore:
                             if self.is_connection_problem(error):
                                 raise
                             on_rejected(name, error)
+
+    def _note_transaction(self, cur: psycopg.Cursor[Any]) -> None:
+        """Remember this batch's transaction id, to ask its fate if the connection breaks."""
+        row = cur.execute("SELECT txid_current()").fetchone()
+        self.last_transaction = row[0] if row else None
+
+    def transaction_status(self, transaction: int) -> str | None:
+        """``committed``, ``aborted``, ``in progress``, or None when too old to tell."""
+        row = self.connection().execute("SELECT txid_status(%s)", (transaction,)).fetchone()
+        return row[0] if row else None
 
     def refresh_heartbeats(self, open_steps: Sequence[tuple[str, str, int, str]]) -> None:
         """Mark these open steps alive (``sweep`` closes steps whose heartbeat went silent)."""

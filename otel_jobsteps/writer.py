@@ -91,6 +91,8 @@ class Writer:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._unwritten: Batch | None = None
+        # A batch whose commit outcome is unknown, with its transaction id.
+        self._uncertain: tuple[int, Batch] | None = None
         self._waiting_flushes: list[_FlushRequest] = []
         self._failures = 0
         self._retry_at = 0.0
@@ -220,11 +222,11 @@ class Writer:
         self._wakeup.clear()
 
     def _retry_after(self) -> float | None:
-        return self._retry_at if self._unwritten is not None else None
+        return self._retry_at if self._unwritten or self._uncertain else None
 
     def _pending_operations(self) -> int:
-        unwritten = 0 if self._unwritten is None else self._unwritten.operation_count()
-        return unwritten + self._handler.pending_operations()
+        held = [self._unwritten, self._uncertain[1] if self._uncertain else None]
+        return sum(b.operation_count() for b in held if b) + self._handler.pending_operations()
 
     def _drain(self) -> None:
         queue, handle = self._queue, self._handler.handle
@@ -234,6 +236,7 @@ class Writer:
             if type(command) is _FlushRequest:
                 self._handler.flush_timers()
                 self._waiting_flushes.append(command)
+                self._retry_at = 0.0  # a flush is worth one attempt now, backoff or not
                 continue
             try:
                 handle(command)
@@ -248,37 +251,73 @@ class Writer:
                 self._unwritten = batch
             else:
                 self._unwritten.segments.extend(batch.segments)
-        if self._unwritten is None:
-            self._release_flushes()
-            return
-        pending = self._unwritten
         try:
+            if not self._settle_uncertain_commit():
+                self._schedule_retry()  # its transaction is still running on the server
+                return
+            pending = self._unwritten
+            if pending is None:
+                self._release_flushes()
+                return
             self._write_batch(pending)
         except Exception as error:  # noqa: BLE001 - absorbed: counted, logged, retried
             self._store.close()
-            self._failures += 1
             self._stats.problem("write_failed", error)
             if final:
-                self._stats.add("dropped_operations", pending.operation_count())
-                self._unwritten = None
+                dropped = self._pending_operations()
+                self._stats.add("dropped_operations", dropped)
+                self._unwritten = self._uncertain = None
                 return
-            delay = min(self._backoff_max, self._backoff_initial * 2 ** (self._failures - 1))
-            self._retry_at = self._clock() + random.uniform(delay / 2, delay)
-            self._stats.add("retries")
+            self._schedule_retry()
             return
-        self._stats.add("operations_written", pending.operation_count())
-        self._stats.add("batches_written")
+        self._written(pending)
         self._unwritten = None
         self._failures = 0
         self._retry_at = 0.0
-        self._next_heartbeat = self._clock() + self._heartbeat_interval
         self._release_flushes()
+
+    def _written(self, batch: Batch) -> None:
+        self._stats.add("operations_written", batch.operation_count())
+        self._stats.add("batches_written")
+
+    def _schedule_retry(self) -> None:
+        self._failures += 1
+        delay = min(self._backoff_max, self._backoff_initial * 2 ** (self._failures - 1))
+        self._retry_at = self._clock() + random.uniform(delay / 2, delay)
+        self._stats.add("retries")
+
+    def _settle_uncertain_commit(self) -> bool:
+        """Resolve a batch whose COMMIT may have landed before the connection broke.
+
+        Writing it again blindly would duplicate its rows, so the server is asked what became
+        of its transaction: committed -> done; aborted or unknown -> written again, ahead of
+        what came after it; still in progress -> ask again later (False).
+        """
+        if self._uncertain is None:
+            return True
+        transaction, batch = self._uncertain
+        status = self._store.transaction_status(transaction)
+        if status == "in progress":
+            return False
+        self._uncertain = None
+        if status == "committed":
+            self._stats.add("commits_confirmed_after_error")
+            self._written(batch)
+            return True
+        if self._unwritten is not None:
+            batch.segments.extend(self._unwritten.segments)
+        self._unwritten = batch
+        return True
 
     def _write_batch(self, batch: Batch) -> None:
         try:
             self._store.write(batch)
         except Exception as error:
             if self._store.is_connection_problem(error):
+                transaction = self._store.last_transaction
+                if transaction is not None:  # it may have committed: find out before a retry
+                    self._uncertain = (transaction, batch)
+                    self._unwritten = None
                 raise
             self._stats.problem("batch_rejected", error)
             self._store.write_one_by_one(batch, self._rejected)

@@ -210,11 +210,6 @@ def test_a_connection_dropped_mid_batch_is_written_again_whole(
     assert_rows(conn, jobs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a batch whose COMMIT succeeded but whose acknowledgement was lost is written again:"
-    " rows inserted already closed are duplicated (writer.py _write retries blindly)",
-)
 def test_a_lost_commit_acknowledgement_does_not_write_rows_twice(
     bridge: BridgeFactory, proxy: FaultProxy, conn: Conn
 ) -> None:

@@ -113,3 +113,20 @@ def test_sweep_settles_a_killed_worker_and_spares_a_live_quiet_one(
         _kill(alive)
         if dead.is_alive():
             _kill(dead)
+
+
+def test_heartbeats_keep_coming_while_other_jobs_keep_the_writer_busy(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing(heartbeat_interval_s=0.1)
+    beats: set[Any] = set()
+    with job_attempt("busy", "long", "t", tracer=tracer), step("RENDER", tracer=tracer):
+        for n in range(100_000):  # a steady stream of short jobs, written batch after batch
+            with job_attempt("busy", f"short-{n}", "t", tracer=tracer), step("S", tracer=tracer):
+                pass
+            if n % 50 == 0:
+                beats.add(_heartbeat(conn, "long"))
+                if len(beats - {None}) >= 3:
+                    break
+    assert len(beats - {None}) >= 3, "the long step's heartbeat stopped advancing"
+    assert processor.force_flush(10_000)

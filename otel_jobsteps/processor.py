@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
-from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 from psycopg.conninfo import conninfo_to_dict
 
@@ -45,7 +45,7 @@ from .recorder import (
     StepStarted,
 )
 from .schema import check_writable_tables, migrate
-from .spans import attribute_dict, plain_attributes, watch_events
+from .spans import LatestProgress, attribute_dict, watch_events
 from .stats import Stats
 from .store import StepStore
 from .telemetry import register_metrics
@@ -247,10 +247,9 @@ class JobStepsProcessor(SpanProcessor):
             )
         )
 
-    def _report_progress(self, step: tuple[Scope, str], event: Event) -> None:
+    def _report_progress(self, step: tuple[Scope, str], latest: LatestProgress) -> None:
         try:
-            attributes = plain_attributes(event.attributes)
-            self._writer.submit_progress(_new(ProgressReported, (*step, attributes)))
+            self._writer.submit_progress(_new(ProgressReported, (*step, latest)))
         except Exception as error:  # noqa: BLE001 - called from span.add_event in the job
             self._stats.problem("internal_error", error)
 

@@ -79,7 +79,7 @@ class StepStarted(NamedTuple):
 class ProgressReported(NamedTuple):
     scope: Scope
     key: str
-    attributes: Mapping[str, Any]
+    latest: Callable[[], Mapping[str, Any]]  # the step's newest progress detail, read when handled
 
 
 class StepEnded(NamedTuple):
@@ -260,7 +260,7 @@ class StepRecorder:
         if state is None or state.open is None or state.open.key != command.key:
             return  # the step was closed already: a late event must not touch any row
         step = state.open
-        attributes = command.attributes
+        attributes = command.latest()
         detail = attributes if type(attributes) is dict else dict(attributes)
         now = self._clock()
         if self._is_current(step.row.segment):

@@ -13,7 +13,7 @@ from typing import Any
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 
-__all__ = ["attribute_dict", "plain_attributes", "watch_events"]
+__all__ = ["LatestProgress", "attribute_dict", "plain_attributes", "watch_events"]
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -31,23 +31,43 @@ def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
     return plain_attributes(getattr(span, "_attributes", None) or span.attributes)
 
 
-class _WatchedEvents(BoundedList):  # type: ignore[type-arg]
-    """The SDK's event list of one span, also reporting each non-exception event added."""
+LatestProgress = Callable[[], Mapping[str, Any]]
 
-    _notify: Callable[[Any, Event], None]
+
+class _WatchedEvents(BoundedList):  # type: ignore[type-arg]
+    """The SDK's event list of one span, reporting progress events as they are added.
+
+    Only the first event since the last read is reported: the reader then takes the latest
+    event from the list itself, so a burst of events costs the job one queued command.
+    """
+
+    _notify: Callable[[Any, LatestProgress], None]
     _tag: Any
+    _armed: bool
 
     def append(self, item: Event) -> None:
         BoundedList.append(self, item)
-        if item.name != "exception":
-            self._notify(self._tag, item)
+        if self._armed and item.name != "exception":
+            self._armed = False
+            self._notify(self._tag, self.take_latest)
+
+    def take_latest(self) -> Mapping[str, Any]:
+        """The latest progress event's attributes; the next event is reported again."""
+        self._armed = True  # before reading: an event added meanwhile is either seen or reported
+        for event in reversed(self._dq):  # type: ignore[attr-defined]
+            if event.name != "exception":
+                return plain_attributes(event.attributes)
+        return _EMPTY
 
 
-def watch_events(span: ReadableSpan, notify: Callable[[Any, Event], None], tag: Any) -> bool:
-    """Call ``notify(tag, event)`` for every event added to ``span`` from now on.
+def watch_events(
+    span: ReadableSpan, notify: Callable[[Any, LatestProgress], None], tag: Any
+) -> bool:
+    """Call ``notify(tag, take_latest)`` when a progress event is added to ``span``.
 
+    ``take_latest()`` returns the newest progress event's attributes and re-arms the report.
     Returns False when the SDK's span looks different. The SDK's own list object stays in
-    place (only its class is swapped): nothing is copied or allocated per span.
+    place (only its class is swapped): nothing is copied.
     """
     events = getattr(span, "_events", None)
     if type(events) is not BoundedList:
@@ -55,4 +75,5 @@ def watch_events(span: ReadableSpan, notify: Callable[[Any, Event], None], tag: 
     events.__class__ = _WatchedEvents
     events._notify = notify  # type: ignore[attr-defined]
     events._tag = tag  # type: ignore[attr-defined]
+    events._armed = True  # type: ignore[attr-defined]
     return True

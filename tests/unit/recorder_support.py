@@ -65,7 +65,7 @@ class Driver:
         self.recorder.handle(StepStarted(self.scope, key, self.next_span, at_ms * MS))
 
     def progress(self, key: str, **detail: Any) -> None:
-        self.recorder.handle(ProgressReported(self.scope, key, detail))
+        self.recorder.handle(ProgressReported(self.scope, key, lambda: detail))
 
     def end(
         self,

@@ -46,7 +46,8 @@ def _commands(script: list[tuple[Any, ...]]) -> list[Any]:
         elif kind == "start":
             commands.append(StepStarted(scope, args[0], 1000 + t, at))
         elif kind == "progress":
-            commands.append(ProgressReported(scope, args[0], {"n": args[1]}))
+            detail = {"n": args[1]}
+            commands.append(ProgressReported(scope, args[0], lambda detail=detail: detail))
         elif kind == "end":
             commands.append(StepEnded(scope, args[0], at, args[1], None, "E" if args[1] else None))
         else:

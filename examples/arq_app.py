@@ -47,28 +47,24 @@ class WorkerSettings:
 instrument(WorkerSettings, domain="render")  # the one line
 
 
+async def send() -> None:
+    dsn = os.environ["OTEL_JOBSTEPS_DSN"]
+    migrate(dsn)  # idempotent; job_detail needs the tables
+    job_id = f"thumb-{uuid.uuid4().hex[:8]}"
+    async with await create_pool(REDIS) as pool:
+        await pool.enqueue_job("thumbnail", "cat.png", _job_id=job_id)
+    for _ in range(60):  # until attempt 2, the retry, has its final row
+        if (detail := job_detail(dsn, "render", job_id, 2)) and detail.log:
+            print(job_id, *[(a.attempt, a.status, a.reason) for a in detail.attempts])
+            return
+        await asyncio.sleep(0.5)
+
+
 def work() -> None:
     provider = TracerProvider()
     provider.add_span_processor(JobStepsProcessor(auto_migrate=True))
     trace.set_tracer_provider(provider)
     run_worker(WorkerSettings)  # type: ignore[arg-type]
-
-
-async def send() -> None:
-    migrate(os.environ["OTEL_JOBSTEPS_DSN"])  # idempotent; job_detail needs the tables
-    job_id = f"thumb-{uuid.uuid4().hex[:8]}"
-    pool = await create_pool(REDIS)
-    await pool.enqueue_job("thumbnail", "cat.png", _job_id=job_id)
-    await pool.aclose()
-    print("enqueued", job_id)
-    for _ in range(60):
-        detail = job_detail(os.environ["OTEL_JOBSTEPS_DSN"], "render", job_id)
-        if detail is not None and detail.log is not None and detail.current_attempt == 2:
-            for attempt in detail.attempts:
-                print(f"attempt {attempt.attempt}: {attempt.status} {attempt.reason or ''}")
-            print("events:", [(e.attempt, e.type) for e in detail.events])
-            return
-        await asyncio.sleep(0.5)
 
 
 if __name__ == "__main__":

@@ -45,15 +45,12 @@ def thumbnail(self: Task, image: str) -> str:
 
 
 if __name__ == "__main__":
-    migrate(os.environ["OTEL_JOBSTEPS_DSN"])  # idempotent; job_detail needs the tables
+    dsn = os.environ["OTEL_JOBSTEPS_DSN"]
+    migrate(dsn)  # idempotent; job_detail needs the tables
     job_id = f"thumb-{uuid.uuid4().hex[:8]}"
     thumbnail.apply_async(("cat.png",), task_id=job_id)
-    print("sent", job_id)
-    for _ in range(60):
-        detail = job_detail(os.environ["OTEL_JOBSTEPS_DSN"], "render", job_id)
-        if detail is not None and detail.log is not None and detail.current_attempt == 2:
-            for attempt in detail.attempts:
-                print(f"attempt {attempt.attempt}: {attempt.status} {attempt.reason or ''}")
-            print("events:", [(e.attempt, e.type) for e in detail.events])
+    for _ in range(60):  # until attempt 2, the retry, has its final row
+        if (detail := job_detail(dsn, "render", job_id, 2)) and detail.log:
+            print(job_id, *[(a.attempt, a.status, a.reason) for a in detail.attempts])
             break
         time.sleep(0.5)

@@ -7,17 +7,19 @@ time, each in a savepoint, so one bad row never takes the good rows around it do
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .batch import Batch, CloseForeign, EventRow, Segment
+from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress, Segment
 from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
 from .errors import ConfigurationError, DatabaseUnavailableError
 from .sql import load_queries
@@ -78,10 +80,30 @@ def qualified_queries(schema: str) -> dict[str, sql.Composed]:
     return {name: sql.SQL(text).format(**tables) for name, text in load_queries().items()}
 
 
-def _array_params(ops: Sequence[Any], max_detail_bytes: int) -> dict[str, list[Any]]:
-    names = [f.name for f in fields(ops[0]) if f.name not in _SKIPPED_FIELDS]
-    params: dict[str, list[Any]] = {}
-    for name in names:
+_FIELD_NAMES = {
+    kind: tuple(f.name for f in fields(kind) if f.name not in _SKIPPED_FIELDS)
+    for kind in (Abandon, CloseForeign, CloseStep, Progress, EventRow, JobLogRow)
+}
+
+
+def _row_getter(names: tuple[str, ...]) -> tuple[attrgetter[Any], attrgetter[Any]]:
+    """Getters for the fields before and after ``detail``, in field order."""
+    at = names.index("detail")
+    return attrgetter(*names[:at]), attrgetter(*names[at + 1 :])
+
+
+_ROW_GETTERS = {kind: _row_getter(_FIELD_NAMES[kind]) for kind in (EventRow, JobLogRow)}
+
+
+def _params(ops: Sequence[Any], max_detail_bytes: int) -> dict[str, Any]:
+    """Statement parameters: new rows as one JSON array of arrays, updates as column arrays."""
+    kind = type(ops[0])
+    if kind in _ROW_GETTERS:
+        before, after = _ROW_GETTERS[kind]
+        rows = [(*before(op), encode_detail(op.detail, max_detail_bytes), *after(op)) for op in ops]
+        return {"rows": json.dumps(rows)}
+    params: dict[str, Any] = {}
+    for name in _FIELD_NAMES[kind]:
         values = [getattr(op, name) for op in ops]
         if name in _DETAIL_FIELDS:
             values = [encode_detail(v, max_detail_bytes) for v in values]
@@ -182,7 +204,7 @@ class StepStore:
             self._note_transaction(cur)
             for segment in batch.segments:
                 for name, ops in self._statements(segment):
-                    cur.execute(self._queries[name], _array_params(ops, self._max_detail_bytes))
+                    cur.execute(self._queries[name], _params(ops, self._max_detail_bytes))
                     if name == "insert_events" and cur.rowcount < len(ops):
                         self._take_over_open_steps(cur, ops)
 
@@ -199,8 +221,8 @@ class StepStore:
             CloseForeign(r.domain, r.job_id, r.attempt, r.execution_id or "", r.created_us)
             for r in running
         ]
-        cur.execute(self._queries["close_foreign_steps"], _array_params(takeovers, 0))
-        cur.execute(self._queries["insert_events"], _array_params(running, self._max_detail_bytes))
+        cur.execute(self._queries["close_foreign_steps"], _params(takeovers, 0))
+        cur.execute(self._queries["insert_events"], _params(running, self._max_detail_bytes))
 
     def write_one_by_one(
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
@@ -217,7 +239,7 @@ class StepStore:
                             with conn.transaction():
                                 cur.execute(
                                     self._queries[name],
-                                    _array_params([op], self._max_detail_bytes),
+                                    _params([op], self._max_detail_bytes),
                                 )
                         except psycopg.DatabaseError as error:
                             if self.is_connection_problem(error):

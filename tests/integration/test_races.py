@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.batch import Batch
 from otel_jobsteps.recorder import JobStarted, Scope, StepRecorder, StepStarted
-from otel_jobsteps.store import StepStore, _array_params
+from otel_jobsteps.store import StepStore, _params
 from tests.conftest import TracingFactory, rows
 
 WORKERS = 4
@@ -111,7 +111,7 @@ def test_a_step_opened_concurrently_by_another_execution_is_taken_over(
     with holder.cursor() as cur:  # their open step, not yet committed
         for segment in _open_step_batch("theirs", 1_000).segments:
             for name, ops in StepStore._statements(segment):
-                cur.execute(theirs._queries[name], _array_params(ops, 1024))
+                cur.execute(theirs._queries[name], _params(ops, 1024))
     writer = threading.Thread(target=ours.write, args=(_open_step_batch("ours", 2_000),))
     writer.start()
     for _ in range(500):  # until our insert waits on their uncommitted row

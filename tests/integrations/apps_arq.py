@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from typing import Any, ClassVar
 
 from arq.connections import RedisSettings
@@ -12,7 +11,7 @@ from arq.worker import Retry, func
 
 from otel_jobsteps import progress, step
 from otel_jobsteps.integrations.arq import instrument
-from tests.integrations.apps_tracing import DOMAIN, QUEUE, setup_tracing
+from tests.integrations.apps_common import DOMAIN, QUEUE, die_now, setup_tracing
 
 
 async def flaky(ctx: dict[str, Any]) -> str:
@@ -40,10 +39,7 @@ async def killed(ctx: dict[str, Any]) -> str:
     """The worker process dies (SIGKILL) in RENDER on try 1."""
     async with step("RENDER"):
         if ctx["job_try"] == 1:
-            from opentelemetry import trace
-
-            trace.get_tracer_provider().force_flush(10_000)  # type: ignore[attr-defined]
-            os.kill(os.getpid(), signal.SIGKILL)
+            die_now()
     async with step("SAVE"):
         pass
     return "saved"

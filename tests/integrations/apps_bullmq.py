@@ -14,7 +14,7 @@ from bullmq import Job, Worker
 
 from otel_jobsteps import progress, step
 from otel_jobsteps.integrations.bullmq import instrument
-from tests.integrations.apps_tracing import DOMAIN, QUEUE, setup_tracing
+from tests.integrations.apps_common import DOMAIN, QUEUE, die_now, setup_tracing
 
 
 async def flaky(job: Job) -> str:
@@ -38,10 +38,7 @@ async def killed(job: Job) -> str:
     """The worker process dies (SIGKILL) in RENDER on the job's first run."""
     async with step("RENDER"):
         if job.attemptsStarted == 1:
-            from opentelemetry import trace
-
-            trace.get_tracer_provider().force_flush(10_000)  # type: ignore[attr-defined]
-            os.kill(os.getpid(), signal.SIGKILL)
+            die_now()
     async with step("SAVE"):
         pass
     return "saved"

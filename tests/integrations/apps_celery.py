@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import time
 from typing import Any
 
@@ -14,7 +13,7 @@ from kombu import Exchange, Queue
 
 from otel_jobsteps import progress, step
 from otel_jobsteps.integrations.celery import instrument
-from tests.integrations.apps_tracing import DOMAIN, QUEUE, setup_tracing
+from tests.integrations.apps_common import DOMAIN, QUEUE, die_now, setup_tracing, sleep_past_limit
 
 app = Celery("jobsteps_test", broker=os.environ.get("JOBSTEPS_TEST_BROKER", "amqp://"))
 app.conf.update(
@@ -39,12 +38,6 @@ def _tracing(**_: Any) -> None:
         CeleryInstrumentor().instrument()
 
 
-def _flush() -> None:
-    from opentelemetry import trace
-
-    trace.get_tracer_provider().force_flush(10_000)  # type: ignore[attr-defined]
-
-
 @app.task(bind=True, name="jobsteps.flaky")
 def flaky(self: Task) -> str:
     """RENDER then SAVE; SAVE fails on attempt 1 and the task retries at once."""
@@ -59,12 +52,7 @@ def flaky(self: Task) -> str:
 @app.task(bind=True, name="jobsteps.slow_soft", soft_time_limit=1)
 def slow_soft(self: Task, swallow: bool) -> str:
     with step("RENDER"):
-        try:
-            time.sleep(5)
-        except SoftTimeLimitExceeded:
-            if not swallow:
-                raise
-            time.sleep(0.3)  # cleanup that outlives the limit, then a "successful" return
+        sleep_past_limit(SoftTimeLimitExceeded, swallow)
     return "late"
 
 
@@ -85,8 +73,7 @@ def killed(self: Task) -> str:
     """The pool process dies (SIGKILL, like the OOM killer) in RENDER on the first delivery."""
     with step("RENDER"):
         if not self.request.delivery_info.get("redelivered"):
-            _flush()
-            os.kill(os.getpid(), signal.SIGKILL)
+            die_now()
     with step("SAVE"):
         pass
     return "saved"

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
 from otel_jobsteps import progress, step
-from tests.integrations.apps_tracing import DOMAIN, QUEUE, setup_tracing
+from tests.integrations.apps_common import DOMAIN, QUEUE, die_now, setup_tracing, sleep_past_limit
 
 
 def _first_run() -> bool:
@@ -31,12 +30,7 @@ def flaky() -> str:
 
 def slow(swallow: bool) -> str:
     with step("RENDER"):
-        try:
-            time.sleep(5)
-        except JobTimeoutException:
-            if not swallow:
-                raise
-            time.sleep(0.3)  # cleanup that outlives the timeout, then a "successful" return
+        sleep_past_limit(JobTimeoutException, swallow)
     return "late"
 
 
@@ -44,10 +38,7 @@ def killed() -> str:
     """The work horse dies (SIGKILL, like the OOM killer) in RENDER on attempt 1."""
     with step("RENDER"):
         if _first_run():
-            from opentelemetry import trace
-
-            trace.get_tracer_provider().force_flush(10_000)  # type: ignore[attr-defined]
-            os.kill(os.getpid(), signal.SIGKILL)
+            die_now()
     with step("SAVE"):
         pass
     return "saved"

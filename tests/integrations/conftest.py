@@ -14,75 +14,61 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
-from otel_jobsteps.query import JobDetail, job_detail
+from tests.conftest import _create_database, _database_dsn, _drop_database
+
+pytest.register_assert_rewrite("tests.integrations.support")
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("OTEL_JOBSTEPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP_URL = os.environ.get("OTEL_JOBSTEPS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 WORKER_WATCHDOG_S = 120.0
 
-T = TypeVar("T")
 
-
-def _answers(url: str, default_port: int, hello: bytes, expect: bytes) -> str | None:
-    """None when the server at ``url`` answers ``hello`` with ``expect``, else the reason."""
+def _broker(url: str, needs: str, *, default_port: int, hello: bytes, expect: bytes) -> str:
+    """``url`` when its server answers ``hello`` with ``expect``; else skip, saying why."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or default_port
     try:
         with socket.create_connection((host, port), timeout=1.0) as sock:
             sock.settimeout(1.0)
             sock.sendall(hello)
-            if not sock.recv(16).startswith(expect):
-                return f"{host}:{port} answered, but not as expected"
+            answered = sock.recv(16).startswith(expect)
     except OSError as error:
-        return f"nothing answers on {host}:{port} ({error})"
-    return None
+        pytest.skip(f"needs {needs}: nothing answers on {host}:{port} ({error})")
+    if not answered:
+        pytest.skip(f"needs {needs}: {host}:{port} answered, but not as expected")
+    return url
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    reason = _answers(REDIS_URL, 6379, b"PING\r\n", b"+PONG")
-    if reason:
-        pytest.skip(f"needs Redis (OTEL_JOBSTEPS_TEST_REDIS_URL): {reason}")
-    return REDIS_URL
+    needs = "Redis (OTEL_JOBSTEPS_TEST_REDIS_URL)"
+    return _broker(REDIS_URL, needs, default_port=6379, hello=b"PING\r\n", expect=b"+PONG")
 
 
 @pytest.fixture(scope="session")
 def amqp_url() -> str:
     # The AMQP 0-9-1 protocol header; a broker replies with a Connection.Start method frame.
-    reason = _answers(AMQP_URL, 5672, b"AMQP\x00\x00\x09\x01", b"\x01")
-    if reason:
-        pytest.skip(f"needs RabbitMQ (OTEL_JOBSTEPS_TEST_AMQP_URL): {reason}")
-    return AMQP_URL
+    needs = "RabbitMQ (OTEL_JOBSTEPS_TEST_AMQP_URL)"
+    return _broker(
+        AMQP_URL, needs, default_port=5672, hello=b"AMQP\x00\x00\x09\x01", expect=b"\x01"
+    )
 
 
 @pytest.fixture(scope="module")
 def module_dsn(server_dsn: str, template_database: str) -> Iterator[str]:
     """A migrated database shared by one module's workers (one worker start per module)."""
     name = f"otel_jobsteps_queue_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_database)
-            )
-        )
-    yield make_conninfo(server_dsn, dbname=name)
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    _create_database(server_dsn, name, template=template_database)
+    yield _database_dsn(server_dsn, name)
+    _drop_database(server_dsn, name)
 
 
 @pytest.fixture(scope="module")
@@ -203,75 +189,3 @@ def start_worker(
     yield start
     for worker in workers:
         worker.stop()
-
-
-def wait_until(
-    probe: Callable[[], T | None], *, timeout_s: float = 30.0, what: str = "condition"
-) -> T:
-    """Poll ``probe`` until it returns a truthy value; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.05
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
-
-
-def wait_for_log(
-    dsn: str, domain: str, job_id: str, attempt: int, *, timeout_s: float = 30.0
-) -> JobDetail:
-    """The job's detail once ``attempt`` has its job_log row."""
-
-    def probe() -> JobDetail | None:
-        detail = job_detail(dsn, domain, job_id, attempt)
-        return detail if detail is not None and detail.log is not None else None
-
-    return wait_until(probe, timeout_s=timeout_s, what=f"job_log of {job_id} attempt {attempt}")
-
-
-def wait_for_step(
-    dsn: str,
-    domain: str,
-    job_id: str,
-    key: str,
-    *,
-    status: str = "RUNNING",
-    timeout_s: float = 30.0,
-) -> JobDetail:
-    """The job's detail once its latest attempt has step ``key`` in ``status``."""
-
-    def probe() -> JobDetail | None:
-        detail = job_detail(dsn, domain, job_id)
-        if detail is None:
-            return None
-        return detail if any(s.key == key and s.status == status for s in detail.steps) else None
-
-    return wait_until(probe, timeout_s=timeout_s, what=f"step {key} {status} of {job_id}")
-
-
-def step_rows(dsn: str, domain: str, job_id: str) -> list[tuple[Any, ...]]:
-    """(attempt, step_key, step_status, message) of every STEP row, in insert order."""
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT attempt, step_key, step_status, message FROM job_event"
-            " WHERE domain = %s AND job_id = %s AND type = 'STEP' ORDER BY id",
-            (domain, job_id),
-        ).fetchall()
-
-
-def log_rows(dsn: str, domain: str, job_id: str) -> list[tuple[Any, ...]]:
-    """(attempt, status, reason) of every job_log row of the job."""
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT attempt, status, reason FROM job_log"
-            " WHERE domain = %s AND job_id = %s ORDER BY attempt",
-            (domain, job_id),
-        ).fetchall()
-
-
-def event_types(detail: JobDetail) -> list[tuple[int, str]]:
-    return [(event.attempt, event.type) for event in detail.events]

@@ -13,12 +13,12 @@ pytest.importorskip("arq", reason="needs the arq extra")
 from arq.connections import RedisSettings, create_pool
 
 from otel_jobsteps.query import job_detail
-from tests.integrations.conftest import (
-    WorkerFactory,
-    WorkerProcess,
-    event_types,
+from tests.integrations.conftest import WorkerFactory, WorkerProcess
+from tests.integrations.support import (
+    assert_killed_run_recovered,
+    assert_retried_then_completed,
+    assert_time_limited,
     log_rows,
-    step_rows,
     wait_for_log,
     wait_until,
 )
@@ -71,17 +71,13 @@ def test_retry_on_try_1_then_success_on_try_2(
 ) -> None:
     job_id = enqueue(redis_url, f"jobsteps-{run_id}", "flaky")
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 2)
-
-    assert step_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "RENDER", "COMPLETED", None),
-        (1, "SAVE", "FAILED", "arq.worker.Retry: <Retry defer 0.00s>"),
-        (2, "RENDER", "COMPLETED", None),
-        (2, "SAVE", "COMPLETED", None),
-    ]
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "retry"), (2, "COMPLETED", None)]
-    assert detail.job_type == "flaky"
-    assert event_types(detail) == [(1, "RETRY_SCHEDULED")]
+    detail = assert_retried_then_completed(
+        module_dsn,
+        DOMAIN,
+        job_id,
+        save_error="arq.worker.Retry: <Retry defer 0.00s>",
+        job_type="flaky",
+    )
     assert detail.events[0].detail == {"next_attempt": 2, "defer_s": 0}
 
 
@@ -103,10 +99,7 @@ def test_timeout_fails_the_attempt_with_time_limit(
 ) -> None:
     job_id = enqueue(redis_url, f"jobsteps-{run_id}", "slow")
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
-
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "time_limit")]
-    assert [(s.key, s.status) for s in detail.steps] == [("RENDER", "FAILED")]
+    assert_time_limited(module_dsn, DOMAIN, job_id)
 
 
 def test_killed_worker_is_stalled_and_the_next_try_abandons_it(
@@ -119,17 +112,5 @@ def test_killed_worker_is_stalled_and_the_next_try_abandons_it(
 
     # Another worker takes the job once the dead one's in-progress key expires (2 + 10 s).
     start_arq_worker(start_worker, redis_url, queue)
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 2, timeout_s=40)
-
-    assert step_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "RENDER", "FAILED", "abandoned"),
-        (2, "RENDER", "COMPLETED", None),
-        (2, "SAVE", "COMPLETED", None),
-    ]
-    assert log_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "FAILED", "abandoned"),
-        (2, "COMPLETED", None),
-    ]
-    assert event_types(detail) == [(1, "STALLED")]
-    assert detail.stalled_count == 1
+    assert_killed_run_recovered(module_dsn, DOMAIN, job_id, rerun_attempt=2, timeout_s=40)
     assert job_detail(module_dsn, DOMAIN, job_id, 1) is not None

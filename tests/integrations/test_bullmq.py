@@ -13,12 +13,12 @@ pytest.importorskip("bullmq", reason="needs the bullmq extra")
 
 from bullmq import Job, Queue
 
-from tests.integrations.conftest import (
-    WorkerFactory,
-    WorkerProcess,
+from tests.integrations.conftest import WorkerFactory, WorkerProcess
+from tests.integrations.support import (
+    assert_killed_run_recovered,
+    assert_retried_then_completed,
     event_types,
     log_rows,
-    step_rows,
     wait_for_log,
     wait_until,
 )
@@ -90,17 +90,9 @@ def test_fails_on_attempt_1_retries_and_succeeds_on_attempt_2(
     worker = start_bullmq_worker(start_worker, redis_url, queue_name)
     job_id = run(_add(redis_url, queue_name, "flaky", {"attempts": 2}))
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 2)
-
-    assert step_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "RENDER", "COMPLETED", None),
-        (1, "SAVE", "FAILED", "OSError: disk full"),
-        (2, "RENDER", "COMPLETED", None),
-        (2, "SAVE", "COMPLETED", None),
-    ]
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "retry"), (2, "COMPLETED", None)]
-    assert detail.job_type == "flaky"
-    assert event_types(detail) == [(1, "RETRY_SCHEDULED")]
+    detail = assert_retried_then_completed(
+        module_dsn, DOMAIN, job_id, save_error="OSError: disk full", job_type="flaky"
+    )
     assert detail.events[0].detail == {"next_attempt": 2, "attempts": 2}
     assert run(_state(redis_url, queue_name, job_id))[0] == "completed"
     worker.stop()
@@ -141,15 +133,6 @@ def test_killed_worker_is_stalled_and_rerun_as_the_same_attempt(
 
     # Another worker's stalled-job check finds the lock expired and moves the job back to wait.
     rescuer = start_bullmq_worker(start_worker, redis_url, queue_name, **FAST_LOCKS)
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
-
-    assert step_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "RENDER", "FAILED", "abandoned"),
-        (1, "RENDER", "COMPLETED", None),
-        (1, "SAVE", "COMPLETED", None),
-    ]
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "COMPLETED", None)]
-    assert event_types(detail) == [(1, "STALLED")]
-    assert detail.stalled_count == 1
+    assert_killed_run_recovered(module_dsn, DOMAIN, job_id, rerun_attempt=1)
     assert run(_state(redis_url, queue_name, job_id))[0] == "completed"
     rescuer.stop()

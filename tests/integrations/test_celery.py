@@ -19,10 +19,11 @@ from kombu import Exchange, Queue
 
 from otel_jobsteps.maintenance import sweep
 from otel_jobsteps.query import job_detail
-from tests.integrations.conftest import (
-    WorkerFactory,
-    WorkerProcess,
-    event_types,
+from tests.integrations.conftest import WorkerFactory, WorkerProcess
+from tests.integrations.support import (
+    assert_killed_run_recovered,
+    assert_retried_then_completed,
+    assert_time_limited,
     log_rows,
     step_rows,
     wait_for_log,
@@ -87,22 +88,17 @@ def test_fails_on_attempt_1_retries_and_succeeds_on_attempt_2(
 ) -> None:
     job_id = send(client, "jobsteps.flaky")
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 2)
-
-    assert step_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "RENDER", "COMPLETED", None),
-        (1, "SAVE", "FAILED", "celery.exceptions.Retry: Retry in 0s: OSError('disk full')"),
-        (2, "RENDER", "COMPLETED", None),
-        (2, "SAVE", "COMPLETED", None),
-    ]
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "retry"), (2, "COMPLETED", None)]
-    assert detail.job_type == "jobsteps.flaky"
+    detail = assert_retried_then_completed(
+        module_dsn,
+        DOMAIN,
+        job_id,
+        save_error="celery.exceptions.Retry: Retry in 0s: OSError('disk full')",
+        job_type="jobsteps.flaky",
+    )
     assert [(a.attempt, a.status, a.reason) for a in detail.attempts] == [
         (1, "FAILED", "retry"),
         (2, "COMPLETED", None),
     ]
-    assert [s.key for s in detail.steps] == ["RENDER", "SAVE"]
-    assert event_types(detail) == [(1, "RETRY_SCHEDULED")]
     assert detail.events[0].message == "OSError: disk full"
     assert detail.stalled_count == 0
 
@@ -133,10 +129,7 @@ def test_soft_time_limit_fails_the_attempt_with_time_limit(
 ) -> None:
     job_id = send(client, "jobsteps.slow_soft", swallow)
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
-
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "time_limit")]
-    assert [(s.key, s.status) for s in detail.steps] == [("RENDER", "FAILED")]
+    assert_time_limited(module_dsn, DOMAIN, job_id)
 
 
 def test_hard_time_limit_terms_the_process_which_records_time_limit_before_dying(
@@ -144,10 +137,7 @@ def test_hard_time_limit_terms_the_process_which_records_time_limit_before_dying
 ) -> None:
     job_id = send(client, "jobsteps.slow_hard", False)
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
-
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "time_limit")]
-    assert [(s.key, s.status) for s in detail.steps] == [("RENDER", "FAILED")]
+    assert_time_limited(module_dsn, DOMAIN, job_id)
     assert "Hard time limit (1s) exceeded" in worker.log()
 
 
@@ -175,17 +165,8 @@ def test_killed_pool_process_is_redelivered_as_a_stalled_rerun_of_the_same_attem
 ) -> None:
     job_id = send(client, "jobsteps.killed")
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
-
     # One attempt, two executions: the re-run's first step closed the dead one's step.
-    assert step_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "RENDER", "FAILED", "abandoned"),
-        (1, "RENDER", "COMPLETED", None),
-        (1, "SAVE", "COMPLETED", None),
-    ]
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "COMPLETED", None)]
-    assert event_types(detail) == [(1, "STALLED")]
-    assert detail.stalled_count == 1
+    assert_killed_run_recovered(module_dsn, DOMAIN, job_id, rerun_attempt=1)
     # Fork safety: every row above came from pool processes forked from a main process whose
     # writer thread was already running (the BOOT row).
     assert job_detail(module_dsn, DOMAIN, f"boot-{worker.pid}") is not None

@@ -20,12 +20,13 @@ from rq.registry import StartedJobRegistry
 from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps.integrations.rq import abandoned_job_handler
 from otel_jobsteps.query import job_detail
-from tests.integrations.conftest import (
-    WorkerFactory,
-    WorkerProcess,
+from tests.integrations.conftest import WorkerFactory, WorkerProcess
+from tests.integrations.support import (
+    assert_killed_run_recovered,
+    assert_retried_then_completed,
+    assert_time_limited,
     event_types,
     log_rows,
-    step_rows,
     wait_for_log,
     wait_for_step,
     wait_until,
@@ -77,18 +78,9 @@ def test_fails_on_attempt_1_retries_and_succeeds_on_attempt_2(
 ) -> None:
     job_id = enqueue(queue, "flaky", retry=Retry(max=1))
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 2)
-
-    assert step_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "RENDER", "COMPLETED", None),
-        (1, "SAVE", "FAILED", "OSError: disk full"),
-        (2, "RENDER", "COMPLETED", None),
-        (2, "SAVE", "COMPLETED", None),
-    ]
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "retry"), (2, "COMPLETED", None)]
-    assert detail.job_type == f"{JOBS}.flaky"
-    assert [s.key for s in detail.steps] == ["RENDER", "SAVE"]
-    assert event_types(detail) == [(1, "RETRY_SCHEDULED")]
+    detail = assert_retried_then_completed(
+        module_dsn, DOMAIN, job_id, save_error="OSError: disk full", job_type=f"{JOBS}.flaky"
+    )
     assert detail.events[0].detail == {"next_attempt": 2, "retries_left": 1, "interval_s": 0}
     assert queue.fetch_job(job_id).get_status() == JobStatus.FINISHED  # type: ignore[union-attr]
     # Fork safety: work horses forked from a worker whose writer was already live (BOOT row).
@@ -117,10 +109,7 @@ def test_job_timeout_fails_the_attempt_with_time_limit(
 ) -> None:
     job_id = enqueue(queue, "slow", swallow, job_timeout=1)
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 1)
-
-    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "time_limit")]
-    assert [(s.key, s.status) for s in detail.steps] == [("RENDER", "FAILED")]
+    assert_time_limited(module_dsn, DOMAIN, job_id)
 
 
 def test_killed_work_horse_is_stalled_and_the_next_attempt_abandons_it(
@@ -128,19 +117,7 @@ def test_killed_work_horse_is_stalled_and_the_next_attempt_abandons_it(
 ) -> None:
     job_id = enqueue(queue, "killed", retry=Retry(max=1))
 
-    detail = wait_for_log(module_dsn, DOMAIN, job_id, 2)
-
-    assert step_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "RENDER", "FAILED", "abandoned"),
-        (2, "RENDER", "COMPLETED", None),
-        (2, "SAVE", "COMPLETED", None),
-    ]
-    assert log_rows(module_dsn, DOMAIN, job_id) == [
-        (1, "FAILED", "abandoned"),
-        (2, "COMPLETED", None),
-    ]
-    assert event_types(detail) == [(1, "STALLED")]
-    assert detail.stalled_count == 1
+    assert_killed_run_recovered(module_dsn, DOMAIN, job_id, rerun_attempt=2)
 
 
 def test_abandoned_job_cleanup_records_stalled(

@@ -1,13 +1,16 @@
-"""Tracing for the worker processes the integration tests start (never imported by pytest).
+"""What the worker processes the integration tests start share (never imported by pytest).
 
-The DSN comes from OTEL_JOBSTEPS_DSN; JOBSTEPS_TEST_SPANS names a file that receives one JSON
-line per ended span (name, ids, parent), so a test can check the span layout.
+Tracing: the DSN comes from OTEL_JOBSTEPS_DSN; JOBSTEPS_TEST_SPANS names a file that receives
+one JSON line per ended span (name, ids, parent), so a test can check the span layout. And the
+two ways a job body misbehaves: dying mid-step, and overrunning the queue's time limit.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from collections.abc import Sequence
 
 from opentelemetry import trace
@@ -62,3 +65,23 @@ def setup_tracing() -> TracerProvider:
     if not provider.force_flush(10_000):
         raise RuntimeError("the boot row did not reach the database")
     return provider
+
+
+def die_now() -> None:
+    """Write the rows so far, then die by SIGKILL (like the OOM killer): no cleanup runs."""
+    trace.get_tracer_provider().force_flush(10_000)  # type: ignore[attr-defined]
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sleep_past_limit(limit_error: type[BaseException], swallow: bool) -> None:
+    """Sleep 5 s, which the queue's time limit interrupts with ``limit_error``.
+
+    The error propagates, or, with ``swallow``, a cleanup outlives the limit and the body
+    returns as if successful.
+    """
+    try:
+        time.sleep(5)
+    except limit_error:
+        if not swallow:
+            raise
+        time.sleep(0.3)

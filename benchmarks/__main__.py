@@ -116,6 +116,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--dsn", help="loopback server DSN (default: embedded PostgreSQL)")
     parser.add_argument("--quick", action="store_true", help="smaller smoke run (< 1 minute)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="exit 0 when targets are missed (CI: checks the suite runs; verdicts are for people)",
+    )
     parser.add_argument("--only", help=f"comma-separated sections of {','.join(SECTIONS)}")
     parser.add_argument("--big-rows", type=int, help="job_event rows for the scale test")
     parser.add_argument("--markdown", type=Path, help="write this run's section to a page")
@@ -174,7 +179,7 @@ def main() -> int:
             write_markdown(args.markdown, key, machine, rows, notes, command)
     failed = [row for row in rows if row.verdict == "FAIL"]
     print(f"{len(failed)} FAIL, {sum(r.verdict == 'PASS' for r in rows)} PASS")
-    return 1 if failed else 0
+    return 1 if failed and not args.smoke else 0
 
 
 if __name__ == "__main__":

@@ -31,19 +31,24 @@ AMQP_URL = os.environ.get("OTEL_JOBSTEPS_TEST_AMQP_URL", "amqp://guest:guest@127
 WORKER_WATCHDOG_S = 120.0
 
 
+# CI sets this: there a missing broker is a failure, not a reason to skip.
+REQUIRE_BROKERS = os.environ.get("OTEL_JOBSTEPS_REQUIRE_BROKERS") == "1"
+
+
 def _broker(url: str, needs: str, *, default_port: int, hello: bytes, expect: bytes) -> str:
     """``url`` when its server answers ``hello`` with ``expect``; else skip, saying why."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or default_port
+    missing = pytest.fail if REQUIRE_BROKERS else pytest.skip
     try:
         with socket.create_connection((host, port), timeout=1.0) as sock:
             sock.settimeout(1.0)
             sock.sendall(hello)
             answered = sock.recv(16).startswith(expect)
     except OSError as error:
-        pytest.skip(f"needs {needs}: nothing answers on {host}:{port} ({error})")
+        missing(f"needs {needs}: nothing answers on {host}:{port} ({error})")
     if not answered:
-        pytest.skip(f"needs {needs}: {host}:{port} answered, but not as expected")
+        missing(f"needs {needs}: {host}:{port} answered, but not as expected")
     return url
 
 

@@ -155,6 +155,8 @@ class JobStepsProcessor(SpanProcessor):
             self._store,
             self._stats,
             max_queue_size=queue_size,
+            # Unwritten row operations held while the database is away: same order of memory.
+            max_pending_operations=2 * queue_size,
             heartbeat_interval_s=heartbeat_interval_s,
             clock=clock,
         )

@@ -26,6 +26,7 @@ from .attributes import (
     JOB_EVENT_TYPE,
     JOB_EXECUTION,
     JOB_ID,
+    JOB_STEP_DETAIL,
     JOB_STEP_KEY,
     JOB_TIME_LIMIT,
     JOB_TYPE,
@@ -128,27 +129,29 @@ def step(key: str, *, name: str | None = None, tracer: trace.Tracer | None = Non
     return _SpanScope(name or key.lower(), {JOB_STEP_KEY: key}, tracer, marks_step=True)
 
 
-def _attribute_value(value: Any) -> AttributeValue:
+def _is_attribute_value(value: Any) -> bool:
     if isinstance(value, _PRIMITIVES):
-        return value
+        return True
     kinds = {type(v) for v in value} if isinstance(value, (list, tuple)) else set()
-    if len(kinds) == 1 and issubclass(kinds.pop(), _PRIMITIVES):
-        return list(value)
-    return json.dumps(value, default=str)
+    return len(kinds) == 1 and issubclass(kinds.pop(), _PRIMITIVES)
 
 
 def progress(detail: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
     """Report the current step's progress: the detail replaces the previous one (debounced).
 
-    Values that are not span attribute types (nested objects, None) are stored as JSON text.
-    Outside a step this does nothing.
+    Flat values become the progress event's attributes. A detail with nested objects or None
+    travels whole as JSON in the event's ``job.step.detail`` attribute and is stored as the same
+    object. Outside a step this does nothing.
     """
     values = {**(detail or {}), **fields}
     span = trace.get_current_span()
     attributes = getattr(span, "attributes", None)
     if not attributes or JOB_STEP_KEY not in attributes:
         span = otel_context.get_value(_STEP_SPAN) or span  # type: ignore[assignment]
-    span.add_event("progress", {k: _attribute_value(v) for k, v in values.items()})
+    if all(_is_attribute_value(v) for v in values.values()):
+        span.add_event("progress", values)
+    else:
+        span.add_event("progress", {JOB_STEP_DETAIL: json.dumps(values, default=str)})
 
 
 def _event_attributes(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .attributes import JOB_STEP_DETAIL
 from .batch import (
     Abandon,
     Batch,
@@ -261,7 +262,10 @@ class StepRecorder:
             return  # the step was closed already: a late event must not touch any row
         step = state.open
         attributes = command.latest()
-        detail = attributes if type(attributes) is dict else dict(attributes)
+        if len(attributes) == 1 and JOB_STEP_DETAIL in attributes:  # a whole JSON object
+            detail = parse_detail(attributes[JOB_STEP_DETAIL]) or {}
+        else:
+            detail = attributes if type(attributes) is dict else dict(attributes)
         now = self._clock()
         if self._is_current(step.row.segment):
             # The row itself is not written yet: it carries the latest detail, no timer needed.

@@ -304,3 +304,13 @@ class _no_raise:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def test_progress_with_nested_values_keeps_them_as_json_objects(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        progress(frame={"done": 10, "of": 300}, eta=None, pct=3)
+    assert processor.force_flush(5000)
+    assert recording.rows()[0].detail == {"frame": {"done": 10, "of": 300}, "eta": None, "pct": 3}

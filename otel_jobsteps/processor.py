@@ -124,8 +124,16 @@ class JobStepsProcessor(SpanProcessor):
         self._debounce_ms = (
             debounce_ms if debounce_ms is not None else _env_int("OTEL_JOBSTEPS_DEBOUNCE_MS", 1000)
         )
-        queue_size = max_queue_size or _env_int("OTEL_JOBSTEPS_MAX_QUEUE_SIZE", 100_000)
-        shutdown_ms = shutdown_timeout_ms or _env_int("OTEL_JOBSTEPS_SHUTDOWN_TIMEOUT_MS", 5000)
+        queue_size = (
+            max_queue_size
+            if max_queue_size is not None
+            else _env_int("OTEL_JOBSTEPS_MAX_QUEUE_SIZE", 100_000)
+        )
+        shutdown_ms = (
+            shutdown_timeout_ms
+            if shutdown_timeout_ms is not None
+            else _env_int("OTEL_JOBSTEPS_SHUTDOWN_TIMEOUT_MS", 5000)
+        )
         for name, value in (
             ("debounce_ms", self._debounce_ms),
             ("max_queue_size", queue_size),

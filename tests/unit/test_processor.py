@@ -293,6 +293,8 @@ def test_configuration_errors_are_raised_at_construction(monkeypatch: pytest.Mon
     assert "topsecret" not in str(error.value)
     with pytest.raises(ConfigurationError, match="debounce_ms"):
         JobStepsProcessor(UNUSED_DSN, debounce_ms=-1)
+    with pytest.raises(ConfigurationError, match="max_queue_size"):
+        JobStepsProcessor(UNUSED_DSN, max_queue_size=0)
     monkeypatch.setenv("OTEL_JOBSTEPS_DEBOUNCE_MS", "soon")
     with pytest.raises(ConfigurationError, match="OTEL_JOBSTEPS_DEBOUNCE_MS"):
         JobStepsProcessor(UNUSED_DSN)

@@ -52,6 +52,13 @@ class _Counts:
     job_events: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    job_logs: int
+    job_events: int
+    last_id: int | None
+
+
 def _positive(name: str, value: timedelta) -> None:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ConfigurationError(f"{name} must be a positive timedelta, got {value!r}")
@@ -93,18 +100,28 @@ def prune(
     Works in transactions of at most ``batch_size`` job_log rows (oldest first) and their
     attempts' job_event rows. An open step is never deleted, nor any row of an attempt that
     still has one; attempts without a job_log row are kept (`sweep` first settles the
-    abandoned ones). ``dry_run`` counts what would be deleted.
+    abandoned ones). ``dry_run`` counts what would be deleted, in the same batches, all in
+    one snapshot.
     """
     _positive("older_than", older_than)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}")
     queries = qualified_queries("maintenance.sql", schema)
     params = {"older_than": older_than, "batch_size": batch_size}
-    if dry_run:
-        with session(conninfo_or_connection, schema=schema) as conn:
-            (counts,) = fetch(conn, queries["prunable_rows"], params, _Counts)
-        return PruneResult(counts.job_logs, counts.job_events, 0, dry_run=True)
     logs = events = batches = 0
+    if dry_run:
+        # The deletes' walk, each batch resuming after the last job_log row of the one before.
+        after_id = 0
+        with session(conninfo_or_connection, schema=schema, snapshot=True) as conn:
+            while True:
+                batch_params = {**params, "after_id": after_id}
+                (batch,) = fetch(conn, queries["prunable_rows"], batch_params, _Batch)
+                logs += batch.job_logs
+                events += batch.job_events
+                if batch.last_id is None or batch.job_logs < batch_size:
+                    break
+                after_id = batch.last_id
+        return PruneResult(logs, events, 0, dry_run=True)
     with borrowed_connection(conninfo_or_connection) as conn:
         while True:
             # One transaction per batch: locks stay short, and what is done stays done.

@@ -41,22 +41,27 @@ WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s;
 
 -- name: list_jobs --
 -- The latest attempt of jobs touched since the cutoff (no cutoff: every job), newest first.
--- Candidates come from job_event_recent, job_event_one_open_step and job_log_recent; the
--- filters then apply to each candidate's latest attempt. The cutoff is written out where an
--- index reads it, so the planner estimates with its value.
+-- Candidates are read through indexes, bounded by the cutoff: rows written or closed since
+-- (job_event_recent), open steps with a heartbeat since (job_event_one_open_step) and final rows
+-- since (job_log_ended_attempt); the filters then apply to each candidate's latest attempt. The
+-- cutoff is written out where an index reads it, so the planner estimates with its value.
 WITH candidate AS (
     SELECT domain, job_id
     FROM {job_event}
     WHERE COALESCE(ended_at, created_at)
           >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
     UNION
+    -- an open step started before the cutoff is active only if a heartbeat came since
     SELECT domain, job_id
     FROM {job_event}
     WHERE type = 'STEP' AND ended_at IS NULL
+      AND heartbeat_at
+          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
     UNION
     SELECT domain, job_id
     FROM {job_log}
-    WHERE created_at >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+    WHERE created_at
+          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
 )
 SELECT c.domain, c.job_id, latest.attempt, latest.job_type, latest.status, latest.reason,
        latest.error, latest.last_step, latest.open_step, latest.started_at,
@@ -70,15 +75,57 @@ CROSS JOIN LATERAL (
     ORDER BY a.attempt DESC
     LIMIT 1
 ) AS latest
-WHERE (%(domain)s::text IS NULL OR c.domain = %(domain)s)
-  AND (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
+WHERE (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
   AND (%(status)s::text IS NULL OR latest.status = %(status)s)
-  AND latest.last_activity_at >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+  AND latest.last_activity_at
+      >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+ORDER BY latest.last_activity_at DESC, c.domain, c.job_id
+LIMIT %(limit)s;
+
+-- name: list_jobs_in_domain --
+-- list_jobs for one domain: a statement of its own, so that even a generic plan reads the open
+-- steps of that domain only (domain leads job_event_one_open_step).
+WITH candidate AS (
+    SELECT domain, job_id
+    FROM {job_event}
+    WHERE COALESCE(ended_at, created_at)
+          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+      AND domain = %(domain)s
+    UNION
+    SELECT domain, job_id
+    FROM {job_event}
+    WHERE type = 'STEP' AND ended_at IS NULL AND domain = %(domain)s
+      AND heartbeat_at
+          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+    UNION
+    SELECT domain, job_id
+    FROM {job_log}
+    WHERE created_at
+          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+      AND domain = %(domain)s
+)
+SELECT c.domain, c.job_id, latest.attempt, latest.job_type, latest.status, latest.reason,
+       latest.error, latest.last_step, latest.open_step, latest.started_at,
+       latest.processing_started_at, latest.ended_at, latest.last_activity_at,
+       latest.stalled_count
+FROM candidate AS c
+CROSS JOIN LATERAL (
+    SELECT *
+    FROM {job_attempt} AS a
+    WHERE a.domain = c.domain AND a.job_id = c.job_id
+    ORDER BY a.attempt DESC
+    LIMIT 1
+) AS latest
+WHERE (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
+  AND (%(status)s::text IS NULL OR latest.status = %(status)s)
+  AND latest.last_activity_at
+      >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
 ORDER BY latest.last_activity_at DESC, c.domain, c.job_id
 LIMIT %(limit)s;
 
 -- name: tail_start --
--- Where following starts: the highest id so far and the ids of the steps open now.
+-- Where following starts: the highest id so far and the ids of the steps open now. Run once per
+-- follower, so always planned for its values: the test on a missing domain folds away.
 SELECT COALESCE((SELECT max(id) FROM {job_event}), 0) AS last_id,
        ARRAY(SELECT id
              FROM {job_event}
@@ -87,13 +134,28 @@ SELECT COALESCE((SELECT max(id) FROM {job_event}), 0) AS last_id,
 
 -- name: tail_changes --
 -- Rows written after the last id seen or in a recent gap below it (a transaction that committed
--- late), and steps seen open that have closed since, by id.
+-- late), and steps seen open that have closed since, by id. Two branches, each an index scan of
+-- the primary key: new rows walk it from after_id, known ids are looked up; they never overlap
+-- (id > after_id, id <= after_id). The domain is a filter either way (no index orders a
+-- domain's rows by id), so one statement serves with and without it.
 SELECT id, domain, job_id, attempt, type, step_key, step_status, message, detail,
        created_at, ended_at
-FROM {job_event}
-WHERE (id > %(after_id)s
-       OR id = ANY(%(gap_ids)s)
-       OR (id = ANY(%(open_ids)s) AND ended_at IS NOT NULL))
-  AND (%(domain)s::text IS NULL OR domain = %(domain)s)
+FROM (
+    (SELECT id, domain, job_id, attempt, type, step_key, step_status, message, detail,
+            created_at, ended_at
+     FROM {job_event}
+     WHERE id > %(after_id)s
+       AND (%(domain)s::text IS NULL OR domain = %(domain)s)
+     ORDER BY id
+     LIMIT %(limit)s)
+    UNION ALL
+    SELECT id, domain, job_id, attempt, type, step_key, step_status, message, detail,
+           created_at, ended_at
+    FROM {job_event}
+    WHERE id = ANY(%(gap_ids)s::bigint[] || %(open_ids)s::bigint[])
+      AND id <= %(after_id)s
+      AND (id = ANY(%(gap_ids)s::bigint[]) OR ended_at IS NOT NULL)
+      AND (%(domain)s::text IS NULL OR domain = %(domain)s)
+) AS change
 ORDER BY id
 LIMIT %(limit)s;

@@ -251,7 +251,7 @@ def test_migrate_then_up_to_date(run: Run, empty_dsn: str) -> None:
     again = run("migrate", dsn_=empty_dsn)
 
     assert first.returncode == 0, first.stderr
-    assert "applied migration 0001, 0002" in first.stdout
+    assert "applied migration 0001, 0002, 0003" in first.stdout
     assert again.returncode == 0, again.stderr
     assert "already up to date" in again.stdout
 

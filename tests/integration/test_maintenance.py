@@ -210,3 +210,21 @@ def test_prune_works_in_batches(dsn: str, conn: psycopg.Connection[Any]) -> None
 def test_prune_rejects_bad_arguments(dsn: str, bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
         prune(dsn, **bad)
+
+
+@pytest.mark.parametrize("plan", ["auto", "force_generic_plan"])
+def test_prune_batches_walk_past_a_kept_attempt(
+    dsn: str, conn: psycopg.Connection[Any], plan: str
+) -> None:
+    for days, job in enumerate("abcde", start=40):
+        finished_attempt(conn, job, 1, age=f"{days} days")
+    open_step(conn, "c", age="1 minute", key="REDO")  # keeps attempt c/1 whole
+
+    with psycopg.connect(dsn, options=f"-c plan_cache_mode={plan}") as planned:
+        preview = prune(planned, timedelta(days=30), dry_run=True, batch_size=2)
+        result = prune(planned, timedelta(days=30), batch_size=2)
+
+    assert (preview.job_logs, preview.job_events) == (4, 8)
+    assert (result.job_logs, result.job_events, result.batches) == (4, 8, 2)
+    assert counts(conn) == [("c", 1, 3)]
+    assert rows(conn, "SELECT job_id FROM job_log") == [("c",)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -327,6 +328,11 @@ def test_what_failed_in_the_last_hour(dsn: str, several_jobs: Any) -> None:
         pytest.param(
             {"since": timedelta(minutes=25)}, ["elsewhere", "video", "running"], id="since"
         ),
+        pytest.param(
+            {"domain": "render", "since": timedelta(minutes=25)},
+            ["video", "running"],
+            id="domain-since",
+        ),
     ],
 )
 def test_list_jobs_filters(
@@ -338,6 +344,39 @@ def test_list_jobs_filters(
 def test_list_jobs_since_a_datetime(dsn: str, several_jobs: psycopg.Connection[Any]) -> None:
     (row,) = rows(several_jobs, "SELECT now() - interval '15 minutes'")
     assert [j.job_id for j in list_jobs(dsn, since=row[0])] == ["elsewhere", "video"]
+
+
+@pytest.mark.parametrize("domain", [None, "render"], ids=["any-domain", "one-domain"])
+def test_list_jobs_since_counts_a_heartbeat_of_an_old_open_step(
+    dsn: str, conn: psycopg.Connection[Any], domain: str | None
+) -> None:
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, attempt, type, step_key, step_status,"
+        " created_at, heartbeat_at)"
+        " SELECT 'render', job_id, 1, 'STEP', 'SAVE', 'RUNNING', now() - interval '3 hours',"
+        "        now() - beat"
+        " FROM (VALUES ('beating', interval '1 minute'), ('silent', interval '2 hours'),"
+        "              ('never', NULL)) AS t (job_id, beat)"
+    )
+    jobs = list_jobs(dsn, domain=domain, since=timedelta(hours=1))
+
+    assert [(j.job_id, j.status, j.open_step) for j in jobs] == [("beating", "RUNNING", "SAVE")]
+    assert [j.job_id for j in list_jobs(dsn, domain=domain)] == ["beating", "silent", "never"]
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        pytest.param({}, id="all"),
+        pytest.param({"domain": "render", "since": timedelta(minutes=25)}, id="domain-since"),
+        pytest.param({"status": "FAILED", "since": timedelta(hours=1)}, id="status-since"),
+    ],
+)
+def test_list_jobs_generic_plan_reads_the_same(
+    dsn: str, several_jobs: Any, filters: dict[str, Any]
+) -> None:
+    with psycopg.connect(dsn, options="-c plan_cache_mode=force_generic_plan") as generic:
+        assert list_jobs(generic, **filters) == list_jobs(dsn, **filters)
 
 
 @pytest.mark.parametrize(
@@ -392,9 +431,19 @@ def test_step_duration_view(conn: psycopg.Connection[Any]) -> None:
 # -- tail ------------------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["auto", "force_generic_plan"])
+def follow_conn(request: pytest.FixtureRequest, dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection for the follower, planning its polls as usual or always generically (what
+    a prepared statement may fall back to)."""
+    options = f"-c plan_cache_mode={request.param}"
+    with psycopg.connect(dsn, autocommit=True, options=options) as connection:
+        yield connection
+
+
 def test_follower_sees_new_rows_and_closes(
-    tracing: TracingFactory, dsn: str, conn: psycopg.Connection[Any]
+    tracing: TracingFactory, dsn: str, follow_conn: psycopg.Connection[Any]
 ) -> None:
+    conn = follow_conn
     tracer, processor = tracing()
     follower = ActivityFollower(conn)
     assert follower.poll() == []
@@ -417,8 +466,9 @@ def test_follower_sees_new_rows_and_closes(
 
 
 def test_follower_sees_a_row_committed_after_a_later_one(
-    dsn: str, conn: psycopg.Connection[Any]
+    dsn: str, follow_conn: psycopg.Connection[Any]
 ) -> None:
+    conn = follow_conn
     follower = ActivityFollower(conn, domain="render")
     insert = (
         "INSERT INTO job_event (domain, job_id, type, message) VALUES ('render', %s, 'LOG', %s)"
@@ -431,3 +481,28 @@ def test_follower_sees_a_row_committed_after_a_later_one(
     assert [a.message for a in follower.poll()] == ["first id"]
     conn.execute(insert.replace("'render'", "'mail'"), ("13", "other domain"))
     assert follower.poll() == []
+
+
+def test_follower_pages_through_a_burst_in_id_order(
+    conn: psycopg.Connection[Any], follow_conn: psycopg.Connection[Any]
+) -> None:
+    follower = ActivityFollower(follow_conn, batch_size=2)
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, type, message)"
+        " SELECT 'render', '14', 'LOG', 'row ' || n FROM generate_series(1, 5) AS n"
+    )
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, type, step_key, step_status)"
+        " VALUES ('render', '14', 'STEP', 'SAVE', 'RUNNING')"
+    )
+
+    polls = [[(a.change, a.message or a.step_key) for a in follower.poll()] for _ in range(4)]
+    assert polls == [
+        [("event", "row 1"), ("event", "row 2")],
+        [("event", "row 3"), ("event", "row 4")],
+        [("event", "row 5"), ("started", "SAVE")],
+        [],
+    ]
+    conn.execute("UPDATE job_event SET ended_at = now(), step_status = 'COMPLETED'")
+    assert [(a.change, a.step_status) for a in follower.poll()] == [("ended", "COMPLETED")]
+    assert follower.open_steps == 0

@@ -84,6 +84,8 @@ def sweep(
     queries = qualified_queries("maintenance.sql", schema)
     name = "silent_steps" if dry_run else "sweep_silent_steps"
     with session(conninfo_or_connection, schema=schema) as conn:
+        # Same misestimate of open steps as list_jobs (see there): JIT would cost seconds.
+        conn.execute("SET LOCAL jit = off")
         return fetch(conn, queries[name], {"older_than": older_than}, SweptStep)
 
 

@@ -79,7 +79,12 @@ def statements() -> list[tuple[str, str, str]]:
     for entry in files:
         parts = _NAME.split(entry.read_text("utf-8"))[1:]
         for name, body in zip(parts[::2], parts[1::2], strict=False):
-            found.append((entry.name, name, body.strip()))
+            if "{in_domain}" not in body:
+                found.append((entry.name, name, body.strip()))
+                continue
+            # query.py fills this fragment per case: explain both statements.
+            for suffix, condition in (("", ""), ("_in_domain", "AND domain = %(domain)s")):
+                found.append((entry.name, name + suffix, body.replace("{in_domain}", condition)))
     return found
 
 

@@ -11,11 +11,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import class_row, dict_row
+
+if TYPE_CHECKING:
+    from typing_extensions import LiteralString
 
 from .errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
 from .sql import qualified_queries
@@ -208,8 +211,9 @@ def fetch(
         return cur.execute(query, params).fetchall()
 
 
-def _queries(schema: str) -> dict[str, sql.Composed]:
-    return qualified_queries("read.sql", schema)
+def _queries(schema: str, *, in_domain: bool = False) -> dict[str, sql.Composed]:
+    condition: LiteralString = "AND domain = %(domain)s" if in_domain else ""
+    return qualified_queries("read.sql", schema, (("in_domain", condition),))
 
 
 def job_detail(
@@ -287,14 +291,14 @@ def list_jobs(
         "limit": limit,
     }
     # One statement per case: a domain given is an index condition, not a filter.
-    name = "list_jobs" if domain is None else "list_jobs_in_domain"
+    queries = _queries(schema, in_domain=domain is not None)
     with session(conninfo_or_connection, schema=schema) as conn:
         # The planner cannot see how few rows are open steps (it multiplies the shares of STEP
         # rows and of NULL ended_at), nor in a generic plan how recent the cutoff is: on a big
         # table its estimate passes the JIT thresholds, and compiling costs more than the read.
         # SET LOCAL: until the end of the transaction (the caller's, when it is one).
         conn.execute("SET LOCAL jit = off")
-        return fetch(conn, _queries(schema)[name], params, JobSummary)
+        return fetch(conn, queries["list_jobs"], params, JobSummary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,19 +16,17 @@ from operator import attrgetter
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress, Segment
 from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
 from .errors import ConfigurationError, DatabaseUnavailableError
-from .sql import load_queries
+from .sql import qualified_queries
 
 __all__ = [
     "StepStore",
     "borrowed_connection",
     "connection_kwargs",
-    "qualified_queries",
     "redact",
 ]
 
@@ -69,15 +67,6 @@ def connection_kwargs(*, connect_timeout_s: float) -> dict[str, Any]:
         "keepalives_interval": 5,
         "keepalives_count": 3,
     }
-
-
-def qualified_queries(schema: str) -> dict[str, sql.Composed]:
-    """The runtime queries with their table names quoted into ``schema``."""
-    tables = {
-        "job_event": sql.Identifier(schema, "job_event"),
-        "job_log": sql.Identifier(schema, "job_log"),
-    }
-    return {name: sql.SQL(text).format(**tables) for name, text in load_queries().items()}
 
 
 _FIELD_NAMES = {
@@ -130,7 +119,7 @@ class StepStore:
         self._connect_timeout_s = connect_timeout_s
         self._statement_timeout_ms = statement_timeout_ms
         self._max_detail_bytes = max_detail_bytes
-        self._queries = qualified_queries(schema)
+        self._queries = qualified_queries("queries.sql", schema)
         self._on_connect = on_connect
         self._conn: psycopg.Connection[Any] | None = None
         self.last_transaction: int | None = None

@@ -45,7 +45,14 @@ def migrations() -> tuple[tuple[int, str, LiteralString], ...]:
 
 
 @cache
-def qualified_queries(file_name: str, schema: str) -> dict[str, sql.Composed]:
-    """The blocks of a SQL file with its ``{relation}`` names quoted into ``schema``."""
-    names = {name: sql.Identifier(schema, name) for name in _RELATIONS}
+def qualified_queries(
+    file_name: str, schema: str, fragments: tuple[tuple[str, LiteralString], ...] = ()
+) -> dict[str, sql.Composed]:
+    """The blocks of a SQL file with its ``{relation}`` names quoted into ``schema``.
+
+    ``fragments`` fill further ``{placeholders}`` with SQL text written in this package (never
+    with input): a block that varies by one condition stays one block.
+    """
+    names: dict[str, sql.Composable] = {name: sql.Identifier(schema, name) for name in _RELATIONS}
+    names.update((key, sql.SQL(text)) for key, text in fragments)
     return {name: sql.SQL(text).format(**names) for name, text in load_queries(file_name).items()}

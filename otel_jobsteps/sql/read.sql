@@ -45,16 +45,20 @@ WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s;
 -- (job_event_recent), open steps with a heartbeat since (job_event_one_open_step) and final rows
 -- since (job_log_ended_attempt); the filters then apply to each candidate's latest attempt. The
 -- cutoff is written out where an index reads it, so the planner estimates with its value.
+-- The in_domain placeholder is empty, or a condition on the domain parameter (query.py): one
+-- statement per case, so even a generic plan of the domain case reads that domain's rows only
+-- (domain leads the indexes it uses).
 WITH candidate AS (
     SELECT domain, job_id
     FROM {job_event}
     WHERE COALESCE(ended_at, created_at)
           >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+      {in_domain}
     UNION
     -- an open step started before the cutoff is active only if a heartbeat came since
     SELECT domain, job_id
     FROM {job_event}
-    WHERE type = 'STEP' AND ended_at IS NULL
+    WHERE type = 'STEP' AND ended_at IS NULL {in_domain}
       AND heartbeat_at
           >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
     UNION
@@ -62,47 +66,7 @@ WITH candidate AS (
     FROM {job_log}
     WHERE created_at
           >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
-)
-SELECT c.domain, c.job_id, latest.attempt, latest.job_type, latest.status, latest.reason,
-       latest.error, latest.last_step, latest.open_step, latest.started_at,
-       latest.processing_started_at, latest.ended_at, latest.last_activity_at,
-       latest.stalled_count
-FROM candidate AS c
-CROSS JOIN LATERAL (
-    SELECT *
-    FROM {job_attempt} AS a
-    WHERE a.domain = c.domain AND a.job_id = c.job_id
-    ORDER BY a.attempt DESC
-    LIMIT 1
-) AS latest
-WHERE (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
-  AND (%(status)s::text IS NULL OR latest.status = %(status)s)
-  AND latest.last_activity_at
-      >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
-ORDER BY latest.last_activity_at DESC, c.domain, c.job_id
-LIMIT %(limit)s;
-
--- name: list_jobs_in_domain --
--- list_jobs for one domain: a statement of its own, so that even a generic plan reads the open
--- steps of that domain only (domain leads job_event_one_open_step).
-WITH candidate AS (
-    SELECT domain, job_id
-    FROM {job_event}
-    WHERE COALESCE(ended_at, created_at)
-          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
-      AND domain = %(domain)s
-    UNION
-    SELECT domain, job_id
-    FROM {job_event}
-    WHERE type = 'STEP' AND ended_at IS NULL AND domain = %(domain)s
-      AND heartbeat_at
-          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
-    UNION
-    SELECT domain, job_id
-    FROM {job_log}
-    WHERE created_at
-          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
-      AND domain = %(domain)s
+      {in_domain}
 )
 SELECT c.domain, c.job_id, latest.attempt, latest.job_type, latest.status, latest.reason,
        latest.error, latest.last_step, latest.open_step, latest.started_at,

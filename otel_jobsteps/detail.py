@@ -11,6 +11,8 @@ __all__ = ["DEFAULT_MAX_DETAIL_BYTES", "clean_text", "encode_detail", "parse_det
 
 DEFAULT_MAX_DETAIL_BYTES = 64 * 1024
 TRUNCATED_KEY = "_truncated"
+# Built once: json.dumps with options builds a new encoder on every call.
+_STRICT = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 NUL_REPLACEMENT = "\ufffd"
 
 
@@ -46,7 +48,7 @@ def encode_detail(
     if detail is None:
         return None
     try:  # the common case, all in C: plain JSON values, no NaN, no NUL
-        text = json.dumps(detail, allow_nan=False, separators=(",", ":"))
+        text = _STRICT.encode(detail)
         if "\\u0000" in text:
             raise ValueError("NUL")
     except (TypeError, ValueError):

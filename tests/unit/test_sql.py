@@ -1,0 +1,42 @@
+"""The SQL files as the code reads them: named blocks, migrations, row layouts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+
+import pytest
+
+from otel_jobsteps.batch import EventRow, JobLogRow
+from otel_jobsteps.sql import load_queries, migrations
+
+_POSITION = re.compile(r"\(?r->>?(\d+)\)?(?:::\w+)? AS (\w+)")
+
+
+def test_the_loader_returns_every_named_block_without_headers() -> None:
+    queries = load_queries()
+    assert set(queries) >= {
+        "abandon_earlier_attempts",
+        "close_foreign_steps",
+        "write_progress",
+        "close_steps",
+        "insert_events",
+        "insert_job_logs",
+        "refresh_heartbeats",
+    }
+    assert all(text and "-- name:" not in text for text in queries.values())
+
+
+def test_migrations_are_numbered_without_gaps() -> None:
+    versions = [version for version, _, _ in migrations()]
+    assert versions == list(range(1, len(versions) + 1))
+
+
+@pytest.mark.parametrize(
+    ("block", "row"), [("insert_events", EventRow), ("insert_job_logs", JobLogRow)]
+)
+def test_json_row_positions_match_the_row_fields(block: str, row: type) -> None:
+    """The store sends rows as arrays in field order; the SQL names each position."""
+    positions = {int(n): name for n, name in _POSITION.findall(load_queries()[block])}
+    names = [f.name for f in fields(row) if f.name != "segment"]
+    assert positions == dict(enumerate(names))

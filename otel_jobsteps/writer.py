@@ -134,7 +134,7 @@ class Writer:
     def flush(self, timeout_s: float) -> bool:
         """True once everything submitted before the call is committed; False on timeout."""
         if self._thread is None or not self._thread.is_alive():
-            return not self._queue and self._unwritten is None
+            return not self._queue and self._unwritten is None and self._uncertain is None
         request = _FlushRequest()
         self._queue.append(request)
         self._wakeup.set()
@@ -311,19 +311,23 @@ class Writer:
 
     def _write_batch(self, batch: Batch) -> None:
         try:
-            self._store.write(batch)
-        except Exception as error:
-            if self._store.is_connection_problem(error):
-                transaction = self._store.last_transaction
-                if transaction is not None:  # it may have committed: find out before a retry
-                    self._uncertain = (transaction, batch)
-                    self._unwritten = None
-                raise
-            self._stats.problem("batch_rejected", error)
-            self._store.write_one_by_one(batch, self._rejected)
+            try:
+                self._store.write(batch)
+            except Exception as error:
+                if self._store.is_connection_problem(error):
+                    raise
+                self._stats.problem("batch_rejected", error)
+                self._store.write_one_by_one(batch, self._rejected)
+        except Exception:
+            # Whichever transaction failed last may still have committed: ask before a retry.
+            transaction = self._store.last_transaction
+            if transaction is not None:
+                self._uncertain = (transaction, batch)
+                self._unwritten = None
+            raise
 
     def _refresh_heartbeats(self) -> None:
-        if self._unwritten is not None:
+        if self._unwritten is not None or self._uncertain is not None:
             return  # the database is behind or away: the retry comes first
         open_steps = self._handler.open_steps()
         if not open_steps:

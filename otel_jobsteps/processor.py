@@ -45,7 +45,7 @@ from .recorder import (
     StepStarted,
 )
 from .schema import check_writable_tables, migrate
-from .spans import LatestProgress, attribute_dict, watch_events
+from .spans import LatestProgress, attribute_dict, latest_progress, watch_events
 from .stats import Stats
 from .store import StepStore
 from .telemetry import register_metrics
@@ -170,6 +170,8 @@ class JobStepsProcessor(SpanProcessor):
         )
         # Every span inside a job scope, by span id: its scope and, for a step, its key.
         self._spans: dict[int, tuple[Scope, str | None]] = {}
+        # Step spans whose events could not be watched (an SDK unlike this one): read at end.
+        self._unwatched: set[int] = set()
         self._shut_down = False
         child_hook = weakref.WeakMethod(self._after_fork_in_child)
         os.register_at_fork(after_in_child=lambda: (hook := child_hook()) and hook())
@@ -202,6 +204,7 @@ class JobStepsProcessor(SpanProcessor):
             key = key if type(key) is str else str(key)
             spans[span_id] = step = (scope, key)
             if not watch_events(span, self._report_progress, step):
+                self._unwatched.add(span_id)
                 self._stats.problem("progress_hook_unavailable", "progress is read at step end")
             self._writer.submit(_new(StepStarted, (scope, key, span_id, span.start_time)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
@@ -224,6 +227,11 @@ class JobStepsProcessor(SpanProcessor):
                 outcome = attributes.get(JOB_OUTCOME)
                 self._writer.submit(_new(JobEnded, (scope, end_ns, failed, outcome, error)))
                 return
+            if self._unwatched and span_id in self._unwatched:
+                self._unwatched.discard(span_id)
+                latest = latest_progress(reversed(span.events))
+                if latest:
+                    self._report_progress((scope, key), lambda: latest)
             explicit = attributes.get(JOB_STEP_DETAIL)
             self._writer.submit(_new(StepEnded, (scope, key, end_ns, failed, explicit, error)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job

@@ -7,13 +7,19 @@ not have. Each falls back to public behaviour when the SDK's internals look diff
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 
-__all__ = ["LatestProgress", "attribute_dict", "plain_attributes", "watch_events"]
+__all__ = [
+    "LatestProgress",
+    "attribute_dict",
+    "latest_progress",
+    "plain_attributes",
+    "watch_events",
+]
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -54,10 +60,15 @@ class _WatchedEvents(BoundedList):  # type: ignore[type-arg]
     def take_latest(self) -> Mapping[str, Any]:
         """The latest progress event's attributes; the next event is reported again."""
         self._armed = True  # before reading: an event added meanwhile is either seen or reported
-        for event in reversed(self._dq):  # type: ignore[attr-defined]
-            if event.name != "exception":
-                return plain_attributes(event.attributes)
-        return _EMPTY
+        return latest_progress(reversed(self._dq))  # type: ignore[attr-defined]
+
+
+def latest_progress(newest_first: Iterable[Event]) -> Mapping[str, Any]:
+    """The attributes of the newest event that is not an ``exception``; empty if none."""
+    for event in newest_first:
+        if event.name != "exception":
+            return plain_attributes(event.attributes)
+    return _EMPTY
 
 
 def watch_events(

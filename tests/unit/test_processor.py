@@ -316,3 +316,17 @@ def test_progress_with_nested_values_keeps_them_as_json_objects(
         progress(frame={"done": 10, "of": 300}, eta=None, pct=3)
     assert processor.force_flush(5000)
     assert recording.rows()[0].detail == {"frame": {"done": 10, "of": 300}, "eta": None, "pct": 3}
+
+
+def test_progress_is_read_at_step_end_where_events_cannot_be_watched(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An SDK whose spans keep events differently: the last progress still reaches the row."""
+    monkeypatch.setattr("otel_jobsteps.processor.watch_events", lambda *args: False)
+    tracer, processor, recording = setup
+    with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        progress(pct=1)
+        progress(pct=2)
+    assert processor.force_flush(5000)
+    assert recording.rows()[0].detail == {"pct": 2}
+    assert processor.stats()["progress_hook_unavailable"] == 1

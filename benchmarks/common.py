@@ -70,23 +70,16 @@ def server_version(dsn: str) -> str:
 def package_version() -> str:
     """The commit the package was measured at, if this is a git checkout (read-only git)."""
     root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        )
+        return done.stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "otel_jobsteps"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "otel_jobsteps")
     except (OSError, subprocess.SubprocessError):
         return metadata.version("otel_jobsteps")
     return f"{metadata.version('otel_jobsteps')} at {head}" + (

@@ -6,10 +6,11 @@ One migrated template database per session; each test gets its own clone of it.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -130,3 +131,29 @@ def tracing(dsn: str) -> Iterator[TracingFactory]:
 
 def rows(conn: psycopg.Connection[Any], query: str, *params: Any) -> list[tuple[Any, ...]]:
     return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+
+
+T = TypeVar("T")
+
+
+def wait_until(
+    probe: Callable[[], T | None],
+    *,
+    what: str,
+    timeout_s: float = 30.0,
+    max_interval_s: float = 0.1,
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` at the deadline.
+
+    For what another thread, process or server does, where no event can be awaited.
+    """
+    deadline = time.monotonic() + timeout_s
+    interval = 0.002
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval)
+        interval = min(interval * 1.5, max_interval_s)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -31,7 +30,6 @@ __all__ = [
     "run_job",
     "started_at",
     "step_rows",
-    "wait_for",
 ]
 
 PASSWORD = "hunter2-secret"
@@ -161,12 +159,3 @@ def expected_steps(jobs: Sequence[JobRows]) -> list[StepRow]:
 
 def expected_logs(jobs: Sequence[JobRows]) -> list[LogRow]:
     return [job.log for job in jobs if job.log is not None]
-
-
-def wait_for(what: str, check: Callable[[], object], timeout_s: float = 15.0) -> None:
-    """Poll ``check()`` until it is truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.002)

@@ -33,6 +33,7 @@ from otel_jobsteps import (
     progress,
     step,
 )
+from tests.conftest import wait_until
 from tests.faults.proxy import FaultProxy, Mode
 from tests.faults.support import (
     DOMAIN,
@@ -48,7 +49,6 @@ from tests.faults.support import (
     run_job,
     started_at,
     step_rows,
-    wait_for,
 )
 
 Conn = psycopg.Connection[Any]
@@ -96,7 +96,11 @@ def stat(processor: JobStepsProcessor, name: str) -> int:
 
 def wait_for_commands(processor: JobStepsProcessor, count: int) -> None:
     """Until the writer has taken ``count`` commands off its queue."""
-    wait_for(f"{count} commands taken", lambda: stat(processor, "commands") >= count)
+    wait_until(
+        lambda: stat(processor, "commands") >= count,
+        what=f"{count} commands taken",
+        max_interval_s=0.002,
+    )
 
 
 def assert_no_password(processor: JobStepsProcessor, caplog: pytest.LogCaptureFixture) -> None:
@@ -136,7 +140,7 @@ def test_refused_outage_loses_nothing_and_overwrites_nothing(
     job.end()
     during = run_jobs(b.tracer, "during", 6)
     # "retries" is counted just after "write_failed": waiting on it sees both.
-    wait_for("two retries", lambda: stat(b.processor, "retries") >= 2)
+    wait_until(lambda: stat(b.processor, "retries") >= 2, what="two retries", max_interval_s=0.002)
     assert step_rows(conn, ["during-0"]) == []  # the outage is real: nothing got through
     assert stat(b.processor, "write_failed") >= 2
     assert_no_password(b.processor, caplog)
@@ -156,13 +160,17 @@ def test_a_server_that_never_answers_holds_the_writer_not_the_jobs(
     proxy.set_mode(Mode.BLACKHOLE)
     b = bridge(connect_timeout_s=2)
     jobs = [run_job(b.tracer, "first", plan(0))]
-    wait_for("the writer's connection attempt", lambda: proxy.accepted == 1)
+    wait_until(
+        lambda: proxy.accepted == 1, what="the writer's connection attempt", max_interval_s=0.002
+    )
     jobs += run_jobs(b.tracer, "stuck", 200)
     # The attempt began before these jobs and has not come back: they never waited on it.
     assert stat(b.processor, "write_failed") == 0
     assert (proxy.accepted, proxy.client_bytes, proxy.server_bytes) == (1, 0, 0)
 
-    wait_for("the connect timeout", lambda: stat(b.processor, "retries") >= 1)
+    wait_until(
+        lambda: stat(b.processor, "retries") >= 1, what="the connect timeout", max_interval_s=0.002
+    )
     assert stat(b.processor, "write_failed") >= 1
     assert_no_password(b.processor, caplog)
     proxy.set_mode(Mode.PASS)
@@ -247,9 +255,9 @@ def test_a_backend_killed_mid_run_is_reconnected(
         " WHERE application_name = 'otel_jobsteps' AND datname = current_database()"
     ).fetchall()
     assert [terminated for _, terminated in killed] == [True]
-    wait_for(
-        "the killed backend to exit",
-        lambda: (
+    wait_until(
+        what="the killed backend to exit",
+        probe=lambda: (
             not conn.execute(
                 "SELECT FROM pg_stat_activity WHERE pid = %s", (killed[0][0],)
             ).fetchall()
@@ -308,7 +316,7 @@ def test_a_full_queue_sheds_progress_first_and_invents_nothing(
     proxy.set_mode(Mode.BLACKHOLE)
     b = bridge(max_queue_size=1000, connect_timeout_s=30)
     run_job(b.tracer, "first", plan(0))
-    wait_for("the writer to be held", lambda: proxy.accepted == 1)
+    wait_until(lambda: proxy.accepted == 1, what="the writer to be held", max_interval_s=0.002)
     longest = 0
     first_progress_drop: int | None = None
     first_open_close_drop: int | None = None
@@ -366,7 +374,11 @@ def test_reconnect_attempts_back_off(bridge: BridgeFactory, proxy: FaultProxy) -
         # Each job is one wake-up of the writer: wait until it took the job's four commands.
         wait_for_commands(b.processor, 4 * jobs)
         marks.extend([jobs] * (proxy.accepted - len(marks)))
-    wait_for("the sixth attempt's retry", lambda: stat(b.processor, "retries") >= 6)
+    wait_until(
+        lambda: stat(b.processor, "retries") >= 6,
+        what="the sixth attempt's retry",
+        max_interval_s=0.002,
+    )
     stats = b.processor.stats()
     assert stats["retries"] == stats["write_failed"] == proxy.accepted == 6
     assert jobs >= 20 * 6  # without backoff every wake-up would be an attempt
@@ -391,7 +403,9 @@ def test_warnings_are_rate_limited_with_running_counts(
             JOB_ATTEMPT: 0,
         }
         b.tracer.start_span("job", attributes=attributes).end()
-    wait_for("five failed writes", lambda: stat(b.processor, "retries") >= 5)
+    wait_until(
+        lambda: stat(b.processor, "retries") >= 5, what="five failed writes", max_interval_s=0.002
+    )
     warnings = [
         record
         for record in caplog.records
@@ -420,10 +434,10 @@ def test_metrics_report_what_stats_report(
         proxy.set_mode(Mode.BLACKHOLE)
         b = bridge(meter_provider=meter_provider, max_queue_size=100, connect_timeout_s=30)
         run_job(b.tracer, "first", plan(0))
-        wait_for("the writer to be held", lambda: proxy.accepted == 1)
+        wait_until(lambda: proxy.accepted == 1, what="the writer to be held", max_interval_s=0.002)
         run_jobs(b.tracer, "overflow", 40)  # past 100 queued commands: drops of several kinds
         assert proxy.cut() == 1  # the held attempt fails: one write_failed, one retry
-        wait_for("the retry to be held", lambda: proxy.accepted == 2)
+        wait_until(lambda: proxy.accepted == 2, what="the retry to be held", max_interval_s=0.002)
         run_jobs(b.tracer, "queued", 3)  # these wait in the queue while the writer is held
         stats = b.processor.stats()
         observed = observe(reader)
@@ -478,9 +492,17 @@ def test_heartbeats_advance_while_open_and_stop_at_close(bridge: BridgeFactory, 
     b = bridge(heartbeat_interval_s=0.2)
     job, render = start_open_step(b.tracer, "beating")
     assert b.processor.force_flush(10_000)
-    wait_for("a first heartbeat", lambda: heartbeat(conn, "beating") is not None)
+    wait_until(
+        lambda: heartbeat(conn, "beating") is not None,
+        what="a first heartbeat",
+        max_interval_s=0.002,
+    )
     first = heartbeat(conn, "beating")
-    wait_for("the heartbeat to advance", lambda: heartbeat(conn, "beating") > first)
+    wait_until(
+        lambda: heartbeat(conn, "beating") > first,
+        what="the heartbeat to advance",
+        max_interval_s=0.002,
+    )
 
     other_job, other_step = start_open_step(b.tracer, "still-open")
     render.end()
@@ -488,7 +510,11 @@ def test_heartbeats_advance_while_open_and_stop_at_close(bridge: BridgeFactory, 
     assert b.processor.force_flush(10_000)
     at_close = heartbeat(conn, "beating")
     beats = stat(b.processor, "heartbeats")
-    wait_for("two more heartbeats", lambda: stat(b.processor, "heartbeats") >= beats + 2)
+    wait_until(
+        lambda: stat(b.processor, "heartbeats") >= beats + 2,
+        what="two more heartbeats",
+        max_interval_s=0.002,
+    )
     still_open = heartbeat(conn, "still-open")
     assert still_open is not None
     assert still_open > at_close

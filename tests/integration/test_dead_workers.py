@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, step
 from otel_jobsteps.maintenance import sweep
-from tests.conftest import TracingFactory, rows
+from tests.conftest import TracingFactory, rows, wait_until
 
 HOUR_NS = 3600 * 10**9
 
@@ -60,12 +60,11 @@ def _heartbeat(conn: psycopg.Connection[Any], job_id: str) -> Any:
 
 
 def _await_beat_after(conn: psycopg.Connection[Any], job_id: str, after: Any) -> Any:
-    for _ in range(1000):
+    def beat_after() -> Any:
         beat = _heartbeat(conn, job_id)
-        if beat is not None and (after is None or beat > after):
-            return beat
-        conn.execute("SELECT pg_sleep(0.01)")
-    raise AssertionError(f"no heartbeat for {job_id}")
+        return beat if beat is not None and (after is None or beat > after) else None
+
+    return wait_until(beat_after, what=f"a heartbeat of {job_id}", timeout_s=10)
 
 
 def test_the_next_attempt_settles_a_killed_one(

@@ -14,7 +14,7 @@ from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.batch import Batch
 from otel_jobsteps.recorder import JobStarted, Scope, StepRecorder, StepStarted
 from otel_jobsteps.store import StepStore, _params
-from tests.conftest import TracingFactory, rows
+from tests.conftest import TracingFactory, rows, wait_until
 
 WORKERS = 4
 ROUNDS = 15
@@ -114,14 +114,18 @@ def test_a_step_opened_concurrently_by_another_execution_is_taken_over(
                 cur.execute(theirs._queries[name], _params(ops, 1024))
     writer = threading.Thread(target=ours.write, args=(_open_step_batch("ours", 2_000),))
     writer.start()
-    for _ in range(500):  # until our insert waits on their uncommitted row
-        waiting = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND application_name = 'otel_jobsteps'"
-        ).fetchone()
-        if waiting and waiting[0]:
-            break
-        conn.execute("SELECT pg_sleep(0.01)")
+    wait_until(
+        lambda: (
+            rows(
+                conn,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND application_name = 'otel_jobsteps'",
+            )
+            != [(0,)]
+        ),
+        what="our insert to wait on their uncommitted row",
+        timeout_s=10,
+    )
     holder.execute("COMMIT")
     writer.join(30)
     theirs.close()

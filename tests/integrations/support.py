@@ -6,13 +6,12 @@ what is particular to its queue (event details, the queue's own view of the job)
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
 
 from otel_jobsteps.query import JobDetail, job_detail
+from tests.conftest import wait_until
 
 T = TypeVar("T")
 
@@ -25,22 +24,6 @@ _LOG_ROWS = (
 )
 
 
-def wait_until(
-    probe: Callable[[], T | None], *, timeout_s: float = 30.0, what: str = "condition"
-) -> T:
-    """Poll ``probe`` until it returns a truthy value; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.05
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
-
-
 def wait_for_log(
     dsn: str, domain: str, job_id: str, attempt: int, *, timeout_s: float = 30.0
 ) -> JobDetail:
@@ -50,7 +33,8 @@ def wait_for_log(
         detail = job_detail(dsn, domain, job_id, attempt)
         return detail if detail is not None and detail.log is not None else None
 
-    return wait_until(probe, timeout_s=timeout_s, what=f"job_log of {job_id} attempt {attempt}")
+    what = f"job_log of {job_id} attempt {attempt}"
+    return wait_until(probe, what=what, timeout_s=timeout_s, max_interval_s=0.5)
 
 
 def wait_for_step(
@@ -70,7 +54,8 @@ def wait_for_step(
             return None
         return detail if any(s.key == key and s.status == status for s in detail.steps) else None
 
-    return wait_until(probe, timeout_s=timeout_s, what=f"step {key} {status} of {job_id}")
+    what = f"step {key} {status} of {job_id}"
+    return wait_until(probe, what=what, timeout_s=timeout_s, max_interval_s=0.5)
 
 
 def step_rows(dsn: str, domain: str, job_id: str) -> list[tuple[Any, ...]]:

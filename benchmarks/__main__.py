@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import debounce, explain, hot_path, latency, memory, throughput
+from . import debounce, explain, fleet, hot_path, latency, memory, throughput
 from .common import (
     Databases,
     Row,
@@ -24,7 +24,7 @@ from .common import (
     server,
 )
 
-SECTIONS = ("hot", "throughput", "latency", "debounce", "memory")
+SECTIONS = ("hot", "throughput", "latency", "debounce", "memory", "fleet")
 DEFAULT_BIG_ROWS = 5_000_000
 QUICK_BIG_ROWS = 200_000
 
@@ -158,6 +158,8 @@ def main() -> int:
                 _section("3 latency", lambda: latency.run(dbs, quick=args.quick), rows)
             if "debounce" in chosen:
                 _section("5 debounce", lambda: debounce.run(dbs, quick=args.quick), rows)
+            if "fleet" in chosen:
+                _section("13 fleet", lambda: fleet.run(dbs, quick=args.quick), rows)
         finally:
             dbs.close()
         if "memory" in chosen:

@@ -19,7 +19,15 @@ _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
 # Relations the SQL files name as {placeholders}, filled in schema-qualified.
-_RELATIONS = ("job_event", "job_log", "job_attempt", "job_current_attempt", "job_step_duration")
+_RELATIONS = (
+    "job_event",
+    "job_log",
+    "job_attempt",
+    "job_current_attempt",
+    "job_step_duration",
+    "otlp_trace",  # OTLP ingest staging
+    "otlp_span",
+)
 
 
 @cache

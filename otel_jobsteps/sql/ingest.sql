@@ -1,0 +1,60 @@
+-- Statements of the OTLP receiver (otel_jobsteps.ingest.staging). Same conventions as
+-- queries.sql: {relation} names are schema-qualified identifiers, values %(name)s parameters.
+
+-- name: lock_traces --
+-- Register the request's traces and lock their rows, in the (sorted) order given: two receivers
+-- touching the same traces wait for each other instead of deriving the same rows twice.
+INSERT INTO {otlp_trace} AS o (trace_id)
+SELECT unnest(%(trace_id)s::text[])
+ON CONFLICT (trace_id) DO UPDATE SET touched_at = now()
+RETURNING o.trace_id, o.settled, o.span_count, o.written;
+
+-- name: stage_spans --
+-- Keep the request's spans; a span delivered before is skipped. Returns the ones that are new.
+INSERT INTO {otlp_span} (trace_id, span_id, phase, facts)
+SELECT * FROM unnest(%(trace_id)s::text[], %(span_id)s::bigint[], %(phase)s::smallint[],
+                     %(facts)s::text[])
+ON CONFLICT (trace_id, span_id, phase) DO NOTHING
+RETURNING trace_id, span_id, phase;
+
+-- name: staged_spans --
+-- Every span received so far of these traces (to derive their rows from all of them).
+SELECT trace_id, span_id, phase, facts FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)s::text[]);
+
+-- name: note_traces --
+-- After a derivation: how many spans each trace has, and which attempts its rows are in.
+UPDATE {otlp_trace} AS o
+SET span_count = o.span_count + t.added, written = t.written::jsonb
+FROM unnest(%(trace_id)s::text[], %(added)s::int[], %(written)s::text[])
+     AS t (trace_id, added, written)
+WHERE o.trace_id = t.trace_id;
+
+-- name: forget_derived_rows --
+-- Remove what an earlier derivation of these traces wrote, before writing the new derivation.
+WITH target AS (
+    SELECT * FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
+                         %(trace_id)s::text[]) AS t (domain, job_id, attempt, trace_id)
+), events AS (
+    DELETE FROM {job_event} AS e USING target AS t
+    WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+      AND e.trace_id = t.trace_id
+)
+DELETE FROM {job_log} AS l USING target AS t
+WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
+  AND l.trace_id = t.trace_id;
+
+-- name: settle_traces --
+-- Traces untouched for the settle time: drop their spans, keep a tombstone so late copies are
+-- ignored. Returns, per settled trace, its span count and whether it ever had a job's rows.
+WITH due AS (
+    SELECT trace_id FROM {otlp_trace}
+    WHERE NOT settled AND touched_at < now() - %(after_s)s * interval '1 second'
+    ORDER BY touched_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), dropped AS (
+    DELETE FROM {otlp_span} AS s USING due WHERE s.trace_id = due.trace_id
+)
+UPDATE {otlp_trace} AS o SET settled = true
+FROM due WHERE o.trace_id = due.trace_id
+RETURNING o.span_count, o.written IS NOT NULL;

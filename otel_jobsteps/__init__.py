@@ -42,6 +42,8 @@ from .query import (
 )
 from .schema import migrate
 
+__version__ = "0.1.0"  # the one source: pyproject.toml reads it (tool.setuptools.dynamic)
+
 __all__ = [
     "JOB_ATTEMPT",
     "JOB_DOMAIN",
@@ -69,6 +71,7 @@ __all__ = [
     "SchemaNotMigratedError",
     "StepRecord",
     "SweptStep",
+    "__version__",
     "job_attempt",
     "job_detail",
     "list_jobs",

@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from . import __version__
 from .errors import ConfigurationError, JobStepsError
 from .maintenance import prune, sweep
 from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
 from .schema import migrate
 from .store import borrowed_connection
-from .timeline import Style, format_duration, format_time, render_detail, render_jobs
+from .timeline import Style, format_duration, format_time, printable, render_detail, render_jobs
 
 __all__ = ["main", "parse_duration"]
 
@@ -33,20 +35,31 @@ PROG = "otel-jobsteps"
 EXIT_NOT_FOUND = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
-_DURATION_PART = re.compile(r"(\d+)([smhdw])")
+_DURATION_PART = re.compile(r"([0-9]+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# Far enough back for any cut-off, near enough that now() minus it stays a valid timestamp.
+MAX_DURATION = timedelta(days=36500)
+MAX_INTERVAL_S = 3600.0
+MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
+MAX_LIMIT = 1_000_000
+MAX_BATCH_SIZE = 100_000
 
 
 def parse_duration(text: str) -> timedelta:
-    """``90s``, ``15m``, ``1h``, ``2d``, ``1w`` or combinations like ``1h30m``; positive."""
+    """``90s``, ``15m``, ``1h``, ``2d``, ``1w`` or combinations like ``1h30m``; up to 36500d."""
     compact = text.strip().lower()
     parts = _DURATION_PART.findall(compact)
     if not parts or "".join(n + u for n, u in parts) != compact:
         raise ValueError(f"invalid duration {text!r}: use forms like 90s, 15m, 1h, 2d or 1h30m")
-    duration = timedelta(seconds=sum(int(n) * _UNIT_SECONDS[u] for n, u in parts))
-    if duration <= timedelta(0):
+    too_long = f"invalid duration {text!r}: at most {MAX_DURATION.days}d"
+    if any(len(n) > 12 for n, _ in parts):  # int() of thousands of digits is slow, then refused
+        raise ValueError(too_long)
+    seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
         raise ValueError(f"invalid duration {text!r}: it must be longer than zero")
-    return duration
+    if seconds > MAX_DURATION.total_seconds():
+        raise ValueError(too_long)
+    return timedelta(seconds=seconds)
 
 
 def _duration_argument(text: str) -> timedelta:
@@ -56,24 +69,49 @@ def _duration_argument(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return int(text)
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a decimal integer from ``low`` to ``high``, else one clear line."""
+
+    def parse(text: str) -> int:
+        digits = text.strip()
+        if not re.fullmatch(r"[0-9]{1,19}", digits) or not low <= int(digits) <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {low} to {high}, got {text!r}"
+            )
+        return int(digits)
+
+    return parse
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
+def seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: seconds above ``low`` and at most ``high`` (no nan, no inf)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low < value <= high:  # False for nan
+            raise argparse.ArgumentTypeError(
+                f"expected a number of seconds above {low:g} and at most {high:g}, got {text!r}"
+            )
+        return value
+
+    return parse
 
 
-def _dsn(args: argparse.Namespace) -> str:
-    dsn: str | None = args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
+def _dsn(args: argparse.Namespace, *, read: bool = False) -> str:
+    """The primary's DSN; ``read``: a replica's first (--read-dsn, $OTEL_JOBSTEPS_READ_DSN).
+
+    Command-line options come before the environment: an explicit --dsn beats
+    $OTEL_JOBSTEPS_READ_DSN.
+    """
+    dsn: str | None = (
+        (args.read_dsn if read else None)
+        or args.dsn
+        or (os.environ.get("OTEL_JOBSTEPS_READ_DSN") if read else None)
+        or os.environ.get("OTEL_JOBSTEPS_DSN")
+    )
     if not dsn:
         raise ConfigurationError("no database: pass --dsn or set OTEL_JOBSTEPS_DSN")
     try:
@@ -110,7 +148,9 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    detail = job_detail(_dsn(args), args.domain, args.job_id, args.attempt, schema=_schema(args))
+    detail = job_detail(
+        _dsn(args, read=True), args.domain, args.job_id, args.attempt, schema=_schema(args)
+    )
     if detail is None:
         which = f"attempt {args.attempt} of job" if args.attempt is not None else "job"
         print(f"{PROG}: no {which} {args.domain} / {args.job_id}", file=sys.stderr)
@@ -124,7 +164,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _jobs(args: argparse.Namespace) -> int:
     jobs = list_jobs(
-        _dsn(args),
+        _dsn(args, read=True),
         domain=args.domain,
         job_type=args.type,
         status=args.status,
@@ -140,16 +180,17 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _activity_line(activity: JobActivity, style: Style) -> str:
-    where = f"{activity.domain} / {activity.job_id} #{activity.attempt}"
+    where = f"{printable(activity.domain)} / {printable(activity.job_id)} #{activity.attempt}"
+    key = printable(activity.step_key or "")
     if activity.change == "event":
-        what = f"{activity.type} {activity.message or ''}"
+        what = f"{printable(activity.type)} {printable(activity.message or '')}"
     elif activity.change == "started":
-        what = f"{activity.step_key} started"
+        what = f"{key} started"
     else:
         status = activity.step_status or ""
-        what = f"{activity.step_key} {style.status(status, status)}"
+        what = f"{key} {style.status(status, status)}"
         if activity.message:
-            what += f": {activity.message}"
+            what += f": {printable(activity.message)}"
     return f"{format_time(activity.at)}  {where}  {what}".rstrip()
 
 
@@ -157,7 +198,7 @@ def _tail(args: argparse.Namespace) -> int:
     style = Style.for_stream(sys.stdout)
     scope = f" of domain {args.domain!r}" if args.domain else ""
     try:
-        with borrowed_connection(_dsn(args)) as conn:
+        with borrowed_connection(_dsn(args, read=True)) as conn:
             follower = ActivityFollower(conn, domain=args.domain, schema=_schema(args))
             print(
                 f"following job_event{scope} every {args.interval:g}s "
@@ -182,8 +223,9 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"{verb} {_plural(len(swept), 'step')} silent for {silence} as FAILED abandoned:")
     for s in swept:
         settles = "  + job_log FAILED abandoned" if s.writes_job_log else ""
+        where = f"{printable(s.domain)} / {printable(s.job_id)} #{s.attempt}"
         print(
-            f"  {s.domain} / {s.job_id} #{s.attempt}  {s.step_key}  "
+            f"  {where}  {printable(s.step_key)}  "
             f"started {format_time(s.started_at)}  last seen {format_time(s.last_seen_at)}"
             f"{settles}"
         )
@@ -219,6 +261,13 @@ def _demo(args: argparse.Namespace) -> int:
 # -- parser ----------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad input is one line on stderr, pointing at ``--help``, and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _connection_options(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument(
         "--dsn",
@@ -229,6 +278,14 @@ def _connection_options(parser: argparse.ArgumentParser, default: Any) -> None:
         "--schema",
         default=default,
         help="schema of the tables (default: $OTEL_JOBSTEPS_SCHEMA or public)",
+    )
+
+
+def _read_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--read-dsn",
+        help="read from this server, e.g. a streaming replica, which lags the primary by its "
+        "replay delay (default: $OTEL_JOBSTEPS_READ_DSN, else the --dsn one)",
     )
 
 
@@ -245,9 +302,10 @@ def _cutoff_options(parser: argparse.ArgumentParser, older_help: str, dry_help: 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``otel-jobsteps``."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, description="Read and maintain the job steps otel_jobsteps records."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _connection_options(parser, None)
     # The same options after the command; SUPPRESS keeps them from hiding the ones before it.
     common = argparse.ArgumentParser(add_help=False)
@@ -264,8 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = command("show", _show, "a job's attempts and one attempt's steps as a timeline")
     show.add_argument("domain")
     show.add_argument("job_id")
-    show.add_argument("--attempt", type=_positive_int, help="attempt to detail (default: latest)")
+    show.add_argument(
+        "--attempt", type=int_between(1, MAX_ATTEMPT), help="attempt to detail (default: latest)"
+    )
     show.add_argument("--json", action="store_true", help="print the job as JSON")
+    _read_option(show)
 
     jobs = command("jobs", _jobs, "recent jobs by their latest attempt, most recent first")
     jobs.add_argument("--domain")
@@ -274,8 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument(
         "--since", type=_duration_argument, help="active within this long, e.g. 1h or 2d"
     )
-    jobs.add_argument("--limit", type=_positive_int, default=50, help="at most N jobs (50)")
+    jobs.add_argument(
+        "--limit", type=int_between(1, MAX_LIMIT), default=50, help="at most N jobs (50)"
+    )
     jobs.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    _read_option(jobs)
 
     tail = command(
         "tail",
@@ -284,8 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
         "ended_at of the steps it saw open; Ctrl-C stops",
     )
     tail.add_argument("--domain")
+    _read_option(tail)
     tail.add_argument(
-        "--interval", type=_positive_seconds, default=1.0, help="seconds between polls (1)"
+        "--interval",
+        type=seconds_between(0, MAX_INTERVAL_S),
+        default=1.0,
+        help="seconds between polls (1)",
     )
 
     sweeper = command(
@@ -308,7 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _cutoff_options(pruner, "age of the final job_log row, e.g. 30d", "only count what would go")
     pruner.add_argument(
-        "--batch-size", type=_positive_int, default=1000, help="job_log rows per transaction"
+        "--batch-size",
+        type=int_between(1, MAX_BATCH_SIZE),
+        default=1000,
+        help="job_log rows per transaction",
     )
 
     command("demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)")

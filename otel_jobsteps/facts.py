@@ -1,0 +1,85 @@
+"""What is known about a span, with no interpretation: the input of the one translation.
+
+Both doors produce these: the live processor from the SDK's span objects (on the writer thread,
+never on the job's), the OTLP receiver from decoded requests. `translate` decides what they mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from .spans import attribute_dict
+
+__all__ = ["EventLike", "SpanEvent", "SpanFacts", "ended_facts", "started_facts"]
+
+
+class EventLike(Protocol):
+    """What the translation reads of a span event (the SDK's ``Event`` has it too)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def attributes(self) -> Mapping[str, Any] | None: ...
+
+
+class SpanEvent(NamedTuple):
+    """One decoded span event: a progress snapshot, an ``exception``, or anything else."""
+
+    name: str
+    time_ns: int
+    attributes: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SpanFacts:
+    """One span as a door saw it: ids, name, times, attributes, events, status."""
+
+    trace_id: int
+    span_id: int
+    parent_span_id: int  # 0 for a root span
+    name: str
+    start_ns: int
+    end_ns: int  # 0 while the span has not ended (a live start, or a start marker)
+    attributes: Mapping[str, Any]
+    events: Sequence[EventLike] = ()
+    error: bool = False
+    status_message: str | None = None
+
+
+def started_facts(span: ReadableSpan) -> SpanFacts:
+    """A live span at its start, read on the writer thread (only what on_start could know)."""
+    context = span.context
+    parent = span.parent
+    return SpanFacts(
+        context.trace_id,
+        context.span_id,
+        0 if parent is None else parent.span_id,
+        span.name,
+        span.start_time or 0,
+        0,
+        attribute_dict(span),
+    )
+
+
+def ended_facts(span: ReadableSpan) -> SpanFacts:
+    """A live span once it has ended: its final attributes, events and status."""
+    context = span.context
+    parent = span.parent
+    status = span.status
+    return SpanFacts(
+        context.trace_id,
+        context.span_id,
+        0 if parent is None else parent.span_id,
+        span.name,
+        span.start_time or 0,
+        span.end_time or span.start_time or 0,
+        attribute_dict(span),
+        span.events,  # the SDK's own events: an ended span gets no more
+        status.status_code is StatusCode.ERROR,
+        status.description,
+    )

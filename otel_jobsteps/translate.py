@@ -1,0 +1,241 @@
+"""The one place where a span becomes the model's commands, for live and received spans alike.
+
+`SpanTranslator` reads span facts and decides what they mean: a job span opens an attempt's
+scope, a span with ``job.step.key`` inside a scope is a step, an ordinary-event span is a
+``job_event`` row, everything else in a scope only passes the scope on to its children. It keeps
+the scope of every open span (bounded) and emits the recorder's commands; it does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from opentelemetry.sdk.trace import Event
+
+from .attributes import (
+    JOB_ATTEMPT,
+    JOB_DOMAIN,
+    JOB_EVENT_DETAIL,
+    JOB_EVENT_MESSAGE,
+    JOB_EVENT_TYPE,
+    JOB_EXECUTION,
+    JOB_ID,
+    JOB_OUTCOME,
+    JOB_STEP_DETAIL,
+    JOB_STEP_KEY,
+    JOB_TIME_LIMIT,
+    JOB_TYPE,
+)
+from .detail import clean_text, parse_detail
+from .facts import EventLike, SpanFacts
+from .recorder import (
+    Command,
+    EventRecorded,
+    JobEnded,
+    JobStarted,
+    ProgressReported,
+    Scope,
+    StepEnded,
+    StepStarted,
+)
+from .spans import LatestProgress, latest_progress
+
+__all__ = ["DEFAULT_MAX_OPEN_SPANS", "SpanTranslator"]
+
+MAX_ID_CHARS = 512
+MAX_ATTEMPT = 2**31 - 1  # the attempt column is a PostgreSQL integer
+DEFAULT_MAX_OPEN_SPANS = 100_000
+
+Problem = Callable[[str, object], None]
+
+
+def _attempt_number(value: object) -> int | None:
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _error_text(span: SpanFacts) -> str | None:
+    for event in reversed(span.events):
+        attributes = event.attributes
+        if event.name == "exception" and attributes:
+            kind = attributes.get("exception.type", "Exception")
+            message = attributes.get("exception.message", "")
+            return f"{kind}: {message}" if message else str(kind)
+    return span.status_message or None
+
+
+def _newest_first(events: Sequence[EventLike]) -> Iterable[Event]:
+    # Any event with a name and attributes reads like the SDK's Event here.
+    return cast("Iterable[Event]", reversed(events))
+
+
+@dataclass(slots=True, eq=False)
+class _OpenSpan:
+    scope: Scope
+    key: str | None  # the step key; None for the job span and for plain spans in its scope
+    reported: bool = False  # progress reached the writer while the step ran
+
+
+class SpanTranslator:
+    """Span facts in order -> recorder commands; remembers the scope of every open span.
+
+    ``started`` is idempotent per span id. With ``received=True`` (spans that arrive whole, or
+    as a start marker and later whole) a span seen ended without its start is started first;
+    live spans always report their start, so an unknown one is ignored at its end. At most
+    ``max_open_spans`` spans are remembered; the oldest is forgotten beyond that (counted as
+    ``evicted_spans``): a job span that never ends must not grow memory for ever.
+    """
+
+    def __init__(
+        self,
+        *,
+        problem: Problem,
+        received: bool = True,
+        max_open_spans: int = DEFAULT_MAX_OPEN_SPANS,
+    ) -> None:
+        self._problem = problem
+        self._received = received
+        self._max_open_spans = max_open_spans
+        self._open: dict[int, _OpenSpan] = {}
+
+    def open_spans(self) -> int:
+        return len(self._open)
+
+    def started(self, span: SpanFacts) -> list[Command]:
+        """The commands a span's start implies (an ordinary-event span is complete at start)."""
+        attributes = span.attributes
+        if JOB_EVENT_TYPE in attributes:
+            event = self._event(span, attributes)
+            return [] if event is None else [event]
+        span_id = span.span_id
+        if span_id in self._open:
+            return []
+        if JOB_ID in attributes:
+            scope = self._job_scope(span, attributes)
+            if scope is not None:
+                self._remember(span_id, _OpenSpan(scope, None))
+                return [JobStarted(scope, span.start_ns)]
+        parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
+        if parent is None:
+            return []  # outside any job scope
+        scope = parent.scope
+        key = attributes.get(JOB_STEP_KEY)
+        if key is None:
+            self._remember(span_id, _OpenSpan(scope, None))  # not a step; its children are
+            return []
+        key = key if type(key) is str else str(key)
+        self._remember(span_id, _OpenSpan(scope, key))
+        return [StepStarted(scope, key, span_id, span.start_ns)]
+
+    def progress(self, span_id: int, latest: LatestProgress) -> ProgressReported | None:
+        """A live step reported progress; ``latest()`` reads its newest detail when handled."""
+        found = self._open.get(span_id)
+        if found is None or found.key is None:
+            return None
+        found.reported = True
+        return ProgressReported(found.scope, found.key, latest)
+
+    def ended(self, span: SpanFacts) -> list[Command]:
+        """The commands a span's end implies: a step's close, or the attempt's end."""
+        span_id = span.span_id
+        commands: list[Command] = []
+        found = self._open.pop(span_id, None)
+        if found is None:
+            if not self._received:
+                return commands  # its start was outside a scope, dropped, or forgotten
+            commands = self.started(span)  # a received span: its start is known only now
+            found = self._open.pop(span_id, None)
+            if found is None:
+                return commands
+        scope, key = found.scope, found.key
+        if key is None and scope.span_id != span_id:
+            return commands  # a plain span inside the job
+        error = _error_text(span) if span.error else None
+        attributes = span.attributes
+        end_ns = span.end_ns or span.start_ns
+        if key is None:
+            commands.append(JobEnded(scope, end_ns, span.error, attributes.get(JOB_OUTCOME), error))
+            return commands
+        if not found.reported:  # received, or live events that could not be watched
+            latest = latest_progress(_newest_first(span.events))
+            if latest:
+                commands.append(ProgressReported(scope, key, lambda: latest))
+        explicit = attributes.get(JOB_STEP_DETAIL)
+        commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error))
+        return commands
+
+    # -- interpretation -----------------------------------------------------------------------
+
+    def _remember(self, span_id: int, entry: _OpenSpan) -> None:
+        spans = self._open
+        spans[span_id] = entry
+        if len(spans) > self._max_open_spans:
+            del spans[next(iter(spans))]
+            self._problem("evicted_spans", f"more than {self._max_open_spans} open spans")
+
+    def _event(self, span: SpanFacts, attributes: Mapping[str, Any]) -> EventRecorded | None:
+        """An ordinary event: in the parent's job scope, or in the scope its attributes name."""
+        parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
+        scope = parent.scope if parent is not None else None
+        if scope is None and JOB_ID in attributes:
+            scope = self._job_scope(span, attributes, event=True)
+        if scope is None:
+            return None
+        message = attributes.get(JOB_EVENT_MESSAGE)
+        return EventRecorded(
+            scope,
+            str(attributes[JOB_EVENT_TYPE]),
+            None if message is None else str(message),
+            parse_detail(attributes.get(JOB_EVENT_DETAIL)),
+            span.start_ns,
+        )
+
+    def _job_scope(
+        self, span: SpanFacts, attributes: Mapping[str, Any], *, event: bool = False
+    ) -> Scope | None:
+        domain = attributes.get(JOB_DOMAIN)
+        job_id = attributes.get(JOB_ID)
+        attempt = _attempt_number(attributes.get(JOB_ATTEMPT))
+        if (
+            domain in (None, "")
+            or job_id in (None, "")
+            or attempt is None
+            or not 1 <= attempt <= MAX_ATTEMPT
+            or len(str(domain)) > MAX_ID_CHARS
+            or len(str(job_id)) > MAX_ID_CHARS
+        ):
+            self._problem(
+                "invalid_job_span",
+                f"span {clean_text(span.name, 200)!r} ignored: needs non-empty {JOB_DOMAIN} and "
+                f"{JOB_ID} (<= {MAX_ID_CHARS} characters) and an integer {JOB_ATTEMPT} "
+                f"in 1..{MAX_ATTEMPT}",
+            )
+            return None
+        job_type = attributes.get(JOB_TYPE)
+        execution = attributes.get(JOB_EXECUTION)
+        deadline = None if event else _deadline(span.start_ns, attributes.get(JOB_TIME_LIMIT))
+        # An event names its scope; it does not own an execution of the attempt.
+        trace_id, span_id = (0, 0) if event else (span.trace_id, span.span_id)
+        return Scope(
+            clean_text(domain),
+            clean_text(job_id),
+            None if job_type is None else clean_text(job_type, MAX_ID_CHARS),
+            attempt,
+            None if execution is None else clean_text(execution, MAX_ID_CHARS),
+            trace_id,
+            span_id,
+            deadline,
+        )
+
+
+def _deadline(start_ns: int, limit: object) -> int | None:
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and 0 < limit < 1e9:
+        return start_ns + int(limit * 1e9)
+    return None

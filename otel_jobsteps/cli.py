@@ -1,4 +1,4 @@
-"""``otel-jobsteps``: migrate, show, jobs, tail, sweep, prune, demo.
+"""``otel-jobsteps``: migrate, show, jobs, tail, sweep, prune, demo, serve.
 
 Exit codes: 0 done, 1 the job asked for does not exist, 2 bad input or the database is
 unreachable or not migrated (one line on stderr, never a traceback, never a password), 130
@@ -258,6 +258,26 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    try:  # the web stack is an extra: load it only for this command
+        from .web.app import TOKEN_ENV, serve
+    except ImportError as error:
+        raise ConfigurationError(
+            f"serve needs the web extra ({error.name} is missing): pip install 'otel_jobsteps[web]'"
+        ) from None
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    serve(
+        _dsn(args),
+        listen=args.listen,
+        schema=_schema(args),
+        trace_url=args.trace_url,
+        token=token,
+        no_auth=args.no_auth,
+        announce=lambda line: print(line, flush=True),
+    )
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -383,6 +403,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     command("demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)")
+
+    web = command("serve", _serve, "the recorded jobs as web pages and JSON (read-only)")
+    web.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (127.0.0.1:8080)")
+    web.add_argument(
+        "--trace-url",
+        metavar="TEMPLATE",
+        help="trace viewer link, http(s) with {trace_id}, {span_id}, {start_ms}, {end_ms}",
+    )
+    web.add_argument(
+        "--token", help="required of every request (default: $OTEL_JOBSTEPS_WEB_TOKEN)"
+    )
+    web.add_argument(
+        "--no-auth", action="store_true", help="allow a non-loopback --listen without a token"
+    )
     return parser
 
 

@@ -1,4 +1,5 @@
-"""Exceptions raised at the configuration surface (constructor, migrate, read API, CLI)."""
+"""Exceptions raised at the configuration surface (constructor, migrate, read API, CLI), and
+the one-line rendering of any error for messages and logs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ __all__ = [
     "DatabaseUnavailableError",
     "JobStepsError",
     "SchemaNotMigratedError",
+    "describe",
 ]
+
+MAX_MESSAGE_CHARS = 1000
 
 
 class JobStepsError(Exception):
@@ -24,3 +28,23 @@ class DatabaseUnavailableError(JobStepsError):
 
 class SchemaNotMigratedError(JobStepsError):
     """The tables are missing or older than this version: run ``otel-jobsteps migrate``."""
+
+
+def describe(error: object) -> str:
+    """One printable line for a log or a CLI message, with every line of the cause kept.
+
+    libpq puts the cause ("Connection refused") on the first line and a hint on the next, and
+    a server's DETAIL may quote row values written by job code: lines are joined, control
+    characters escaped, and the text bounded.
+    """
+    lines: list[str] = []
+    for line in str(error).splitlines():
+        line = line.strip()
+        if line and line not in lines:
+            lines.append(line)
+    text = " / ".join(lines) or type(error).__name__
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 3] + "..."
+    return text

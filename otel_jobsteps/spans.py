@@ -58,9 +58,14 @@ class _WatchedEvents(BoundedList):  # type: ignore[type-arg]
             self._notify(self._tag, self.take_latest)
 
     def take_latest(self) -> Mapping[str, Any]:
-        """The latest progress event's attributes; the next event is reported again."""
+        """The latest progress event's attributes; the next event is reported again.
+
+        Runs on the writer thread while the job thread may append: the scan holds the list's
+        own lock (the one its append takes), since iterating a deque that grows raises.
+        """
         self._armed = True  # before reading: an event added meanwhile is either seen or reported
-        return latest_progress(reversed(self._dq))  # type: ignore[attr-defined]
+        with self._lock:  # type: ignore[attr-defined]
+            return latest_progress(reversed(self._dq))  # type: ignore[attr-defined]
 
 
 def latest_progress(newest_first: Iterable[Event]) -> Mapping[str, Any]:

@@ -8,6 +8,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from .errors import describe
+
 __all__ = ["Stats", "logger"]
 
 logger = logging.getLogger("otel_jobsteps")
@@ -16,12 +18,14 @@ logger = logging.getLogger("otel_jobsteps")
 class Stats:
     """Thread-safe counters plus a rate-limited warning that carries the running count."""
 
+    _lock: threading.Lock
+    _counts: Counter[str]
+    _last_error: str | None
+    _last_warned: dict[str, float]
+
     def __init__(self, *, warn_interval_s: float = 60.0) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
-        self._last_error: str | None = None
         self._warn_interval = warn_interval_s
-        self._last_warned: dict[str, float] = {}
+        self.reset()
 
     def add(self, name: str, amount: int = 1) -> None:
         with self._lock:
@@ -33,9 +37,11 @@ class Stats:
 
     def problem(self, kind: str, error: object) -> None:
         """Count a problem and warn about it unless a warning of this kind went out recently."""
-        text = str(error)
+        text = describe(error)
         if isinstance(error, BaseException):
-            text = f"{type(error).__name__}: {text}"
+            name = type(error).__name__
+            sqlstate = getattr(error, "sqlstate", None)
+            text = f"{name} [{sqlstate}]: {text}" if sqlstate else f"{name}: {text}"
         now = time.monotonic()
         with self._lock:
             self._counts[kind] += 1
@@ -54,8 +60,13 @@ class Stats:
         return data
 
     def reset(self) -> None:
-        """Forget everything (a forked child starts its own counts)."""
-        with self._lock:
-            self._counts.clear()
-            self._last_error = None
-            self._last_warned.clear()
+        """Start afresh: new counts and a new lock, the old one never taken.
+
+        Called in a forked child, where the parent's lock may have been held by a thread that
+        does not exist there: acquiring it would hang the child for good. Counts added
+        concurrently with a reset in a live process may land in the old counter and be lost.
+        """
+        self._lock = threading.Lock()
+        self._counts = Counter()
+        self._last_error = None
+        self._last_warned = {}

@@ -1,34 +1,63 @@
 """PostgreSQL access for the writer: one lazy connection, one transaction per batch.
 
 Every operation kind of a segment becomes one set-based statement over parallel arrays. If a
-batch fails for a reason other than the connection, it is written again one operation at a
-time, each in a savepoint, so one bad row never takes the good rows around it down.
+batch fails because PostgreSQL says a row can never be written (`rejects_row`: the SQLSTATE
+table below), it is written again one operation at a time, each in a savepoint, so one bad row
+never takes the good rows around it down. Any other failure leaves the whole batch for a retry.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress, Segment
 from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
-from .errors import ConfigurationError, DatabaseUnavailableError
+from .errors import ConfigurationError, DatabaseUnavailableError, describe
 from .sql import qualified_queries
 
 __all__ = [
+    "SQLSTATE_CLASSES",
     "StepStore",
     "borrowed_connection",
     "connection_kwargs",
     "redact",
+    "rejects_row",
 ]
+
+# What a failed write means, by SQLSTATE class (the code's first two characters); the README's
+# failure section shows this same table. "row": PostgreSQL says this row can never be written,
+# so the batch is written again one operation at a time and only the rejected operations are
+# dropped (counted as rejected_*). "retry": the whole batch waits and is written again with
+# backoff, nothing dropped. A class not listed, and an error without a SQLSTATE (connection
+# lost, no reply in time), is "retry".
+SQLSTATE_CLASSES: dict[str, tuple[str, str]] = {
+    "08": ("retry", "connection exception"),
+    "21": ("row", "cardinality violation"),
+    "22": ("row", "data exception: a value out of range, malformed text or JSON"),
+    "23": ("row", "integrity constraint violation, e.g. a user's CHECK constraint"),
+    "25": ("retry", "invalid transaction state: 25006 read-only transaction (after a failover)"),
+    "40": ("retry", "transaction rollback: 40001 serialization failure, 40P01 deadlock"),
+    "42": ("retry", "undefined table or column, no privilege: a migration or grant pending"),
+    "53": ("retry", "insufficient resources: disk full, out of memory, too many connections"),
+    "54": ("row", "program limit exceeded: a row too large for an index"),
+    "55": ("retry", "object not in prerequisite state: 55P03 lock not available"),
+    "57": ("retry", "operator intervention: 57014 statement timeout, 57P01-57P05 shutdown"),
+    "58": ("retry", "system error: I/O error"),
+    "P0": ("row", "raised by a trigger (PL/pgSQL RAISE EXCEPTION)"),
+    "XX": ("retry", "internal error"),
+}
+RV = TypeVar("RV")
 
 # Statement kind, the segment list it reads, and the operation fields it sends, in write order:
 # updates first (they never touch a row inserted in the same segment), then inserts.
@@ -57,8 +86,12 @@ def redact(conninfo: str) -> str:
     return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
 
 
-def connection_kwargs(*, connect_timeout_s: float) -> dict[str, Any]:
-    """Settings every connection of ours uses: bounded connect, keepalives, a visible name."""
+def connection_kwargs(
+    *, connect_timeout_s: float, tcp_user_timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """Settings every connection of ours uses: bounded connect, a visible name, and a peer that
+    went silent detected by TCP (keepalives while idle, tcp_user_timeout for unacknowledged
+    data) instead of after the kernel's retransmissions, about 15 minutes."""
     return {
         "connect_timeout": max(1, round(connect_timeout_s)),
         "application_name": "otel_jobsteps",
@@ -66,7 +99,59 @@ def connection_kwargs(*, connect_timeout_s: float) -> dict[str, Any]:
         "keepalives_idle": 10,
         "keepalives_interval": 5,
         "keepalives_count": 3,
+        "tcp_user_timeout": max(1, round(tcp_user_timeout_s * 1000)),
     }
+
+
+def rejects_row(error: BaseException) -> bool:
+    """Whether ``error`` says a row can never be written (one-at-a-time path) rather than
+    that the batch should be written again later (see `SQLSTATE_CLASSES`)."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if sqlstate:
+        return SQLSTATE_CLASSES.get(sqlstate[:2], ("retry", ""))[0] == "row"
+    # Without a SQLSTATE: psycopg could not send a value of one row (client side), or the
+    # connection failed, or the error is not PostgreSQL's at all.
+    return isinstance(error, (psycopg.DataError, psycopg.IntegrityError))
+
+
+class _NoReply(Exception):
+    pass
+
+
+def _within(gen: PQGen[RV], deadline: float) -> PQGen[RV]:
+    """``gen``, given up once ``deadline`` passed with nothing received: psycopg (>= 3.2)
+    resumes the generator at least every 0.1 s while it waits, ``Ready.NONE`` when silent."""
+    try:
+        state = next(gen)
+        while True:
+            ready = yield state
+            if not ready and time.monotonic() > deadline:
+                raise _NoReply
+            state = gen.send(ready)
+    except StopIteration as stop:
+        result: RV = stop.value
+        return result
+
+
+class _BoundedConnection(psycopg.Connection[Any]):
+    """A connection whose every wait for the server ends after ``reply_timeout_s``.
+
+    A server that stops answering mid-statement (a partition, a frozen host, a proxy holding
+    the reply) would otherwise hold the writer until TCP gives up; ``statement_timeout`` cannot
+    help, the server never hears it.
+    """
+
+    reply_timeout_s: float = 60.0
+
+    def wait(self, gen: PQGen[RV], *args: Any, **kwargs: Any) -> RV:
+        deadline = time.monotonic() + self.reply_timeout_s
+        try:
+            return super().wait(_within(gen, deadline), *args, **kwargs)
+        except _NoReply:
+            self.pgconn.finish()  # stopped mid-protocol: never usable again
+            raise psycopg.OperationalError(
+                f"no reply from the server within {self.reply_timeout_s:g} s"
+            ) from None
 
 
 _FIELD_NAMES = {
@@ -112,12 +197,20 @@ class StepStore:
         statement_timeout_ms: int = 30_000,
         max_detail_bytes: int = DEFAULT_MAX_DETAIL_BYTES,
         on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
+        reply_timeout_s: float | None = None,
     ) -> None:
         if not schema:
             raise ConfigurationError("schema must be a non-empty name")
         self._conninfo = conninfo
         self._connect_timeout_s = connect_timeout_s
         self._statement_timeout_ms = statement_timeout_ms
+        # The server answers within its statement timeout (a cancelled statement replies at
+        # once); a connect timeout on top covers the network. Longer silence: it is gone.
+        self.reply_timeout_s = (
+            reply_timeout_s
+            if reply_timeout_s is not None
+            else statement_timeout_ms / 1000.0 + connect_timeout_s
+        )
         self._max_detail_bytes = max_detail_bytes
         self._queries = qualified_queries("queries.sql", schema)
         self._on_connect = on_connect
@@ -133,11 +226,15 @@ class StepStore:
         conn = self._conn
         if conn is None or conn.closed or conn.broken:
             self.close()
-            conn = psycopg.connect(
+            conn = _BoundedConnection.connect(
                 self._conninfo,
                 autocommit=True,
-                **connection_kwargs(connect_timeout_s=self._connect_timeout_s),
+                **connection_kwargs(
+                    connect_timeout_s=self._connect_timeout_s,
+                    tcp_user_timeout_s=self.reply_timeout_s,
+                ),
             )
+            conn.reply_timeout_s = self.reply_timeout_s
             conn.execute(
                 "SELECT set_config('statement_timeout', %s, false)",
                 (str(self._statement_timeout_ms),),
@@ -169,15 +266,6 @@ class StepStore:
         except OSError:
             pass
         _forgotten.append(conn)
-
-    def is_connection_problem(self, error: BaseException) -> bool:
-        """Whether ``error`` means the connection is gone (retry later) rather than bad data."""
-        conn = self._conn
-        if conn is None or conn.closed or conn.broken:
-            return True
-        return isinstance(error, psycopg.OperationalError) and not isinstance(
-            error, psycopg.errors.QueryCanceled
-        )
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -230,8 +318,8 @@ class StepStore:
                                     self._queries[name],
                                     _params([op], self._max_detail_bytes),
                                 )
-                        except psycopg.DatabaseError as error:
-                            if self.is_connection_problem(error):
+                        except psycopg.Error as error:
+                            if not rejects_row(error):
                                 raise
                             on_rejected(name, error)
 
@@ -273,7 +361,8 @@ def borrowed_connection(
             target, autocommit=True, **connection_kwargs(connect_timeout_s=connect_timeout_s)
         )
     except psycopg.OperationalError as error:
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-        raise DatabaseUnavailableError(f"cannot connect to {redact(target)}: {reason}") from None
+        raise DatabaseUnavailableError(
+            f"cannot connect to {redact(target)}: {describe(error)}"
+        ) from None
     with conn:
         yield conn

@@ -18,7 +18,7 @@ from opentelemetry import context as otel_context
 
 from .batch import Batch
 from .stats import Stats
-from .store import StepStore
+from .store import StepStore, rejects_row
 
 __all__ = ["CommandHandler", "Writer"]
 
@@ -141,24 +141,35 @@ class Writer:
         return request.done.wait(timeout_s)
 
     def shutdown(self, timeout_s: float) -> None:
-        """Write what can be written within ``timeout_s``, then stop the thread."""
+        """Write what can be written within ``timeout_s``, then stop the thread.
+
+        The connection is closed by the writer thread itself as it ends (a psycopg connection
+        must not be closed while another thread uses it). A thread still busy at the timeout,
+        say on a server that stopped answering, is left to end on its own, bounded by the
+        store's reply timeout; this call returns regardless.
+        """
         with self._lock:
             if self._stopping:
                 return
             self._stopping = True
+            thread = self._thread  # settled: no thread starts once _stopping is set
         self._wakeup.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout_s)
-            if thread.is_alive():
-                self._stats.problem("shutdown_timeout", f"writer still busy after {timeout_s}s")
-        self._store.close()
+        if thread is None:
+            self._store.close()  # no writer thread ever used it
+            return
+        thread.join(timeout_s)
+        if thread.is_alive():
+            self._stats.problem("shutdown_timeout", f"writer still busy after {timeout_s}s")
 
     def queue_length(self) -> int:
         return len(self._queue)
 
     def after_fork_in_child(self, handler: CommandHandler) -> None:
-        """A forked child gets a fresh queue, thread and handler; the parent's socket is left be."""
+        """A forked child gets a fresh queue, thread and handler; the parent's socket is left be.
+
+        Every lock and event is created anew, none of the inherited ones is touched: a parent
+        thread may have held it at the moment of fork() and never releases it in the child.
+        """
         self._handler = handler
         self._store.forget_after_fork()
         self._init_runtime()
@@ -175,20 +186,23 @@ class Writer:
 
     def _run(self) -> None:
         _suppress_instrumentation()
-        while not self._stopping:
-            self._wait()
-            self._absorb(respect_bound=True)
-            now = self._clock()
-            if now >= self._retry_at:
-                self._write(final=False)
-            if now >= self._next_heartbeat:
-                self._next_heartbeat = now + self._heartbeat_interval
-                self._refresh_heartbeats()
-        # Shutting down: take in everything queued, then one write attempt without backoff.
-        while self._queue:
-            self._absorb(respect_bound=False)
-        self._handler.flush_timers()
-        self._write(final=True)
+        try:
+            while not self._stopping:
+                self._wait()
+                self._absorb(respect_bound=True)
+                now = self._clock()
+                if now >= self._retry_at:
+                    self._write(final=False)
+                if now >= self._next_heartbeat:
+                    self._next_heartbeat = now + self._heartbeat_interval
+                    self._refresh_heartbeats()
+            # Shutting down: take in everything queued, then one write attempt without backoff.
+            while self._queue:
+                self._absorb(respect_bound=False)
+            self._handler.flush_timers()
+            self._write(final=True)
+        finally:
+            self._store.close()  # only this thread ever uses the connection
 
     def _absorb(self, *, respect_bound: bool) -> None:
         try:
@@ -314,8 +328,8 @@ class Writer:
             try:
                 self._store.write(batch)
             except Exception as error:
-                if self._store.is_connection_problem(error):
-                    raise
+                if not rejects_row(error):
+                    raise  # a lock wait, a deadlock, a restart: the whole batch, later
                 self._stats.problem("batch_rejected", error)
                 self._store.write_one_by_one(batch, self._rejected)
         except Exception:

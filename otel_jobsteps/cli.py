@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _connection_options(parser, None)
     # The same options after the command; SUPPRESS keeps them from hiding the ones before it.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _connection_options(common, argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -1,0 +1,167 @@
+-- Read queries of the web page (`otel-jobsteps serve`) that the read API has no statement for.
+-- Same block format as read.sql: {job_event}, {job_log} and {job_attempt} are schema-qualified
+-- identifiers; values are %(name)s parameters. Every statement reads through an index and is
+-- bounded by a LIMIT or by one job's key, so a page costs the same on a big table.
+
+-- name: jobs_page --
+-- One page of jobs, the most recently active first, by their latest attempt. The job's activity
+-- time ("at") is its newest row change: a row written or closed (job_event_recent), a heartbeat
+-- of an open step (job_event_one_open_step) or a final row (job_log_ended_attempt). Each branch
+-- walks its index newest first from the page cursor and stops after scan_rows rows; only jobs
+-- above the deepest point a full branch reached are complete, so the others wait for the next
+-- page (next_at). The cursor is (at, domain, job_id), exclusive: NULLs mean the first page.
+WITH touched AS (
+    (SELECT 'event' AS branch, domain, job_id, COALESCE(ended_at, created_at) AS at
+     FROM {job_event}
+     WHERE COALESCE(ended_at, created_at) <= COALESCE(%(before_at)s::timestamptz, 'infinity')
+       AND COALESCE(ended_at, created_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+     ORDER BY COALESCE(ended_at, created_at) DESC
+     LIMIT %(scan_rows)s)
+    UNION ALL
+    (SELECT 'log', domain, job_id, created_at
+     FROM {job_log}
+     WHERE created_at <= COALESCE(%(before_at)s::timestamptz, 'infinity')
+       AND created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+     ORDER BY created_at DESC
+     LIMIT %(scan_rows)s)
+    UNION ALL
+    SELECT 'open', domain, job_id, GREATEST(created_at, heartbeat_at)
+    FROM {job_event}
+    WHERE type = 'STEP' AND ended_at IS NULL
+      AND GREATEST(created_at, heartbeat_at) <= COALESCE(%(before_at)s::timestamptz, 'infinity')
+      AND GREATEST(created_at, heartbeat_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+), floor AS (
+    -- how deep the scan is complete: the shallowest end of a branch that hit its limit
+    SELECT max(deepest) AS at
+    FROM (SELECT min(at) AS deepest
+          FROM touched
+          WHERE branch <> 'open'
+          GROUP BY branch
+          HAVING count(*) >= %(scan_rows)s) AS full_branch
+), candidate AS (
+    SELECT domain, job_id, max(at) AS at
+    FROM touched
+    WHERE (%(domain)s::text IS NULL OR domain = %(domain)s)
+    GROUP BY domain, job_id
+)
+-- one row even when no job qualifies: the floor still says where the next page starts
+SELECT f.at AS floor_at, page.*
+FROM floor AS f
+LEFT JOIN LATERAL (
+    SELECT c.domain, c.job_id, c.at AS active_at,
+           latest.attempt, latest.job_type, latest.status, latest.reason, latest.error,
+           latest.last_step, latest.open_step, latest.open_step_seen_at, latest.started_at,
+           latest.ended_at, latest.last_activity_at,
+           (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
+            WHERE n.domain = c.domain AND n.job_id = c.job_id) AS attempts
+    FROM candidate AS c
+    CROSS JOIN LATERAL (
+        SELECT *
+        FROM {job_attempt} AS a
+        WHERE a.domain = c.domain AND a.job_id = c.job_id
+        ORDER BY a.attempt DESC
+        LIMIT 1
+    ) AS latest
+    WHERE (f.at IS NULL OR c.at > f.at)
+      -- a job active above the cursor was on an earlier page
+      AND latest.last_activity_at <= c.at
+      AND (%(before_at)s::timestamptz IS NULL
+           OR (c.at, c.domain, c.job_id) < (%(before_at)s, %(before_domain)s, %(before_job_id)s)
+           OR (%(before_domain)s::text IS NULL AND c.at <= %(before_at)s))
+      AND (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
+      AND (%(status)s::text IS NULL OR latest.status = %(status)s)
+    ORDER BY c.at DESC, c.domain DESC, c.job_id DESC
+    LIMIT %(limit)s
+) AS page ON true
+ORDER BY page.active_at DESC, page.domain DESC, page.job_id DESC;
+
+-- name: find_job --
+-- Jobs with this exact id, in every domain (or the one given), by their latest attempt. The
+-- domains are walked as a loose index scan of job_event_job (one probe per domain), so the id
+-- is then an index condition in each.
+WITH RECURSIVE domains AS (
+    (SELECT domain FROM {job_event} ORDER BY domain LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.domain FROM {job_event} AS e WHERE e.domain > d.domain
+            ORDER BY e.domain LIMIT 1)
+    FROM domains AS d
+    WHERE d.domain IS NOT NULL
+)
+SELECT d.domain, latest.job_id, latest.last_activity_at AS active_at,
+       latest.attempt, latest.job_type, latest.status, latest.reason, latest.error,
+       latest.last_step, latest.open_step, latest.open_step_seen_at, latest.started_at,
+       latest.ended_at, latest.last_activity_at,
+       (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
+        WHERE n.domain = d.domain AND n.job_id = %(job_id)s) AS attempts
+FROM domains AS d
+CROSS JOIN LATERAL (
+    SELECT *
+    FROM {job_attempt} AS a
+    WHERE a.domain = d.domain AND a.job_id = %(job_id)s
+    ORDER BY a.attempt DESC
+    LIMIT 1
+) AS latest
+WHERE d.domain IS NOT NULL
+  AND (%(domain)s::text IS NULL OR d.domain = %(domain)s)
+ORDER BY latest.last_activity_at DESC NULLS LAST, d.domain
+LIMIT %(limit)s;
+
+-- name: job_rows --
+-- Every row of one job, all attempts: steps with their span ids (the swimlanes and the trace
+-- links) and ordinary events (the marks on the time axis), with the server's time of the read.
+SELECT attempt, type, step_key, step_status, detail, message, trace_id, span_id,
+       created_at, ended_at, GREATEST(created_at, heartbeat_at) AS seen_at,
+       now() AS as_of
+FROM {job_event}
+WHERE domain = %(domain)s AND job_id = %(job_id)s
+ORDER BY attempt, created_at, id;
+
+-- name: job_logs --
+-- The final rows of every attempt of one job.
+SELECT attempt, status, reason, detail, trace_id, created_at
+FROM {job_log}
+WHERE domain = %(domain)s AND job_id = %(job_id)s
+ORDER BY attempt;
+
+-- name: open_steps --
+-- Open steps of the fleet, the longest silent first (what `sweep` would settle first), those
+-- silent for at least min_silence; at most limit rows, and how many there are in all.
+SELECT domain, job_id, job_type, attempt, step_key, detail, created_at AS started_at,
+       GREATEST(created_at, heartbeat_at) AS seen_at,
+       now() AS as_of,
+       count(*) OVER () AS total
+FROM {job_event}
+WHERE type = 'STEP' AND ended_at IS NULL
+  AND GREATEST(created_at, heartbeat_at) <= now() - %(min_silence)s::interval
+ORDER BY GREATEST(created_at, heartbeat_at), id
+LIMIT %(limit)s;
+
+-- name: step_stats --
+-- The job_step_duration view's numbers over a time window (steps closed since since_at), read
+-- through job_event_recent instead of over every row kept.
+SELECT job_type, step_key,
+       count(*) AS steps,
+       count(*) FILTER (WHERE step_status = 'FAILED') AS failed,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS p50_seconds,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY seconds) AS p95_seconds,
+       max(seconds) AS max_seconds,
+       max(ended_at) AS last_ended_at
+FROM (
+    SELECT job_type, step_key, step_status, ended_at,
+           extract(epoch FROM ended_at - created_at)::double precision AS seconds
+    FROM {job_event}
+    WHERE COALESCE(ended_at, created_at) >= %(since_at)s
+      AND type = 'STEP' AND ended_at IS NOT NULL
+) AS closed_step
+GROUP BY job_type, step_key
+ORDER BY job_type NULLS LAST, step_key;
+
+-- name: step_failures --
+-- Recent failures of one step key of one job type, newest first, since since_at.
+SELECT domain, job_id, attempt, step_key, message, detail, created_at AS started_at, ended_at
+FROM {job_event}
+WHERE COALESCE(ended_at, created_at) >= %(since_at)s
+  AND type = 'STEP' AND step_status = 'FAILED' AND step_key = %(step_key)s
+  AND job_type IS NOT DISTINCT FROM %(job_type)s
+ORDER BY COALESCE(ended_at, created_at) DESC
+LIMIT %(limit)s;

@@ -1,0 +1,445 @@
+"""``otel-jobsteps serve``: the recorded jobs as web pages and JSON, read-only.
+
+Server-rendered HTML (Jinja2, autoescaped) on starlette; the only script is ``static/live.js``,
+which refreshes a page that shows something running. Every response carries a strict
+Content-Security-Policy: scripts, styles and images from this origin only, nothing inline, so
+text from job code can only ever be text. Binding anywhere but loopback needs a token (or an
+explicit ``--no-auth``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+from collections.abc import Callable, MutableMapping
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from ..query import STATUSES, Record
+from ..store import redact
+from ..timeline import format_duration, format_time
+from .data import Reader
+from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
+
+__all__ = ["DEFAULT_LISTEN", "TOKEN_ENV", "create_app", "parse_listen", "serve"]
+
+logger = logging.getLogger("otel_jobsteps.web")
+
+DEFAULT_LISTEN = "127.0.0.1:8080"
+TOKEN_ENV = "OTEL_JOBSTEPS_WEB_TOKEN"
+TOKEN_COOKIE = "otel_jobsteps_token"
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+DEFAULT_REFRESH_S = 2.0
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+_STATUS_WORDS = {s.lower(): s for s in STATUSES}
+_LOOPBACK_NAMES = {"localhost"}
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as host and port; `ConfigurationError` if not."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigurationError(f"--listen must be HOST:PORT, e.g. {DEFAULT_LISTEN}; got {text!r}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only reaches this machine."""
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, token: str | None, no_auth: bool) -> None:
+    """Refuse to listen beyond loopback without a token unless the operator said ``--no-auth``."""
+    if token is not None and not token.strip():
+        raise ConfigurationError("the web token must not be empty")
+    if token and no_auth:
+        raise ConfigurationError("--token and --no-auth exclude each other")
+    if not is_loopback(host) and not token and not no_auth:
+        raise ConfigurationError(
+            f"listening on {host} exposes the jobs beyond this machine: pass --token "
+            f"(or set {TOKEN_ENV}) or, deliberately, --no-auth"
+        )
+
+
+# -- rendering helpers -------------------------------------------------------------------------
+
+
+def job_url(domain: str, job_id: str, attempt: int | None = None) -> str:
+    """The permalink of a job (every part percent-encoded: ids come from job code)."""
+    url = f"/jobs/{quote(domain, safe='')}/{quote(job_id, safe='')}"
+    return url + (f"?attempt={attempt}" if attempt is not None else "")
+
+
+def compact_json(value: Any) -> str:
+    """A detail object as one line of JSON (the template escapes it)."""
+    return "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def since_text(at: datetime | None, as_of: datetime) -> str:
+    """How long ago ``at`` was, at the time of the read."""
+    return "-" if at is None else format_duration(max(as_of - at, timedelta(0)))
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("otel_jobsteps.web", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        duration=format_duration,
+        time=format_time,
+        json=compact_json,
+        iso=lambda value: value.isoformat() if value else "",
+        seconds=lambda value: format_duration(timedelta(seconds=value)),
+    )
+    env.globals.update(job_url=job_url, since=since_text, windows=list(WINDOWS))
+    return env
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def _window(request: Request, name: str, default: str) -> tuple[str, timedelta | None]:
+    text = request.query_params.get(name) or default
+    if text not in WINDOWS:
+        raise ConfigurationError(f"{name} must be one of {', '.join(WINDOWS)}, got {text!r}")
+    return text, WINDOWS[text]
+
+
+def _status(request: Request) -> str | None:
+    text = (request.query_params.get("status") or "").lower()
+    if text and text not in _STATUS_WORDS:
+        raise ConfigurationError(f"status must be one of {', '.join(_STATUS_WORDS)}")
+    return _STATUS_WORDS.get(text)
+
+
+def _limit(request: Request) -> int:
+    text = request.query_params.get("limit") or str(PAGE_SIZE)
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE_SIZE:
+        raise ConfigurationError(f"limit must be an integer from 1 to {MAX_PAGE_SIZE}")
+    return int(text)
+
+
+def _text(request: Request, name: str) -> str | None:
+    return request.query_params.get(name) or None
+
+
+def _attempt(request: Request) -> int | None:
+    text = request.query_params.get("attempt")
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigurationError("attempt must be a positive integer")
+    return int(text)
+
+
+def _json(value: Any, status_code: int = 200) -> JSONResponse:
+    if isinstance(value, Record):
+        value = value.to_dict()
+    elif isinstance(value, list):
+        value = [item.to_dict() if isinstance(item, Record) else item for item in value]
+    return JSONResponse(value, status_code=status_code)
+
+
+class WebApp:
+    """The pages and the API over one `Reader`."""
+
+    def __init__(self, reader: Reader, links: TraceLinks | None, refresh_s: float) -> None:
+        self.reader = reader
+        self.links = links
+        self.refresh_ms = int(refresh_s * 1000)
+        self.env = _environment()
+
+    def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        html = self.env.get_template(name).render(refresh_ms=self.refresh_ms, **context)
+        return HTMLResponse(html, status_code=status_code)
+
+    def jobs(self, request: Request) -> Response:
+        window_name, window = _window(request, "window", "all")
+        filters = {
+            "domain": _text(request, "domain"),
+            "type": _text(request, "type"),
+            "status": (request.query_params.get("status") or "").lower(),
+            "window": window_name,
+            "q": _text(request, "q"),
+        }
+        limit = _limit(request)
+        if filters["q"]:
+            page = self.reader.find_job(filters["q"], domain=filters["domain"], limit=limit)
+        else:
+            page = self.reader.jobs_page(
+                domain=filters["domain"],
+                job_type=filters["type"],
+                status=_status(request),
+                since=window,
+                cursor=Cursor.parse(dict(request.query_params)),
+                limit=limit,
+            )
+        kept = {k: v for k, v in filters.items() if v and not (k == "window" and v == "all")}
+        next_url = None
+        if page.next_cursor is not None:
+            next_url = "/?" + urlencode({**kept, **page.next_cursor.query()})
+        paged = "before" in request.query_params
+        return self.render(
+            "jobs.html",
+            page=page,
+            filters=filters,
+            next_url=next_url,
+            paged=paged,
+            first_url="/?" + urlencode(kept),
+        )
+
+    def job(self, request: Request) -> Response:
+        domain, job_id = request.path_params["domain"], request.path_params["job_id"]
+        chosen = _attempt(request)
+        page = self.reader.job_page(domain, job_id)
+        if page is None:
+            return self.render("missing.html", 404, domain=domain, job_id=job_id)
+        timeline = build_timeline(page.attempts, page.rows, page.logs, page.as_of, self.links)
+        selected = next(
+            (lane for lane in timeline.lanes if lane.summary.attempt == chosen),
+            None if chosen is not None else timeline.lanes[-1],
+        )
+        if selected is None:
+            return self.render("missing.html", 404, domain=domain, job_id=job_id, attempt=chosen)
+        first = timeline.lanes[0].summary.started_at
+        latest_end = timeline.lanes[-1].summary.ended_at
+        total = (latest_end or page.as_of) - first if first else None
+        return self.render(
+            "job.html",
+            page=page,
+            timeline=timeline,
+            selected=selected,
+            latest=timeline.lanes[-1],
+            total=total,
+            stalled=sum(lane.summary.stalled_count for lane in timeline.lanes),
+        )
+
+    def running(self, request: Request) -> Response:
+        silent_name, silent = _window(request, "silent", "all")
+        steps, as_of = self.reader.open_steps(silent or timedelta(0), _limit(request))
+        return self.render(
+            "running.html",
+            steps=steps,
+            as_of=as_of,
+            silent=silent_name,
+            total=steps[0].total if steps else 0,
+        )
+
+    def steps(self, request: Request) -> Response:
+        window_name, window = _window(request, "window", "24h")
+        stats = self.reader.step_stats(window or timedelta(days=36500))
+        return self.render("steps.html", stats=stats, window=window_name)
+
+    def failures(self, request: Request) -> Response:
+        window_name, window = _window(request, "window", "24h")
+        key = request.query_params.get("key")
+        if not key:
+            raise ConfigurationError("key (the step key) is required")
+        job_type = _text(request, "type")
+        found = self.reader.step_failures(
+            job_type, key, window or timedelta(days=36500), _limit(request)
+        )
+        return self.render(
+            "failures.html", failures=found, key=key, job_type=job_type, window=window_name
+        )
+
+    # -- JSON API --------------------------------------------------------------------------
+
+    def api_jobs(self, request: Request) -> Response:
+        _, window = _window(request, "window", "all")
+        jobs = self.reader.list_jobs(
+            domain=_text(request, "domain"),
+            job_type=_text(request, "type"),
+            status=_status(request),
+            since=window,
+            limit=_limit(request),
+        )
+        return _json(jobs)
+
+    def api_job(self, request: Request) -> Response:
+        params = request.path_params
+        detail = self.reader.job_detail(params["domain"], params["job_id"], _attempt(request))
+        if detail is None:
+            return _json({"error": "no such job or attempt"}, 404)
+        return _json(detail)
+
+    def api_running(self, request: Request) -> Response:
+        _, silent = _window(request, "silent", "all")
+        steps, _as_of = self.reader.open_steps(silent or timedelta(0), _limit(request))
+        return _json(steps)
+
+    def api_steps(self, request: Request) -> Response:
+        _, window = _window(request, "window", "24h")
+        return _json(self.reader.step_stats(window or timedelta(days=36500)))
+
+
+Endpoint = Callable[[Request], Response]
+
+
+def _guarded(web: WebApp, endpoint: Endpoint, *, api: bool) -> Callable[[Request], Response]:
+    """Turn the errors of a request into pages: 400 for bad input, 503 while the database is
+    away (the error page keeps refreshing, so it recovers on its own)."""
+
+    def handle(request: Request) -> Response:
+        try:
+            return endpoint(request)
+        except ConfigurationError as error:
+            status, message = 400, str(error)
+        except (DatabaseUnavailableError, SchemaNotMigratedError) as error:
+            logger.warning("serve: %s", error)
+            status, message = 503, str(error)
+        if api:
+            return _json({"error": message}, status)
+        return web.render("error.html", status, status=status, message=message)
+
+    return handle
+
+
+class SecurityMiddleware:
+    """Security headers on every response; with a token, every request must carry it (bearer
+    header, or the cookie a ``?token=`` visit sets)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        response = self._authenticate(Request(scope)) if self.token else None
+        if response is not None:
+            await response(scope, receive, send_with_headers)
+        else:
+            await self.app(scope, receive, send_with_headers)
+
+    def _authenticate(self, request: Request) -> Response | None:
+        assert self.token is not None
+        given = request.query_params.get("token")
+        if given is not None and _same(given, self.token):
+            # Move the token from the URL (history, logs, Referer) into an HttpOnly cookie.
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            target = request.url.path + ("?" + urlencode(rest) if rest else "")
+            redirect = RedirectResponse(target, status_code=303)
+            redirect.set_cookie(
+                TOKEN_COOKIE,
+                self.token,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
+            return redirect
+        header = request.headers.get("authorization", "")
+        bearer = header[7:] if header.lower().startswith("bearer ") else None
+        for candidate in (bearer, request.cookies.get(TOKEN_COOKIE)):
+            if candidate is not None and _same(candidate, self.token):
+                return None
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": "authentication required"}, status_code=401)
+        return HTMLResponse(
+            "<!doctype html><title>401</title><p>Authentication required: open this page "
+            "once with <code>?token=…</code> or send <code>Authorization: Bearer …</code>.</p>",
+            status_code=401,
+        )
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def create_app(
+    dsn: str,
+    *,
+    schema: str = "public",
+    trace_url: str | None = None,
+    token: str | None = None,
+    refresh_s: float = DEFAULT_REFRESH_S,
+) -> ASGIApp:
+    """The ASGI app of ``serve``: pages, ``/api/...`` and ``/static``, behind the security layer.
+
+    ``trace_url`` is validated here (http or https only); ``token``, if given, is required on
+    every request.
+    """
+    if not refresh_s > 0:
+        raise ConfigurationError("refresh_s must be positive")
+    links = TraceLinks(trace_url) if trace_url else None
+    web = WebApp(Reader(dsn, schema=schema), links, refresh_s)
+
+    def page(path: str, endpoint: Endpoint, *, api: bool = False) -> Route:
+        return Route(path, _guarded(web, endpoint, api=api), methods=["GET", "HEAD"])
+
+    routes = [
+        page("/", web.jobs),
+        page("/jobs/{domain}/{job_id:path}", web.job),
+        page("/running", web.running),
+        page("/steps", web.steps),
+        page("/steps/failures", web.failures),
+        page("/api/jobs", web.api_jobs, api=True),
+        page("/api/jobs/{domain}/{job_id:path}", web.api_job, api=True),
+        page("/api/running", web.api_running, api=True),
+        page("/api/steps", web.api_steps, api=True),
+        Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
+    ]
+    return SecurityMiddleware(Starlette(routes=routes), token)
+
+
+def serve(
+    dsn: str,
+    *,
+    listen: str = DEFAULT_LISTEN,
+    schema: str = "public",
+    trace_url: str | None = None,
+    token: str | None = None,
+    no_auth: bool = False,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Run the web page until interrupted (uvicorn). Checks the listen address first."""
+    import uvicorn
+
+    host, port = parse_listen(listen)
+    check_exposure(host, token, no_auth)
+    app = create_app(dsn, schema=schema, trace_url=trace_url, token=token)
+    shown = f"[{host}]" if ":" in host else host
+    if announce is not None:
+        announce(f"serving http://{shown}:{port}/ (database {redact(dsn)}, schema {schema!r})")
+    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)

@@ -1,0 +1,271 @@
+"""The web page's reads: one short read-only connection per request, queries from ``web.sql``.
+
+A connection per request keeps no state between requests, so a database that went away and
+came back serves the next request with nothing to repair. Every transaction is READ ONLY: a
+role with SELECT on the tables and views is all the page needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ..errors import DatabaseUnavailableError
+from ..query import (
+    AttemptSummary,
+    JobDetail,
+    JobLogEntry,
+    JobSummary,
+    Record,
+    fetch,
+    job_detail,
+    list_jobs,
+    session,
+)
+from ..sql import qualified_queries
+from ..store import connection_kwargs
+from .layout import Cursor
+
+__all__ = [
+    "JobPage",
+    "JobRow",
+    "JobsPage",
+    "OpenStep",
+    "Reader",
+    "StepFailure",
+    "StepStat",
+]
+
+APPLICATION_NAME = "otel_jobsteps_web"
+CONNECT_TIMEOUT_S = 3.0
+SCAN_ROWS_PER_JOB = 8  # rows the jobs page reads per job it shows, before it pages on
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow(Record):
+    """A job on the jobs page, by its latest attempt; ``active_at`` is its newest row change."""
+
+    domain: str
+    job_id: str
+    active_at: datetime
+    attempt: int
+    attempts: int
+    job_type: str | None
+    status: str
+    reason: str | None
+    error: str | None
+    last_step: str | None
+    open_step: str | None
+    open_step_seen_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    last_activity_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobsPage:
+    """One page of jobs and the cursor of the next (None on the last page)."""
+
+    jobs: list[JobRow]
+    next_cursor: Cursor | None
+    as_of: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """Everything the job page draws, read in one snapshot."""
+
+    domain: str
+    job_id: str
+    attempts: tuple[AttemptSummary, ...]
+    rows: list[dict[str, Any]]
+    logs: list[JobLogEntry]
+    as_of: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStep(Record):
+    """An open step of the fleet, with its last sign of life (``seen_at``)."""
+
+    domain: str
+    job_id: str
+    job_type: str | None
+    attempt: int
+    step_key: str
+    detail: dict[str, Any] | None
+    started_at: datetime
+    seen_at: datetime
+    as_of: datetime
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepStat(Record):
+    """Closed steps of one job type and step key over a window: count, failures, durations."""
+
+    job_type: str | None
+    step_key: str
+    steps: int
+    failed: int
+    p50_seconds: float
+    p95_seconds: float
+    max_seconds: float
+    last_ended_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StepFailure(Record):
+    """A failed step row."""
+
+    domain: str
+    job_id: str
+    attempt: int
+    step_key: str
+    message: str | None
+    detail: dict[str, Any] | None
+    started_at: datetime
+    ended_at: datetime
+
+
+class Reader:
+    """Reads for the pages and the JSON API, on ``dsn`` in ``schema``."""
+
+    def __init__(self, dsn: str, *, schema: str = "public") -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self._queries = qualified_queries("web.sql", schema)
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        options = connection_kwargs(connect_timeout_s=CONNECT_TIMEOUT_S)
+        options["application_name"] = APPLICATION_NAME
+        try:
+            conn = psycopg.connect(self.dsn, **options)
+        except psycopg.OperationalError as error:
+            lines = str(error).strip().splitlines()
+            reason = lines[-1] if lines else type(error).__name__
+            raise DatabaseUnavailableError(f"database unreachable: {reason}") from None
+        with conn:
+            conn.read_only = True  # every transaction begins READ ONLY
+            yield conn
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._connection() as conn, session(conn, schema=self.schema, snapshot=True):
+            yield conn
+
+    def jobs_page(
+        self,
+        *,
+        domain: str | None,
+        job_type: str | None,
+        status: str | None,
+        since: timedelta | None,
+        cursor: Cursor | None,
+        limit: int,
+    ) -> JobsPage:
+        """A page of jobs, newest activity first, below ``cursor``."""
+        with self._snapshot() as conn:
+            now = _server_now(conn)
+            params = {
+                "domain": domain,
+                "job_type": job_type,
+                "status": status,
+                "since_at": now - since if since else None,
+                "before_at": cursor.at if cursor else None,
+                "before_domain": cursor.domain if cursor else None,
+                "before_job_id": cursor.job_id if cursor else None,
+                "scan_rows": limit * SCAN_ROWS_PER_JOB,
+                "limit": limit,
+            }
+            with conn.cursor(row_factory=dict_row) as cur:
+                found = cur.execute(self._queries["jobs_page"], params).fetchall()
+        floor = found[0]["floor_at"] if found else None
+        jobs = [_job_row(row) for row in found if row["domain"] is not None]
+        return JobsPage(jobs, _next_cursor(jobs, limit, floor), now)
+
+    def find_job(self, job_id: str, *, domain: str | None, limit: int) -> JobsPage:
+        """Jobs with this exact id, in every domain or in ``domain``."""
+        with self._snapshot() as conn:
+            now = _server_now(conn)
+            params = {"job_id": job_id, "domain": domain, "limit": limit}
+            jobs = fetch(conn, self._queries["find_job"], params, JobRow)
+        return JobsPage(jobs, None, now)
+
+    def job_page(self, domain: str, job_id: str) -> JobPage | None:
+        """Every attempt of a job with all its rows and final rows, or None if it has none."""
+        key = {"domain": domain, "job_id": job_id}
+        # job_attempts of the read API (the list_jobs fragment does not matter to it)
+        read_side = qualified_queries("read.sql", self.schema, (("in_domain", ""),))
+        with self._snapshot() as conn:
+            with conn.cursor(row_factory=dict_row) as cur:
+                found = cur.execute(read_side["job_attempts"], key).fetchall()
+                if not found:
+                    return None
+                rows = cur.execute(self._queries["job_rows"], key).fetchall()
+            logs = fetch(conn, self._queries["job_logs"], key, JobLogEntry)
+        names = [f.name for f in fields(AttemptSummary)]
+        attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
+        return JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
+
+    def open_steps(self, min_silence: timedelta, limit: int) -> tuple[list[OpenStep], datetime]:
+        """Open steps silent for at least ``min_silence``, longest silent first."""
+        params = {"min_silence": min_silence, "limit": limit}
+        with self._snapshot() as conn:
+            now = _server_now(conn)
+            return fetch(conn, self._queries["open_steps"], params, OpenStep), now
+
+    def step_stats(self, since: timedelta) -> list[StepStat]:
+        """Per job type and step key: closed steps over the last ``since``."""
+        with self._snapshot() as conn:
+            params = {"since_at": _server_now(conn) - since}
+            return fetch(conn, self._queries["step_stats"], params, StepStat)
+
+    def step_failures(
+        self, job_type: str | None, step_key: str, since: timedelta, limit: int
+    ) -> list[StepFailure]:
+        """The latest failures of one step of one job type over the last ``since``."""
+        with self._snapshot() as conn:
+            params = {
+                "job_type": job_type,
+                "step_key": step_key,
+                "since_at": _server_now(conn) - since,
+                "limit": limit,
+            }
+            return fetch(conn, self._queries["step_failures"], params, StepFailure)
+
+    def job_detail(self, domain: str, job_id: str, attempt: int | None) -> JobDetail | None:
+        """The read API's `job_detail`, on a read-only connection."""
+        with self._connection() as conn:
+            return job_detail(conn, domain, job_id, attempt, schema=self.schema)
+
+    def list_jobs(self, **filters: Any) -> list[JobSummary]:
+        """The read API's `list_jobs`, on a read-only connection."""
+        with self._connection() as conn:
+            return list_jobs(conn, schema=self.schema, **filters)
+
+
+def _server_now(conn: psycopg.Connection[Any]) -> datetime:
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+_JOB_FIELDS = [f.name for f in fields(JobRow)]
+
+
+def _job_row(row: dict[str, Any]) -> JobRow:
+    return JobRow(**{name: row[name] for name in _JOB_FIELDS})
+
+
+def _next_cursor(jobs: list[JobRow], limit: int, floor: datetime | None) -> Cursor | None:
+    if len(jobs) >= limit:
+        last = jobs[-1]
+        return Cursor(last.active_at, last.domain, last.job_id)
+    return Cursor(floor) if floor is not None else None

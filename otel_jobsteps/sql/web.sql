@@ -51,7 +51,8 @@ LEFT JOIN LATERAL (
     SELECT c.domain, c.job_id, c.at AS active_at,
            latest.attempt, latest.job_type, latest.status, latest.reason, latest.error,
            latest.last_step, latest.open_step, latest.open_step_seen_at, latest.started_at,
-           latest.ended_at, latest.last_activity_at,
+           latest.processing_started_at, latest.ended_at, latest.last_activity_at,
+           latest.stalled_count,
            (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
             WHERE n.domain = c.domain AND n.job_id = c.job_id) AS attempts
     FROM candidate AS c
@@ -78,7 +79,8 @@ ORDER BY page.active_at DESC, page.domain DESC, page.job_id DESC;
 -- name: find_job --
 -- Jobs with this exact id, in every domain (or the one given), by their latest attempt. The
 -- domains are walked as a loose index scan of job_event_job (one probe per domain), so the id
--- is then an index condition in each.
+-- is then an index condition in each. The latest attempt is read as list_jobs reads it (a
+-- LATERAL with LIMIT 1): the job_current_attempt view would be computed whole first.
 WITH RECURSIVE domains AS (
     (SELECT domain FROM {job_event} ORDER BY domain LIMIT 1)
     UNION ALL
@@ -90,7 +92,8 @@ WITH RECURSIVE domains AS (
 SELECT d.domain, latest.job_id, latest.last_activity_at AS active_at,
        latest.attempt, latest.job_type, latest.status, latest.reason, latest.error,
        latest.last_step, latest.open_step, latest.open_step_seen_at, latest.started_at,
-       latest.ended_at, latest.last_activity_at,
+       latest.processing_started_at, latest.ended_at, latest.last_activity_at,
+       latest.stalled_count,
        (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
         WHERE n.domain = d.domain AND n.job_id = %(job_id)s) AS attempts
 FROM domains AS d

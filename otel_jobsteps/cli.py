@@ -278,6 +278,26 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _collect(args: argparse.Namespace) -> int:
+    try:  # the receiver's stack is an extra: load it only for this command
+        from .ingest import JobMapping, serve_collect
+    except ImportError as error:
+        raise ConfigurationError(
+            f"collect needs the collect extra ({error.name} is missing): "
+            "pip install 'otel_jobsteps[collect]'"
+        ) from None
+    serve_collect(
+        _dsn(args),
+        listen=args.listen,
+        schema=_schema(args),
+        settle_after_s=args.settle_after.total_seconds(),
+        mappings=[JobMapping.parse(text) for text in args.mapping],
+        max_body_bytes=args.max_body_bytes,
+        announce=lambda line: print(line, flush=True),
+    )
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -416,6 +436,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     web.add_argument(
         "--no-auth", action="store_true", help="allow a non-loopback --listen without a token"
+    )
+    collect = command(
+        "collect",
+        _collect,
+        "OTLP/HTTP trace receiver (POST /v1/traces, protobuf or JSON, gzip): received spans "
+        "become job_event and job_log rows, as the processor writes them",
+    )
+    collect.add_argument("--listen", default="127.0.0.1:4318", help="HOST:PORT (127.0.0.1:4318)")
+    collect.add_argument(
+        "--settle-after",
+        type=_duration_argument,
+        default=timedelta(minutes=10),
+        metavar="DURATION",
+        help="keep a trace's spans this long after its last span arrived; then late copies are "
+        "ignored and spans that never got a job span are dropped (10m)",
+    )
+    collect.add_argument(
+        "--mapping",
+        action="append",
+        default=[],
+        metavar="id=ATTR,domain=ATTR[,type=ATTR][,attempt=ATTR[+N]]",
+        help="job spans of another queue library (BullMQ's are understood without this)",
+    )
+    collect.add_argument(
+        "--max-body-bytes",
+        type=int_between(1024, 1 << 30),
+        default=16 << 20,
+        help="largest request body after gunzip; larger ones get 413 (16 MiB)",
     )
     return parser
 

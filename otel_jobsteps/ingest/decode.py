@@ -1,0 +1,190 @@
+"""OTLP/HTTP trace request bodies (protobuf or the OTLP JSON mapping) -> span facts.
+
+Decoding uses ``opentelemetry-proto``. Spans with ids of the wrong length are rejected one by
+one (the request's ``partial_success``); a body that is not a trace request at all is an error.
+Start markers become facts with ``end_ns == 0``: a span with ``$span.partial = true``
+(Trigger.dev), an end time of 0, or a Logfire pending span (``logfire.span_type =
+"pending_span"``: a child of the real span that carries its start, its attributes, and its
+parent's id in ``logfire.pending_parent_id``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from ..facts import SpanEvent, SpanFacts
+
+__all__ = [
+    "LOGFIRE_PENDING_PARENT",
+    "LOGFIRE_SPAN_TYPE",
+    "PARTIAL",
+    "BadRequest",
+    "Decoded",
+    "attribute_values",
+    "decode_json",
+    "decode_protobuf",
+]
+
+PARTIAL = "$span.partial"
+LOGFIRE_SPAN_TYPE = "logfire.span_type"
+LOGFIRE_PENDING_PARENT = "logfire.pending_parent_id"
+_MARKER_ATTRIBUTES = (PARTIAL, LOGFIRE_SPAN_TYPE, LOGFIRE_PENDING_PARENT)
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+_ERROR = Status.STATUS_CODE_ERROR
+
+
+class BadRequest(ValueError):
+    """The body is not an OTLP trace request (answered 400: the client must not retry it)."""
+
+
+@dataclass(slots=True)
+class Decoded:
+    """The usable spans of one request, and how many were rejected and why (the first reason)."""
+
+    spans: list[SpanFacts] = field(default_factory=list)
+    rejected: int = 0
+    reason: str = ""
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        if not self.reason:
+            self.reason = reason
+
+
+def decode_protobuf(body: bytes) -> Decoded:
+    """A binary ``ExportTraceServiceRequest``."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, ValueError, RuntimeError) as error:
+        raise BadRequest(f"not a protobuf ExportTraceServiceRequest: {error}") from None
+    return _facts(request)
+
+
+def decode_json(body: bytes) -> Decoded:
+    """The OTLP JSON mapping: ids in hex, 64-bit integers as strings or numbers, enums as ints."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise BadRequest(f"not JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise BadRequest("not an ExportTraceServiceRequest: the JSON body must be an object")
+    _hex_ids_to_base64(document)
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as error:
+        raise BadRequest(f"not an ExportTraceServiceRequest: {error}") from None
+    return _facts(request)
+
+
+def _hex_ids_to_base64(node: Any) -> None:
+    """OTLP JSON writes ids in hex where protobuf's JSON mapping expects base64 (in place)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in _ID_FIELDS and isinstance(value, str):
+                    try:
+                        raw = bytes.fromhex(value)
+                    except ValueError:
+                        raw = b"\x00"  # not hex: a wrong-length id, so this span is rejected
+                    item[key] = base64.b64encode(raw).decode("ascii")
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, (dict, list)))
+
+
+def _facts(request: ExportTraceServiceRequest) -> Decoded:
+    decoded = Decoded()
+    spans = decoded.spans
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                facts = _span_facts(span, decoded)
+                if facts is not None:
+                    spans.append(facts)
+    return decoded
+
+
+def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
+    trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+    if len(trace_id) != 16 or len(span_id) != 8 or len(parent) not in (0, 8):
+        decoded.reject("trace ids must be 16 bytes, span ids 8 bytes")
+        return None
+    trace_number = int.from_bytes(trace_id, "big")
+    span_number = int.from_bytes(span_id, "big")
+    if not trace_number or not span_number:
+        decoded.reject("trace and span ids must not be all zero")
+        return None
+    start_ns, end_ns = span.start_time_unix_nano, span.end_time_unix_nano
+    if not start_ns or (end_ns and end_ns < start_ns):
+        decoded.reject("a span needs a start time, and an end time not before it")
+        return None
+    attributes = attribute_values(span.attributes)
+    parent_number = int.from_bytes(parent, "big") if parent else 0
+    if attributes.get(LOGFIRE_SPAN_TYPE) == "pending_span":
+        # Logfire's marker is a child of the span it stands for.
+        real_parent = attributes.get(LOGFIRE_PENDING_PARENT)
+        try:
+            grandparent = int(real_parent, 16) if isinstance(real_parent, str) else 0
+        except ValueError:
+            grandparent = 0
+        if not parent_number or not 0 <= grandparent < 2**64:
+            decoded.reject("a pending span needs its real span as parent")
+            return None
+        span_number, parent_number, end_ns = parent_number, grandparent, 0
+    elif attributes.get(PARTIAL) in (True, "true"):
+        end_ns = 0
+    if not end_ns:
+        attributes = {k: v for k, v in attributes.items() if k not in _MARKER_ATTRIBUTES}
+    status = span.status
+    error = status.code == _ERROR
+    return SpanFacts(
+        trace_number,
+        span_number,
+        parent_number,
+        span.name,
+        start_ns,
+        end_ns,
+        attributes,
+        [
+            SpanEvent(event.name, event.time_unix_nano, attribute_values(event.attributes))
+            for event in span.events
+        ],
+        error,
+        status.message or None,
+    )
+
+
+def attribute_values(pairs: Any) -> dict[str, Any]:
+    """OTLP ``KeyValue`` list -> a plain dict (bytes as hex, maps as dicts, arrays as lists)."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        values[pair.key] = _value(pair.value)
+    return values
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return attribute_values(value.kvlist_value.values)
+    if kind == "bytes_value":
+        return binascii.hexlify(value.bytes_value).decode("ascii")
+    return getattr(value, kind)

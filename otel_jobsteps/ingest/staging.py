@@ -1,0 +1,318 @@
+"""The receiver's database side: a request's spans are staged and their traces' rows derived,
+in one transaction, before the request is answered.
+
+Rows are a function of a trace's spans: each request locks its traces (``otlp_trace`` rows, in
+sorted order), keeps its new spans in ``otlp_span``, replaces the rows an earlier derivation of
+those traces wrote with a derivation from all their spans so far, and commits. So a 200 means
+durable, a duplicate changes nothing, and any split, order or receiver gives the same rows.
+Traces untouched for ``settle_after_s`` are settled: their spans are deleted, late copies of
+them ignored; a trace that never had a job span is dropped then (counted, as the processor
+ignores spans outside a job scope).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from ..batch import Batch
+from ..errors import SchemaNotMigratedError, describe
+from ..facts import SpanEvent, SpanFacts
+from ..recorder import JobEnded, JobStarted, StepRecorder
+from ..schema import check_writable_tables
+from ..sql import qualified_queries
+from ..stats import Stats
+from ..store import StepStore, rejects_row
+from ..translate import SpanTranslator
+from .derive import trace_commands
+from .mapping import JobMapping
+
+__all__ = ["Receipt", "Staging", "StagingUnavailable"]
+
+_RETRIED = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+_TRANSACTION_ATTEMPTS = 5
+
+
+class StagingUnavailable(Exception):
+    """The database cannot take the spans now (answered 503: the client retries later)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a request changed: spans new to the staging table, and late copies dropped."""
+
+    staged: int
+    duplicates: int
+    late: int
+
+
+def _signed(span_id: int) -> int:
+    return span_id - (1 << 64) if span_id >= 1 << 63 else span_id
+
+
+def _encode(span: SpanFacts) -> str:
+    events = [[e.name, getattr(e, "time_ns", 0), dict(e.attributes or {})] for e in span.events]
+    return json.dumps(
+        [
+            span.parent_span_id,
+            span.name,
+            span.start_ns,
+            span.end_ns,
+            span.attributes,
+            events,
+            span.error,
+            span.status_message,
+        ],
+        separators=(",", ":"),
+        default=str,
+    )
+
+
+def _decode(trace_hex: str, span_id: int, text: str) -> SpanFacts:
+    parent, name, start, end, attributes, events, error, message = json.loads(text)
+    return SpanFacts(
+        int(trace_hex, 16),
+        span_id & 0xFFFFFFFFFFFFFFFF,
+        parent,
+        name,
+        start,
+        end,
+        attributes,
+        [SpanEvent(n, t, a) for n, t, a in events],
+        error,
+        message,
+    )
+
+
+class Staging:
+    """Stages received spans and derives rows; one instance per receiver process, thread-safe.
+
+    ``connections`` stores (each one connection) serve requests in parallel.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "public",
+        connections: int = 4,
+        settle_after_s: float = 600.0,
+        mappings: Sequence[JobMapping] = (),
+        connect_timeout_s: float = 5.0,
+        stats: Stats | None = None,
+    ) -> None:
+        self._schema = schema
+        self._queries = qualified_queries("ingest.sql", schema)
+        self._settle_after_s = settle_after_s
+        self._pause_s = min(1.0, connect_timeout_s)
+        self._down_until = 0.0
+        self._mappings = tuple(mappings)
+        self.stats = stats or Stats()
+        self._stores: queue.LifoQueue[StepStore] = queue.LifoQueue()
+        for _ in range(connections):
+            self._stores.put(
+                StepStore(conninfo, schema=schema, connect_timeout_s=connect_timeout_s)
+            )
+
+    @contextmanager
+    def _store(self) -> Iterator[StepStore]:
+        store = self._stores.get()
+        try:
+            yield store
+        finally:
+            self._stores.put(store)
+
+    def receive(self, spans: Sequence[SpanFacts]) -> Receipt:
+        """Stage ``spans`` and derive their traces' rows; durable when this returns.
+
+        Raises `StagingUnavailable` when the database cannot be reached or keeps failing.
+        """
+        if not spans:
+            return Receipt(0, 0, 0)
+        if time.monotonic() < self._down_until:
+            raise StagingUnavailable("the database was unreachable a moment ago")
+        rows = sorted(
+            (
+                (format(s.trace_id, "032x"), _signed(s.span_id), 1 if s.end_ns else 0, s)
+                for s in spans
+            ),
+            key=lambda row: row[:3],
+        )
+        with self._store() as store:
+            for attempt in range(_TRANSACTION_ATTEMPTS):
+                try:
+                    return self._receive(store, rows)
+                except _RETRIED as error:
+                    if attempt + 1 == _TRANSACTION_ATTEMPTS:
+                        raise StagingUnavailable(
+                            f"gave up after {attempt + 1} tries: {error}"
+                        ) from None
+                except psycopg.OperationalError as error:
+                    store.close()
+                    # Answer at once for a moment instead of every request waiting to connect.
+                    self._down_until = time.monotonic() + self._pause_s
+                    raise StagingUnavailable(str(error).strip() or type(error).__name__) from None
+        raise AssertionError("unreachable")
+
+    def _receive(self, store: StepStore, rows: list[tuple[str, int, int, SpanFacts]]) -> Receipt:
+        conn = store.connection()
+        queries = self._queries
+        with conn.transaction(), conn.cursor() as cur:
+            traces = sorted({row[0] for row in rows})
+            cur.execute(queries["lock_traces"], {"trace_id": traces})
+            state = {trace: (settled, count, written) for trace, settled, count, written in cur}
+            live = [row for row in rows if not state[row[0]][0]]
+            late = len(rows) - len(live)
+            if late:
+                self.stats.problem("late_spans", f"{late} spans of settled traces dropped")
+            staged: set[tuple[str, int, int]] = set()
+            if live:
+                # Deduplicated within the request too: the first copy of a span wins.
+                unique = {row[:3]: row for row in reversed(live)}
+                ordered = sorted(unique.values(), key=lambda row: row[:3])
+                cur.execute(
+                    queries["stage_spans"],
+                    {
+                        "trace_id": [r[0] for r in ordered],
+                        "span_id": [r[1] for r in ordered],
+                        "phase": [r[2] for r in ordered],
+                        "facts": [_encode(r[3]) for r in ordered],
+                    },
+                )
+                staged = {(t, s, p) for t, s, p in cur}
+            if staged:
+                self._derive(store, cur, rows, staged, state)
+        return Receipt(len(staged), len(live) - len(staged), late)
+
+    def _derive(
+        self,
+        store: StepStore,
+        cur: psycopg.Cursor[Any],
+        rows: list[tuple[str, int, int, SpanFacts]],
+        staged: set[tuple[str, int, int]],
+        state: dict[str, tuple[bool, int, Any]],
+    ) -> None:
+        """Replace the rows of every trace that received a new span by a derivation from all."""
+        changed = sorted({key[0] for key in staged})
+        spans: dict[str, list[SpanFacts]] = {trace: [] for trace in changed}
+        added = Counter(key[0] for key in staged)
+        for trace, span_id, phase, facts in rows:
+            if (trace, span_id, phase) in staged:
+                spans[trace].append(facts)
+        earlier = [trace for trace in changed if state[trace][1]]
+        derived_before: dict[str, set[int]] = {trace: set() for trace in earlier}
+        if earlier:
+            cur.execute(self._queries["staged_spans"], {"trace_id": earlier})
+            for trace, span_id, phase, text in cur.fetchall():
+                if (trace, span_id, phase) not in staged:
+                    spans[trace].append(_decode(trace, span_id, text))
+                    derived_before[trace].add(span_id & 0xFFFFFFFFFFFFFFFF)
+        recorder = StepRecorder(debounce_ms=0)
+        written: dict[str, list[list[Any]]] = {}
+        for trace in changed:
+            translator = SpanTranslator(problem=self.stats.problem)
+            attempts: dict[tuple[str, str, int], None] = {}
+            for command in trace_commands(
+                spans[trace],
+                translator,
+                mappings=self._mappings,
+                derived_before=derived_before.get(trace, ()),
+            ):
+                if isinstance(command, (JobStarted, JobEnded)):
+                    scope = command.scope
+                    attempts[(scope.domain, scope.job_id, scope.attempt)] = None
+                recorder.handle(command)
+            written[trace] = [list(key) for key in attempts]
+        previous = [
+            (*key, trace) for trace in earlier if state[trace][2] for key in state[trace][2]
+        ]
+        if previous:
+            columns = list(zip(*previous, strict=True))
+            cur.execute(
+                self._queries["forget_derived_rows"],
+                {
+                    "domain": list(columns[0]),
+                    "job_id": list(columns[1]),
+                    "attempt": list(columns[2]),
+                    "trace_id": list(columns[3]),
+                },
+            )
+        batch = recorder.take_batch()
+        if batch is not None:
+            self._write(store, batch)
+        cur.execute(
+            self._queries["note_traces"],
+            {
+                "trace_id": changed,
+                "added": [added[trace] for trace in changed],
+                "written": [
+                    json.dumps(written[trace]) if written[trace] else None for trace in changed
+                ],
+            },
+        )
+
+    def _write(self, store: StepStore, batch: Batch) -> None:
+        """The batch inside the request's transaction (a savepoint); PostgreSQL's refusal of
+        one row (hostile data) costs that row only."""
+        try:
+            store.write(batch)
+        except psycopg.Error as error:
+            if not rejects_row(error):
+                raise
+            store.write_one_by_one(batch, lambda name, e: self.stats.problem("rejected_row", e))
+
+    def check(self) -> None:
+        """At startup: the tables must be migrated (`SchemaNotMigratedError`). An unreachable
+        database is only logged: the receiver answers 503 until it is back."""
+        with self._store() as store:
+            try:
+                conn = store.connection()
+            except psycopg.OperationalError as error:
+                self.stats.problem("database_unavailable", describe(error))
+                return
+            check_writable_tables(conn, schema=self._schema)
+            try:
+                with conn.transaction():
+                    conn.execute(self._queries["staged_spans"], {"trace_id": []})
+            except psycopg.errors.UndefinedTable:
+                raise SchemaNotMigratedError(
+                    f"schema {self._schema!r} lacks the OTLP staging tables:"
+                    " run `otel-jobsteps migrate`"
+                ) from None
+
+    def settle(self, *, limit: int = 1000) -> tuple[int, int]:
+        """Settle traces untouched for the settle time; returns (traces, orphan spans dropped)."""
+        with self._store() as store:
+            try:
+                conn = store.connection()
+                with conn.transaction():
+                    found = conn.execute(
+                        self._queries["settle_traces"],
+                        {"after_s": self._settle_after_s, "limit": limit},
+                    ).fetchall()
+            except psycopg.OperationalError as error:
+                store.close()
+                raise StagingUnavailable(str(error).strip() or type(error).__name__) from None
+        orphans = sum(count for count, had_rows in found if not had_rows)
+        if orphans:
+            self.stats.problem(
+                "orphan_spans",
+                f"{orphans} spans dropped: no job span of their trace arrived within "
+                f"{self._settle_after_s:g} s",
+            )
+        return len(found), orphans
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._stores.get_nowait().close()
+            except queue.Empty:
+                return

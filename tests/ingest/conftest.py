@@ -1,0 +1,118 @@
+"""Running ``otel-jobsteps collect`` processes against a test database, and reading their rows."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from otel_jobsteps import migrate
+from tests.conftest import wait_until
+
+# Every column but the identity and the heartbeat (the processor refreshes it while a step is
+# open; the receiver writes closed rows) in a stable order.
+EVENT_ROWS = (
+    "SELECT domain, job_id, job_type, attempt, type, step_key, step_status, detail, message,"
+    " trace_id, span_id, execution_id, created_at, ended_at FROM job_event"
+    " ORDER BY domain, job_id, attempt, created_at, type, step_key, id"
+)
+LOG_ROWS = (
+    "SELECT domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_at"
+    " FROM job_log ORDER BY domain, job_id, attempt"
+)
+
+
+def table_rows(dsn: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(job_event rows, job_log rows) without ids, for comparing two databases."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(EVENT_ROWS).fetchall(), conn.execute(LOG_ROWS).fetchall()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Collector:
+    """One ``otel-jobsteps collect`` process."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: str
+
+    @property
+    def traces_url(self) -> str:
+        return f"{self.url}/v1/traces"
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as file:
+            return file.read()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=30)
+
+
+CollectorFactory = Callable[..., Collector]
+
+
+@pytest.fixture
+def second_dsn(empty_dsn: str) -> str:
+    """Another fresh, migrated database (the processor writes one, the receiver the other)."""
+    migrate(empty_dsn)
+    return empty_dsn
+
+
+@pytest.fixture
+def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
+    """Start ``otel-jobsteps collect`` on a free port; every one is stopped after the test."""
+    started: list[Collector] = []
+
+    def start(dsn: str, *args: str, port: int | None = None) -> Collector:
+        port = port or free_port()
+        log_path = str(tmp_path / f"collect-{port}-{len(started)}.log")
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", dsn,
+                 "--listen", f"127.0.0.1:{port}", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+        collector = Collector(process, f"http://127.0.0.1:{port}", log_path)
+        started.append(collector)
+
+        def answers() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"collect exited: {collector.log()}")
+            try:
+                reply = httpx.post(
+                    collector.traces_url,
+                    content=b"",
+                    headers={"content-type": "application/x-protobuf"},
+                    timeout=2,
+                )
+            except httpx.TransportError:
+                return False
+            return reply.status_code == 200
+
+        wait_until(answers, what="collect to answer", timeout_s=30)
+        return collector
+
+    yield start
+    for collector in started:
+        if collector.process.poll() is None:
+            collector.process.kill()
+            collector.process.wait(timeout=10)

@@ -8,6 +8,7 @@ OpenTelemetry context (contextvars), so threads that copy the context and asynci
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -31,12 +32,60 @@ from .attributes import (
     JOB_TIME_LIMIT,
     JOB_TYPE,
 )
+from .auto import feeds_job_steps
 
 __all__ = ["job_attempt", "progress", "record_event", "record_job_event", "step"]
 
 TRACER_NAME = "otel_jobsteps"
+_JOB_SPAN = otel_context.create_key("otel_jobsteps.job_span")
 _STEP_SPAN = otel_context.create_key("otel_jobsteps.step_span")
 _PRIMITIVES = (str, bool, int, float)
+_SETUP = (
+    "add JobStepsProcessor() to the TracerProvider, or set OTEL_JOBSTEPS_DSN and run the worker "
+    "under opentelemetry-instrument (README: Quickstart)"
+)
+
+logger = logging.getLogger("otel_jobsteps")
+_warned: set[str] = set()
+
+
+def _warn_once(kind: str, message: str) -> None:
+    """Log ``message`` the first time ``kind`` happens in this process: a no-op must not be
+    silent, and must not flood either."""
+    if kind not in _warned:
+        _warned.add(kind)
+        logger.warning("%s", message)
+
+
+def warn_missing_processor() -> None:
+    """Warn once that no JobStepsProcessor records this process's jobs, saying what to do."""
+    _warn_once(
+        "setup",
+        f"the tracer provider has no JobStepsProcessor, so no job steps are recorded: {_SETUP}",
+    )
+
+
+def _check_recorded(span: trace.Span, tracer_given: bool) -> None:
+    """Warn once when a job span will not reach a JobStepsProcessor, saying what to do."""
+    feeds = feeds_job_steps(span)
+    if feeds:
+        return
+    if feeds is False:
+        warn_missing_processor()
+    elif span.is_recording():
+        return  # a tracer we cannot look into: trust it
+    elif not tracer_given and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        _warn_once(
+            "setup",
+            f"no OpenTelemetry SDK tracer provider is set, so no job steps are recorded: {_SETUP}",
+        )
+    else:
+        _warn_once(
+            "not-recorded",
+            "job_attempt(): the job span is not recorded (no SDK tracer, or the sampler dropped "
+            "it), so its steps are not either: JobStepsProcessor sees recorded spans only; "
+            "sample job spans, e.g. OTEL_TRACES_SAMPLER=parentbased_always_on",
+        )
 
 
 class _SpanScope:
@@ -48,20 +97,30 @@ class _SpanScope:
         attributes: dict[str, AttributeValue],
         tracer: trace.Tracer | None,
         *,
-        marks_step: bool = False,
+        marks: object = None,
     ) -> None:
         self._name = name
         self._attributes = attributes
+        self._tracer_given = tracer is not None
         self._tracer = tracer or trace.get_tracer(TRACER_NAME)
-        self._marks_step = marks_step
+        self._marks = marks  # the context key this span is made the value of
         self._manager: AbstractContextManager[trace.Span] | None = None
         self._token: object = None
 
     def __enter__(self) -> trace.Span:
+        if self._marks is _STEP_SPAN and not _in_job():
+            _warn_once(
+                "step-outside-job",
+                f"step({self._attributes[JOB_STEP_KEY]!r}) ran outside a job, so it is not "
+                "recorded: run it inside job_attempt() (or a span with the job.* attributes), "
+                "or instrument the queue (otel_jobsteps.integrations)",
+            )
         self._manager = self._tracer.start_as_current_span(self._name, attributes=self._attributes)
         span = self._manager.__enter__()
-        if self._marks_step:
-            self._token = otel_context.attach(otel_context.set_value(_STEP_SPAN, span))
+        if self._marks is _JOB_SPAN:
+            _check_recorded(span, self._tracer_given)
+        if self._marks is not None:
+            self._token = otel_context.attach(otel_context.set_value(self._marks, span))  # type: ignore[arg-type]
         return span
 
     def __exit__(
@@ -121,12 +180,26 @@ def job_attempt(
         attributes[JOB_TIME_LIMIT] = float(time_limit)
     if execution is not None:
         attributes[JOB_EXECUTION] = execution
-    return _SpanScope(name or f"job {job_type}", attributes, tracer)
+    return _SpanScope(name or f"job {job_type}", attributes, tracer, marks=_JOB_SPAN)
 
 
 def step(key: str, *, name: str | None = None, tracer: trace.Tracer | None = None) -> _SpanScope:
     """Run a step of the current job as a step span (``with`` or ``async with``)."""
-    return _SpanScope(name or key.lower(), {JOB_STEP_KEY: key}, tracer, marks_step=True)
+    return _SpanScope(name or key.lower(), {JOB_STEP_KEY: key}, tracer, marks=_STEP_SPAN)
+
+
+def _current_attributes() -> Any:
+    return getattr(trace.get_current_span(), "attributes", None) or {}
+
+
+def _in_job() -> bool:
+    """A job_attempt() encloses the current context, or the current span is a job span.
+
+    A plain-tracer job span further up is not visible from here (a span knows only its
+    parent's ids), so such a step warns once although the processor records it.
+    """
+    attributes = _current_attributes()
+    return otel_context.get_value(_JOB_SPAN) is not None or JOB_ID in attributes
 
 
 def _is_attribute_value(value: Any) -> bool:
@@ -141,13 +214,20 @@ def progress(detail: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
 
     Flat values become the progress event's attributes. A detail with nested objects or None
     travels whole as JSON in the event's ``job.step.detail`` attribute and is stored as the same
-    object. Outside a step this does nothing.
+    object. Outside a step it records nothing and warns once.
     """
     values = {**(detail or {}), **fields}
     span = trace.get_current_span()
-    attributes = getattr(span, "attributes", None)
-    if not attributes or JOB_STEP_KEY not in attributes:
-        span = otel_context.get_value(_STEP_SPAN) or span  # type: ignore[assignment]
+    if JOB_STEP_KEY not in _current_attributes():
+        step_span = otel_context.get_value(_STEP_SPAN)
+        if step_span is None:
+            _warn_once(
+                "progress-outside-step",
+                "progress() ran outside a step, so it is not recorded: call it inside "
+                "`with step(KEY):` (or a span with the job.step.key attribute)",
+            )
+            return
+        span = step_span  # type: ignore[assignment]
     if all(_is_attribute_value(v) for v in values.values()):
         span.add_event("progress", values)
     else:

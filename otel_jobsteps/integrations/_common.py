@@ -11,11 +11,12 @@ from typing import Any, TypeVar
 
 from opentelemetry import trace
 
-from .. import context
+from .. import auto, context
 from ..attributes import JOB_OUTCOME
 from . import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 
 __all__ = [
+    "ensure_recording",
     "flush_provider",
     "is_wrapped",
     "logger",
@@ -27,6 +28,7 @@ __all__ = [
 logger = logging.getLogger("otel_jobsteps.integrations")
 
 _WRAPPED = "__otel_jobsteps_wrapped__"
+_ensured: set[int] = set()
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -43,6 +45,19 @@ def is_wrapped(function: object) -> bool:
 def mark_wrapped(function: _F) -> _F:
     setattr(function, _WRAPPED, True)
     return function
+
+
+def ensure_recording(provider: trace.TracerProvider | None) -> None:
+    """Once per process and provider, before jobs run: a JobStepsProcessor on the provider.
+
+    One is added from ``OTEL_JOBSTEPS_DSN`` when missing (so ``rq worker -w ...`` and the
+    ``arq`` command record with the variable alone); without it, a warning says what to do.
+    """
+    if id(provider) in _ensured:
+        return
+    _ensured.add(id(provider))
+    if not auto.ensure_processor(provider):
+        context.warn_missing_processor()
 
 
 def record_retry_scheduled(

@@ -34,7 +34,14 @@ from opentelemetry import trace
 from .. import context
 from ..attributes import JOB_OUTCOME
 from . import EVENT_STALLED, OUTCOME_TIME_LIMIT
-from ._common import is_wrapped, logger, mark_wrapped, record_retry_scheduled, require_domain
+from ._common import (
+    ensure_recording,
+    is_wrapped,
+    logger,
+    mark_wrapped,
+    record_retry_scheduled,
+    require_domain,
+)
 
 __all__ = ["RUNNING_KEY_PREFIX", "instrument", "instrument_function"]
 
@@ -108,6 +115,7 @@ def instrument_function(
         job_try = ctx.get("job_try")
         if not job_id or type(job_try) is not int:
             return await coroutine(ctx, *args, **kwargs)  # not called by an arq worker
+        ensure_recording(tracer_provider)
         tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
         redis = ctx.get("redis") if detect_stalls else None
         await _mark_running(redis, domain, job_id, name, job_try, tracer)

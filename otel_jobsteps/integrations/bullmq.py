@@ -36,7 +36,14 @@ from opentelemetry import trace
 from .. import context
 from ..attributes import JOB_OUTCOME
 from . import EVENT_STALLED, OUTCOME_RECLAIMED
-from ._common import is_wrapped, logger, mark_wrapped, record_retry_scheduled, require_domain
+from ._common import (
+    ensure_recording,
+    is_wrapped,
+    logger,
+    mark_wrapped,
+    record_retry_scheduled,
+    require_domain,
+)
 
 __all__ = ["instrument"]
 
@@ -62,7 +69,9 @@ def instrument(
     if processor is None or is_wrapped(processor):
         return worker
     tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
-    worker.processor = _wrapped_processor(worker, processor, domain, tracer, check_lock)
+    worker.processor = _wrapped_processor(
+        worker, processor, domain, tracer, check_lock, tracer_provider
+    )
     pending: set[asyncio.Task[None]] = set()
 
     def on_stalled(job_id: str, *_: Any) -> None:
@@ -75,10 +84,16 @@ def instrument(
 
 
 def _wrapped_processor(
-    worker: Worker, processor: Processor, domain: str, tracer: trace.Tracer, check_lock: bool
+    worker: Worker,
+    processor: Processor,
+    domain: str,
+    tracer: trace.Tracer,
+    check_lock: bool,
+    tracer_provider: trace.TracerProvider | None,
 ) -> Processor:
     @functools.wraps(processor)
     async def process(job: Job, token: str, *rest: Any) -> Any:
+        ensure_recording(tracer_provider)
         attempts_made = int(job.attemptsMade or 0)
         async with context.job_attempt(
             domain, job.id, job.name, attempts_made, execution=token, tracer=tracer

@@ -36,6 +36,7 @@ from .. import context
 from ..attributes import JOB_OUTCOME
 from . import EVENT_STALLED, OUTCOME_TIME_LIMIT
 from ._common import (
+    ensure_recording,
     flush_provider,
     is_wrapped,
     mark_wrapped,
@@ -43,7 +44,7 @@ from ._common import (
     require_domain,
 )
 
-__all__ = ["instrument"]
+__all__ = ["instrument", "is_instrumented"]
 
 TRACER_NAME = "otel_jobsteps.integrations.celery"
 
@@ -89,6 +90,11 @@ def instrument(
         _wrap_tasks(app)
 
 
+def is_instrumented(app: Celery) -> bool:
+    """Whether `instrument` was called for ``app``."""
+    return app in _apps
+
+
 def _task_name(task: Task) -> str:
     return str(task.name)
 
@@ -126,6 +132,7 @@ def _wrapped_run(task: Task, original: Callable[..., Any]) -> Callable[..., Any]
         request = task.request
         if settings is None or request.called_directly or not request.id:
             return original(*args, **kwargs)  # a plain call, not a task execution
+        ensure_recording(settings.tracer_provider)
         retries = request.retries or 0
         soft, hard = _time_limits(task, request)
         tracer = settings.tracer()

@@ -42,7 +42,7 @@ from rq.worker.base import BaseWorker
 from .. import context
 from ..attributes import JOB_OUTCOME
 from . import EVENT_RETRY_SCHEDULED, EVENT_STALLED, OUTCOME_RETRY, OUTCOME_TIME_LIMIT
-from ._common import flush_provider, logger, require_domain
+from ._common import ensure_recording, flush_provider, logger, require_domain
 
 __all__ = [
     "JobStepsSimpleWorker",
@@ -156,6 +156,11 @@ class JobStepsWorkerMixin(BaseWorker):
         self._jobsteps_outcome: str | None = None
         self._jobsteps_attempt = 0
         self.push_exc_handler(self._jobsteps_on_abandoned)  # type: ignore[no-untyped-call]
+
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        # In the worker, before it forks a work horse per job: horses inherit the processor.
+        ensure_recording(self.jobsteps_tracer_provider)
+        return super().work(*args, **kwargs)
 
     def _jobsteps_tracer(self) -> trace.Tracer:
         return trace.get_tracer(TRACER_NAME, tracer_provider=self.jobsteps_tracer_provider)

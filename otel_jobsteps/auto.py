@@ -1,0 +1,90 @@
+"""Is a `JobStepsProcessor` on the tracer provider, and adding one from the environment.
+
+Used where no code of the user's sets a provider up: under ``opentelemetry-instrument`` (the
+``opentelemetry_post_instrument`` entry point, after the SDK configurator built the provider)
+and by the queue adapters at their first job. Nothing here replaces a provider, exporter or
+sampler someone configured: the processor is added beside them, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from .errors import JobStepsError
+from .processor import JobStepsProcessor
+
+__all__ = ["DSN_VARIABLE", "attach_from_environment", "ensure_processor", "feeds_job_steps"]
+
+logger = logging.getLogger("otel_jobsteps")
+
+DSN_VARIABLE = "OTEL_JOBSTEPS_DSN"
+_lock = threading.Lock()
+
+
+def _span_processors(processor: object) -> Iterator[object]:
+    """``processor`` and, through the SDK's multi processors, every processor inside it."""
+    yield processor
+    for child in getattr(processor, "_span_processors", None) or ():
+        yield from _span_processors(child)
+
+
+def feeds_job_steps(owner: object) -> bool | None:
+    """Whether the SDK provider, tracer or span ``owner`` feeds a `JobStepsProcessor`.
+
+    None when that cannot be told: not an SDK object, or an SDK without the (private) active
+    span processor this reads.
+    """
+    active = getattr(owner, "_active_span_processor", None) or getattr(
+        owner, "_span_processor", None
+    )
+    if active is None or not hasattr(active, "_span_processors"):
+        return None
+    return any(isinstance(p, JobStepsProcessor) for p in _span_processors(active))
+
+
+def ensure_processor(provider: trace.TracerProvider | None = None) -> bool:
+    """Make ``provider`` (default: the global one) feed a `JobStepsProcessor`; True if it does.
+
+    With ``OTEL_JOBSTEPS_DSN`` set: an SDK provider without one gets one added; no provider at
+    all (the API's proxy) becomes an SDK provider with just this processor, set globally, its
+    sampler and resource from the ``OTEL_*`` environment as usual. Without the variable nothing
+    changes and the answer is False. A bad DSN is logged, never raised: a worker keeps running.
+    """
+    with _lock:
+        target = provider or trace.get_tracer_provider()
+        if feeds_job_steps(target) is not False and isinstance(target, TracerProvider):
+            return True
+        if not os.environ.get(DSN_VARIABLE):
+            return False
+        try:
+            processor = JobStepsProcessor()
+        except JobStepsError as error:
+            logger.error("%s: job steps are not recorded: %s", DSN_VARIABLE, error)
+            return False
+        if isinstance(target, TracerProvider):
+            target.add_span_processor(processor)
+            return True
+        if provider is None and isinstance(target, trace.ProxyTracerProvider):
+            created = TracerProvider()
+            created.add_span_processor(processor)
+            trace.set_tracer_provider(created)
+            logger.info("no tracer provider was set: one with a JobStepsProcessor is now global")
+            return True
+        processor.shutdown()
+        logger.warning(
+            "cannot add a JobStepsProcessor to %s (not an OpenTelemetry SDK TracerProvider)",
+            type(target).__name__,
+        )
+        return False
+
+
+def attach_from_environment() -> None:
+    """The ``opentelemetry_post_instrument`` hook: add the processor when the DSN is set."""
+    if os.environ.get(DSN_VARIABLE):
+        ensure_processor()

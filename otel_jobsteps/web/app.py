@@ -207,6 +207,8 @@ class WebApp:
                 limit=limit,
             )
         kept = {k: v for k, v in filters.items() if v and not (k == "window" and v == "all")}
+        if limit != PAGE_SIZE:
+            kept["limit"] = str(limit)
         next_url = None
         if page.next_cursor is not None:
             next_url = "/?" + urlencode({**kept, **page.next_cursor.query()})

@@ -1,0 +1,357 @@
+"""The web page over HTTP (starlette's TestClient, real PostgreSQL): status codes, JSON,
+escaping, security headers, auth rules, the read-only role and a database that goes away."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from starlette.testclient import TestClient
+
+from otel_jobsteps import ConfigurationError, job_attempt, job_detail, step
+from otel_jobsteps.cli import main
+from otel_jobsteps.web import create_app
+from otel_jobsteps.web.app import CSP, check_exposure, job_url
+from otel_jobsteps.web.data import Reader
+from tests.conftest import TracingFactory
+from tests.faults.proxy import FaultProxy, Mode, Upstream
+from tests.integration.test_query import render_and_save
+from tests.web.conftest import HOSTILE
+
+SECRET = "hunter2-never-shown"
+
+
+class Markup(HTMLParser):
+    """What a page's markup holds: tags with attributes, and script bodies."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.script_text: list[str] = []
+        self._in_script = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script and data.strip():
+            self.script_text.append(data)
+
+    def all(self, tag: str, **attrs: str) -> list[dict[str, str | None]]:
+        return [
+            a for t, a in self.tags if t == tag and all(a.get(k) == v for k, v in attrs.items())
+        ]
+
+
+def test_job_page_shows_the_seed_story(client: TestClient, seeded: str) -> None:
+    response = client.get(job_url("render", seeded))
+
+    assert response.status_code == 200
+    page = Markup(response.text)
+    lanes = page.all("div", **{"class": "lane"}) + page.all("div", **{"class": "lane selected"})
+    assert sorted(lane["data-attempt"] or "" for lane in lanes) == ["1", "2"]
+    bars = [(a["data-key"], a["class"]) for t, a in page.tags if t == "rect" and a.get("data-key")]
+    assert bars == [
+        ("RENDER", "bar completed"),
+        ("SAVE", "bar failed"),
+        ("RENDER", "bar completed"),
+        ("SAVE", "bar completed"),
+    ]
+    assert "OSError: disk full" in response.text
+    assert len(page.all("rect", **{"class": "mark", "data-type": "STALLED"})) == 2
+    # a span link per step, an attempt link per lane, from the template
+    links = [a["href"] or "" for a in page.all("a", **{"class": "trace"})]
+    assert len(links) == 4
+    assert all(re.match(r"http://jaeger\.example:16686/trace/[0-9a-f]{32}\?", u) for u in links)
+    assert sum(bool(re.search(r"uiFind=[0-9a-f]{16}&", u)) for u in links) == 2
+
+
+def test_attempt_parameter_selects_the_steps_shown(client: TestClient, seeded: str) -> None:
+    first = client.get(job_url("render", seeded, 1))
+    rows = Markup(first.text).all("tr", **{"class": "step failed"})
+
+    assert first.status_code == 200
+    assert "Steps of attempt 1" in first.text
+    assert [r["data-key"] for r in rows] == ["SAVE"]
+    assert client.get(job_url("render", seeded, 9)).status_code == 404
+    assert client.get(job_url("render", "no-such-job")).status_code == 404
+    assert client.get(job_url("render", seeded) + "?attempt=x").status_code == 400
+
+
+def test_api_returns_the_read_api_as_json(client: TestClient, dsn: str, seeded: str) -> None:
+    detail = job_detail(dsn, "render", seeded)
+    assert detail is not None
+
+    got = client.get("/api" + job_url("render", seeded)).json()
+    listed = client.get("/api/jobs").json()
+
+    expected = detail.to_dict()
+    assert {k: v for k, v in got.items() if k != "as_of"} == {
+        k: v for k, v in expected.items() if k != "as_of"
+    }
+    assert [(j["domain"], j["job_id"], j["status"]) for j in listed] == [
+        ("render", seeded, "COMPLETED")
+    ]
+    assert client.get("/api/jobs?status=failed").json() == []
+    assert client.get("/api/jobs/render/nothing").status_code == 404
+    bad = client.get("/api/jobs?status=bogus")
+    assert bad.status_code == 400
+    assert "status must be one of" in bad.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/running", "/steps", "/api/jobs", "/static/app.css", "/jobs/render/42"]
+)
+def test_every_response_carries_a_strict_policy(client: TestClient, seeded: str, path: str) -> None:
+    response = client.get(path)
+
+    assert response.status_code == 200
+    assert response.headers["content-security-policy"] == CSP
+    assert "'unsafe-inline'" not in CSP
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["x-frame-options"] == "DENY"
+
+
+def test_pages_have_no_inline_script_or_style(client: TestClient, seeded: str) -> None:
+    for path in ("/", job_url("render", seeded), "/running", "/steps"):
+        page = Markup(client.get(path).text)
+        scripts = page.all("script")
+        assert [s["src"] for s in scripts] == ["/static/live.js"]
+        assert page.script_text == []
+        for _tag, attrs in page.tags:
+            assert "style" not in attrs
+            assert not [name for name in attrs if name.startswith("on")]
+
+
+def test_hostile_strings_are_text_everywhere(
+    client: TestClient, hostile: str, tracing: TracingFactory
+) -> None:
+    tracer, processor = tracing()
+    with job_attempt("evil", "open", HOSTILE, tracer=tracer):
+        with step(HOSTILE, tracer=tracer):
+            assert processor.force_flush(10_000)
+            pages = {
+                path: client.get(path)
+                for path in (
+                    "/",
+                    job_url("evil", hostile),
+                    job_url("evil", "open"),
+                    "/running",
+                    "/steps",
+                    "/steps/failures?" + f"type={quote(HOSTILE)}&key={quote(HOSTILE)}",
+                    "/?q=" + quote(hostile),
+                )
+            }
+
+    for path, response in pages.items():
+        assert response.status_code == 200, path
+        assert "<script>window" not in response.text, path
+        assert "<img src=x" not in response.text, path
+        assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in response.text, path
+    job_page = pages[job_url("evil", hostile)].text
+    assert job_page.count("&lt;img src=x onerror=") >= 4  # key, detail, message, event, type
+    # the permalink of a hostile id round-trips through its percent-encoding
+    assert 'href="' + job_url("evil", hostile) + '"' in pages["/"].text
+
+
+def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: TracingFactory) -> None:
+    tracer, processor = tracing()
+    for number in range(7):
+        render_and_save(tracer, f"job-{number}", attempts_made=0 if number % 3 == 0 else 1)
+    assert processor.force_flush(10_000)
+
+    def job_ids(html: str) -> list[str]:
+        return re.findall(r'class="job-link" href="/jobs/render/([^"]+)"', html)
+
+    seen: list[str] = []
+    url: str | None = "/?limit=3"
+    pages = 0
+    while url is not None:
+        response = client.get(url)
+        assert response.status_code == 200
+        seen += job_ids(response.text)
+        older = Markup(response.text).all("a", **{"class": "older"})
+        url = (older[0]["href"] or "").replace("&amp;", "&") if older else None
+        pages += 1
+    assert pages >= 3
+    assert sorted(seen) == [f"job-{n}" for n in range(7)]
+    assert len(seen) == len(set(seen))
+
+    failed = job_ids(client.get("/?status=failed").text)
+    assert sorted(failed) == ["job-0", "job-3", "job-6"]
+    assert job_ids(client.get("/?status=completed&type=thumbnail").text) != []
+    assert job_ids(client.get("/?type=invoice").text) == []
+    assert job_ids(client.get("/?q=job-4").text) == ["job-4"]
+    assert job_ids(client.get("/?q=job-4&domain=other").text) == []
+    assert client.get("/?window=3y").status_code == 400
+    assert client.get("/?before=yesterday").status_code == 400
+
+
+def test_running_page_lists_open_steps(client: TestClient, tracing: TracingFactory) -> None:
+    tracer, processor = tracing()
+    with job_attempt("render", "busy", "thumbnail", tracer=tracer):
+        with step("RENDER", tracer=tracer):
+            assert processor.force_flush(10_000)
+            everything = client.get("/running")
+            silent_long = client.get("/running?silent=1h")
+            api = client.get("/api/running").json()
+            job_page = client.get(job_url("render", "busy"))
+    assert processor.force_flush(10_000)
+
+    assert 'href="/jobs/render/busy?attempt=1"' in everything.text
+    assert "1 open step," in everything.text
+    assert "data-refresh-ms" in everything.text
+    assert "busy" not in silent_long.text
+    assert [(s["job_id"], s["step_key"]) for s in api] == [("busy", "RENDER")]
+    # a job with a step open refreshes itself and shows how long it has been silent
+    assert "data-refresh-ms" in job_page.text
+    assert "silent for" in job_page.text
+    assert "data-refresh-ms" not in client.get(job_url("render", "busy")).text
+
+
+def test_steps_page_links_to_recent_failures(client: TestClient, seeded: str) -> None:
+    response = client.get("/steps")
+    stats = {(s["job_type"], s["step_key"]): s for s in client.get("/api/steps").json()}
+    link = "/steps/failures?type=thumbnail&amp;key=SAVE&amp;window=24h"
+    failures = client.get(link.replace("&amp;", "&"))
+
+    assert (stats["thumbnail", "SAVE"]["steps"], stats["thumbnail", "SAVE"]["failed"]) == (2, 1)
+    assert link in response.text
+    assert "50.0% (1)" in response.text
+    assert failures.status_code == 200
+    assert 'href="/jobs/render/42?attempt=1"' in failures.text
+    assert client.get("/steps/failures").status_code == 400
+
+
+def test_token_is_required_when_set(dsn: str, seeded: str) -> None:
+    with TestClient(create_app(dsn, token=SECRET), follow_redirects=False) as client:
+        assert client.get("/").status_code == 401
+        assert client.get("/api/jobs").json() == {"error": "authentication required"}
+        assert client.get("/api/jobs", headers={"authorization": "Bearer nope"}).status_code == 401
+        bearer = client.get("/api/jobs", headers={"authorization": f"Bearer {SECRET}"})
+        assert bearer.status_code == 200
+
+        visit = client.get(f"/jobs/render/42?attempt=1&token={SECRET}")
+        assert visit.status_code == 303
+        assert visit.headers["location"] == "/jobs/render/42?attempt=1"
+        cookie = visit.headers["set-cookie"]
+        assert "httponly" in cookie.lower()
+        assert "samesite=strict" in cookie.lower()
+        assert client.get("/jobs/render/42?attempt=1").status_code == 200  # cookie kept
+        assert SECRET not in client.get("/").text
+
+
+@pytest.mark.parametrize(
+    ("host", "token", "no_auth", "allowed"),
+    [
+        pytest.param("127.0.0.1", None, False, True, id="loopback"),
+        pytest.param("::1", None, False, True, id="loopback-v6"),
+        pytest.param("localhost", None, False, True, id="localhost"),
+        pytest.param("0.0.0.0", None, False, False, id="any-without-token"),
+        pytest.param("192.168.1.5", None, False, False, id="lan-without-token"),
+        pytest.param("0.0.0.0", "t0k", False, True, id="any-with-token"),
+        pytest.param("0.0.0.0", None, True, True, id="any-no-auth"),
+        pytest.param("0.0.0.0", "t0k", True, False, id="token-and-no-auth"),
+        pytest.param("127.0.0.1", " ", False, False, id="blank-token"),
+    ],
+)
+def test_exposure_rules(host: str, token: str | None, no_auth: bool, allowed: bool) -> None:
+    if allowed:
+        check_exposure(host, token, no_auth)
+    else:
+        with pytest.raises(ConfigurationError):
+            check_exposure(host, token, no_auth)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        pytest.param(["--listen", "0.0.0.0:8080"], "--token", id="exposed"),
+        pytest.param(["--listen", "nohost"], "HOST:PORT", id="listen"),
+        pytest.param(["--trace-url", "javascript:alert(1)//{trace_id}"], "http", id="scheme"),
+        pytest.param(["--trace-url", "https://tempo.example/trace"], "{trace_id}", id="no-id"),
+    ],
+)
+def test_serve_refuses_bad_options_in_one_line(
+    capsys: pytest.CaptureFixture[str], arguments: list[str], said: str
+) -> None:
+    dsn = f"postgresql://reader:{SECRET}@127.0.0.1:1/jobs"
+    assert main(["serve", "--dsn", dsn, *arguments]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert said in err
+    assert SECRET not in err
+
+
+def test_works_with_a_select_only_role(dsn: str, seeded: str) -> None:
+    role = "web_reader_" + re.sub(r"\W", "", dsn.rsplit("_", 1)[-1])[:12]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(
+                sql.Identifier(role)
+            )
+        )
+    try:
+        reader_dsn = make_conninfo(dsn, user=role)
+        with TestClient(create_app(reader_dsn)) as client:
+            for path in ("/", job_url("render", seeded), "/running", "/steps", "/api/jobs"):
+                assert client.get(path).status_code == 200, path
+            assert client.get("/api" + job_url("render", seeded)).json()["current_attempt"] == 2
+        with Reader(reader_dsn)._snapshot() as conn:  # every read runs READ ONLY
+            assert conn.execute("SHOW transaction_read_only").fetchone() == ("on",)
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                conn.execute("DELETE FROM job_log")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_database_down_gives_503_and_recovers(dsn: str, seeded: str) -> None:
+    with FaultProxy(Upstream.from_dsn(dsn)) as proxy:
+        app = create_app(proxy.dsn_for(dsn, password=SECRET))
+        with TestClient(app) as client:
+            assert client.get("/").status_code == 200
+            proxy.set_mode(Mode.REFUSE)
+            page = client.get(job_url("render", seeded))
+            api = client.get("/api/jobs")
+            proxy.set_mode(Mode.PASS)
+            back = client.get(job_url("render", seeded))
+
+    assert page.status_code == 503
+    assert "Database unavailable" in page.text
+    assert "data-refresh-ms" in page.text  # the error page retries by itself
+    assert api.status_code == 503
+    assert "database unreachable" in api.json()["error"]
+    assert SECRET not in page.text + api.text
+    assert back.status_code == 200
+
+
+def test_schema_without_tables_gives_503(empty_dsn: str) -> None:
+    with TestClient(create_app(empty_dsn)) as client:
+        response = client.get("/api/jobs")
+
+    assert response.status_code == 503
+    assert "otel-jobsteps migrate" in response.json()["error"]
+
+
+def test_json_of_a_hostile_job_is_plain_json(client: TestClient, hostile: str) -> None:
+    response = client.get("/api" + job_url("evil", hostile))
+    body: dict[str, Any] = response.json()
+
+    assert response.headers["content-type"] == "application/json"
+    assert body["steps"][0]["key"] == HOSTILE
+    assert json.loads(response.text)["job_id"] == hostile

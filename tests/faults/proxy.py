@@ -12,9 +12,14 @@ TCP or its Unix socket. A test switches its `Mode` at any time:
 
 `FaultProxy.cut` closes every current connection at once; `FaultProxy.cut_when` arms a cut
 for the moment the server sends given bytes (that chunk never reaches the client), which drops
-a connection at an exact point of a batch. Bounded: at most ``max_connections`` at a time (more
-are reset), every send times out, and the threads (one acceptor, one pump per connection) poll
-a stop event, so `FaultProxy.close` always returns, having closed every socket.
+a connection at an exact point of a batch. `FaultProxy.blackhole_when` switches to
+``BLACKHOLE`` at an exact point too: right after the client's chunk holding given bytes went
+through (the server got the request, its reply is held), or when the server sends given bytes
+(that chunk is held, and delivered first once the mode is back to ``PASS``).
+
+Bounded: at most ``max_connections`` at a time (more are reset), every send times out, and the
+threads (one acceptor, one pump per connection) poll a stop event, so `FaultProxy.close` always
+returns, having closed every socket.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ class _Link:
         self.hung_up = threading.Event()
         self.closed = False
         self.thread: threading.Thread | None = None
+        self.held = b""  # from the server, kept back by `FaultProxy.blackhole_when`
 
     def hang_up(self) -> None:
         """Shut both sockets down (wakes a pump blocked on them); the pump closes them."""
@@ -130,6 +136,7 @@ class FaultProxy:
         self._links: list[_Link] = []
         self._cut_marker: bytes | None = None
         self._cuts_left = 0
+        self._blackhole_markers: tuple[bytes | None, bytes | None] = (None, None)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -184,6 +191,14 @@ class FaultProxy:
         with self._lock:
             self._cut_marker = server_sends
             self._cuts_left = times
+
+    def blackhole_when(
+        self, *, client_sends: bytes | None = None, server_sends: bytes | None = None
+    ) -> None:
+        """Switch to ``BLACKHOLE`` once, after the client's chunk holding ``client_sends`` was
+        forwarded, or holding back the server's chunk with ``server_sends`` (sent on PASS)."""
+        with self._lock:
+            self._blackhole_markers = (client_sends, server_sends)
 
     def cuts_pending(self) -> int:
         with self._lock:
@@ -270,6 +285,9 @@ class FaultProxy:
                     if self._mode is Mode.BLACKHOLE:
                         link.hung_up.wait(self._poll_s)  # read nothing: the peer waits on
                         continue
+                    if link.held:
+                        held, link.held = link.held, b""
+                        link.client.sendall(held)
                     for key, _ in selector.select(self._poll_s):
                         source, target = key.data
                         if not self._forward(link, source, target):
@@ -286,6 +304,9 @@ class FaultProxy:
         from_server = source is link.server
         if from_server and self._should_cut(data):
             return False
+        if self._blackhole_after(data, from_server=from_server, before=True):
+            link.held = data
+            return True
         if from_server and self._mode is Mode.SLOW:
             with self._lock:
                 self.delayed_chunks += 1
@@ -297,7 +318,21 @@ class FaultProxy:
                 self.server_bytes += len(data)
             else:
                 self.client_bytes += len(data)
+        self._blackhole_after(data, from_server=from_server, before=False)
         return True
+
+    def _blackhole_after(self, data: bytes, *, from_server: bool, before: bool) -> bool:
+        """Switch to BLACKHOLE if ``data`` holds the armed marker of its direction: server
+        chunks are checked before they are forwarded, client chunks after."""
+        if before is not from_server:
+            return False
+        with self._lock:
+            marker = self._blackhole_markers[from_server]
+            if marker is None or marker not in data:
+                return False
+            self._blackhole_markers = (None, None)
+            self._mode = Mode.BLACKHOLE
+            return True
 
     def _should_cut(self, data: bytes) -> bool:
         with self._lock:

@@ -9,10 +9,23 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import Span, Tracer
+from opentelemetry.util.types import AttributeValue
 
-from otel_jobsteps import JOB_STEP_DETAIL, JobStepsProcessor, job_attempt, progress, step
+from otel_jobsteps import (
+    JOB_ATTEMPT,
+    JOB_DOMAIN,
+    JOB_ID,
+    JOB_STEP_DETAIL,
+    JOB_STEP_KEY,
+    JOB_TYPE,
+    JobStepsProcessor,
+    job_attempt,
+    progress,
+    step,
+)
 
 __all__ = [
     "DOMAIN",
@@ -22,13 +35,18 @@ __all__ = [
     "BridgeFactory",
     "JobRows",
     "StepPlan",
+    "assert_rows",
     "at",
     "ended_at",
     "expected_logs",
     "expected_steps",
     "log_rows",
+    "plan",
     "run_job",
+    "run_jobs",
+    "start_open_step",
     "started_at",
+    "stat",
     "step_rows",
 ]
 
@@ -159,3 +177,47 @@ def expected_steps(jobs: Sequence[JobRows]) -> list[StepRow]:
 
 def expected_logs(jobs: Sequence[JobRows]) -> list[LogRow]:
     return [job.log for job in jobs if job.log is not None]
+
+
+def plan(n: int) -> list[StepPlan]:
+    """Three steps: debounced progress, an explicit end detail, and every third job a failure."""
+    last = (
+        StepPlan("UPLOAD", progress=[{"sent": n}], error=f"disk full #{n}")
+        if n % 3 == 2
+        else StepPlan("UPLOAD")
+    )
+    return [
+        StepPlan("FETCH", progress=[{"pct": 10}, {"pct": 60}, {"pct": 100, "n": n}]),
+        StepPlan("RENDER", progress=[{"pages": 1}], explicit={"pages": n, "final": True}),
+        last,
+    ]
+
+
+def run_jobs(tracer: trace.Tracer, prefix: str, count: int) -> list[JobRows]:
+    return [run_job(tracer, f"{prefix}-{n}", plan(n)) for n in range(count)]
+
+
+def start_open_step(tracer: trace.Tracer, job_id: str) -> tuple[trace.Span, trace.Span]:
+    """A job span and a RENDER step span left open, as a job in the middle of its work."""
+    attributes: dict[str, AttributeValue] = {
+        JOB_DOMAIN: DOMAIN,
+        JOB_ID: job_id,
+        JOB_TYPE: "faults",
+        JOB_ATTEMPT: 1,
+    }
+    job = tracer.start_span("job", attributes=attributes)
+    with trace.use_span(job, end_on_exit=False):
+        render = tracer.start_span("render", attributes={JOB_STEP_KEY: "RENDER"})
+    return job, render
+
+
+def stat(processor: JobStepsProcessor, name: str) -> int:
+    value = processor.stats().get(name, 0)
+    assert isinstance(value, int)
+    return value
+
+
+def assert_rows(conn: psycopg.Connection[Any], jobs: list[JobRows]) -> None:
+    """Exactly these jobs' rows, in order: nothing lost, nothing written twice."""
+    assert step_rows(conn) == expected_steps(jobs)
+    assert log_rows(conn) == expected_logs(jobs)

@@ -17,7 +17,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.util.types import AttributeValue
@@ -26,7 +25,6 @@ from otel_jobsteps import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
     JOB_ID,
-    JOB_STEP_KEY,
     JOB_TYPE,
     JobStepsProcessor,
     job_attempt,
@@ -40,58 +38,23 @@ from tests.faults.support import (
     PASSWORD,
     STEP_COLUMNS,
     BridgeFactory,
-    JobRows,
-    StepPlan,
+    assert_rows,
     ended_at,
     expected_logs,
     expected_steps,
     log_rows,
+    plan,
     run_job,
+    run_jobs,
+    start_open_step,
     started_at,
+    stat,
     step_rows,
 )
 
 Conn = psycopg.Connection[Any]
 OPENS_AND_CLOSES = ("SpanStarted", "SpanEnded")  # what the job thread queues
 WARNING_TEXT = re.compile(r"^otel_jobsteps (\S+) \((\d+) so far\): ")
-
-
-def plan(n: int) -> list[StepPlan]:
-    """Three steps: debounced progress, an explicit end detail, and every third job a failure."""
-    last = (
-        StepPlan("UPLOAD", progress=[{"sent": n}], error=f"disk full #{n}")
-        if n % 3 == 2
-        else StepPlan("UPLOAD")
-    )
-    return [
-        StepPlan("FETCH", progress=[{"pct": 10}, {"pct": 60}, {"pct": 100, "n": n}]),
-        StepPlan("RENDER", progress=[{"pages": 1}], explicit={"pages": n, "final": True}),
-        last,
-    ]
-
-
-def run_jobs(tracer: trace.Tracer, prefix: str, count: int) -> list[JobRows]:
-    return [run_job(tracer, f"{prefix}-{n}", plan(n)) for n in range(count)]
-
-
-def start_open_step(tracer: trace.Tracer, job_id: str) -> tuple[trace.Span, trace.Span]:
-    """A job span and a RENDER step span left open, as a job in the middle of its work."""
-    attributes: dict[str, AttributeValue] = {
-        JOB_DOMAIN: DOMAIN,
-        JOB_ID: job_id,
-        JOB_TYPE: "faults",
-        JOB_ATTEMPT: 1,
-    }
-    job = tracer.start_span("job", attributes=attributes)
-    with trace.use_span(job, end_on_exit=False):
-        render = tracer.start_span("render", attributes={JOB_STEP_KEY: "RENDER"})
-    return job, render
-
-
-def stat(processor: JobStepsProcessor, name: str) -> int:
-    value = processor.stats().get(name, 0)
-    assert isinstance(value, int)
-    return value
 
 
 def wait_for_commands(processor: JobStepsProcessor, count: int) -> None:
@@ -108,11 +71,6 @@ def assert_no_password(processor: JobStepsProcessor, caplog: pytest.LogCaptureFi
     assert stats["last_error"]
     assert PASSWORD not in repr(stats)
     assert PASSWORD not in caplog.text
-
-
-def assert_rows(conn: Conn, jobs: list[JobRows]) -> None:
-    assert step_rows(conn) == expected_steps(jobs)
-    assert log_rows(conn) == expected_logs(jobs)
 
 
 # -- outages: jobs unaffected, rows exact after recovery -------------------------------------

@@ -1,0 +1,207 @@
+"""The web page in a real headless Chromium (Playwright driving the OS browser) against a live
+uvicorn server and a real PostgreSQL. Each test leaves a screenshot in the artifacts folder."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from opentelemetry.trace import set_span_in_context
+
+from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
+from otel_jobsteps.web import create_app
+from otel_jobsteps.web.app import job_url
+from tests.conftest import TracingFactory
+from tests.integration.test_query import render_and_save
+from tests.web.conftest import (
+    ARTIFACTS,
+    DOCS,
+    HOSTILE,
+    TRACE_URL,
+    S,
+    live_server,
+    record_timed_story,
+)
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+REFRESH_S = 0.3
+WAIT_MS = 15_000
+
+
+@pytest.fixture
+def base_url(dsn: str) -> Iterator[str]:
+    with live_server(create_app(dsn, trace_url=TRACE_URL, refresh_s=REFRESH_S)) as url:
+        yield url
+
+
+def bars(page: Page, attempt: int) -> list[dict[str, Any]]:
+    """The step bars of one attempt's lane as drawn: key, status, duration and pixel box."""
+    result: list[dict[str, Any]] = page.eval_on_selector_all(
+        f'.lane[data-attempt="{attempt}"] rect.bar',
+        """els => els.map(el => {
+            const box = el.getBoundingClientRect();
+            return {key: el.dataset.key, status: el.dataset.status,
+                    ms: parseFloat(el.dataset.durationMs), x: box.x, width: box.width};
+        })""",
+    )
+    return result
+
+
+def test_seed_story_attempts_as_swimlanes(
+    page: Page, base_url: str, tracing: TracingFactory
+) -> None:
+    tracer, processor = tracing()
+    record_timed_story(tracer)
+    assert processor.force_flush(10_000)
+
+    page.goto(base_url + job_url("render", "7"))
+
+    assert page.locator(".lane").count() == 2
+    first, second = bars(page, 1), bars(page, 2)
+    assert [(b["key"], b["status"]) for b in first] == [("RENDER", "COMPLETED"), ("SAVE", "FAILED")]
+    assert [(b["key"], b["status"]) for b in second] == [
+        ("RENDER", "COMPLETED"),
+        ("SAVE", "COMPLETED"),
+    ]
+    failed = page.locator('.lane[data-attempt="1"] rect.bar.failed')
+    assert failed.evaluate("el => getComputedStyle(el).fill") != page.locator(
+        '.lane[data-attempt="1"] rect.bar.completed'
+    ).evaluate("el => getComputedStyle(el).fill")
+    drawn = first + second
+    # one shared axis: bars in time order, left to right across both lanes
+    assert [b["x"] for b in drawn] == sorted(b["x"] for b in drawn)
+    assert all(a["x"] + a["width"] <= b["x"] + 0.5 for a, b in itertools.pairwise(drawn))
+    # widths in proportion to durations (2.5 s, 1.5 s, 2.5 s, 1 s)
+    per_ms = [b["width"] / b["ms"] for b in drawn]
+    assert max(per_ms) / min(per_ms) < 1.02
+    assert page.locator('.lane[data-attempt="1"] .error').inner_text() == "OSError: disk full"
+    assert page.locator('.lane[data-attempt="1"] rect.mark').count() == 2  # STALLED, RETRY
+    assert page.locator("#job-state").inner_text() == "COMPLETED"
+    page.get_by_role("link", name="Attempt 1").click()
+    assert page.locator("tr.step.failed td.key").inner_text() == "SAVE"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "web-job.png"))
+    if os.environ.get("OTEL_JOBSTEPS_WRITE_DOCS") == "1":  # refresh the README's picture
+        DOCS.mkdir(exist_ok=True)
+        shutil.copyfile(ARTIFACTS / "web-job.png", DOCS / "web-job.png")
+
+
+def test_running_bar_grows_and_the_page_settles_without_reload(
+    page: Page, base_url: str, tracing: TracingFactory
+) -> None:
+    tracer, processor = tracing()
+    attributes = {JOB_DOMAIN: "render", JOB_ID: "live", JOB_TYPE: "thumbnail", JOB_ATTEMPT: 1}
+    start = time.time_ns() - 2 * S
+    job = tracer.start_span("job", attributes=attributes, start_time=start)
+    fetch = tracer.start_span(
+        "fetch",
+        context=set_span_in_context(job),
+        attributes={JOB_STEP_KEY: "FETCH"},
+        start_time=start,
+    )
+    fetch.end(end_time=start + S)
+    render = tracer.start_span(
+        "render", context=set_span_in_context(job), attributes={JOB_STEP_KEY: "RENDER"}
+    )
+    assert processor.force_flush(10_000)
+
+    page.goto(base_url + job_url("render", "live"))
+    page.evaluate("window.__sameDocument = true")
+    assert page.locator("#job-state").inner_text() == "RUNNING"
+    width = bars(page, 1)[1]["width"]
+    page.wait_for_function(
+        f"""() => document.querySelector('rect.bar.running').getBoundingClientRect().width
+                  > {width} + 20""",
+        timeout=WAIT_MS,
+    )
+    assert page.locator(".lane .badge.silent").count() == 1
+
+    render.end()
+    job.end()
+    assert processor.force_flush(10_000)
+    page.wait_for_function(
+        "() => document.getElementById('job-state').textContent === 'COMPLETED'", timeout=WAIT_MS
+    )
+    assert page.evaluate("window.__sameDocument") is True  # updated in place, never reloaded
+    assert page.locator("rect.bar.running").count() == 0
+    assert page.locator("#live[data-refresh-ms]").count() == 0  # settled: polling stopped
+
+
+def test_hostile_payloads_render_as_text_and_run_nothing(
+    page: Page, base_url: str, hostile: str
+) -> None:
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    for path in (job_url("evil", hostile), "/", "/steps"):
+        page.goto(base_url + path)
+        assert page.evaluate("typeof window.__pwned") == "undefined", path
+        assert page.locator("img").count() == 0, path
+        assert page.locator("main script").count() == 0, path
+    page.goto(base_url + job_url("evil", hostile))
+    assert page.locator("h1 .job-id").inner_text() == hostile
+    assert page.locator("td.key").first.inner_text() == HOSTILE
+    assert json.loads(page.locator("td.detail").first.inner_text()) == {"note": HOSTILE}
+    assert HOSTILE in page.locator("tr.event").first.inner_text()
+    assert page.locator("rect.bar").first.get_attribute("data-key") == HOSTILE
+    assert errors == []
+
+
+def test_jobs_page_filters_and_pages(page: Page, base_url: str, tracing: TracingFactory) -> None:
+    tracer, processor = tracing()
+    for number in range(5):
+        render_and_save(tracer, f"job-{number}", attempts_made=0 if number % 2 == 0 else 1)
+    assert processor.force_flush(10_000)
+
+    page.goto(base_url + "/")
+    assert page.locator("tr.job").count() == 5
+    page.get_by_label("Status").select_option("failed")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**/?*status=failed*")
+    shown = page.locator("a.job-link").all_inner_texts()
+    assert sorted(shown) == ["job-0", "job-2", "job-4"]
+    assert all(text == "FAILED" for text in page.locator("tr.job .status").all_inner_texts())
+
+    page.goto(base_url + "/?limit=2")
+    seen = page.locator("a.job-link").all_inner_texts()
+    while page.locator("a.older").count():
+        page.locator("a.older").click()
+        page.wait_for_load_state()
+        seen += page.locator("a.job-link").all_inner_texts()
+    assert sorted(seen) == [f"job-{n}" for n in range(5)]
+
+    page.get_by_label("Job id").fill("job-3")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**q=job-3*")
+    assert page.locator("a.job-link").all_inner_texts() == ["job-3"]
+    page.locator("a.job-link").click()
+    page.wait_for_url("**/jobs/render/job-3")
+    assert page.locator(".lane").count() == 1
+
+
+def test_keyboard_reaches_every_link(page: Page, base_url: str, tracing: TracingFactory) -> None:
+    tracer, processor = tracing()
+    record_timed_story(tracer)
+    assert processor.force_flush(10_000)
+    page.goto(base_url + job_url("render", "7"))
+    links = set(page.eval_on_selector_all("a[href]", "els => els.map(el => el.outerHTML)"))
+
+    reached: set[str] = set()
+    for _ in range(len(links) * 2 + 5):
+        page.keyboard.press("Tab")
+        focused = page.evaluate(
+            "document.activeElement && document.activeElement.matches('a[href]')"
+            " ? document.activeElement.outerHTML : null"
+        )
+        if focused:
+            reached.add(focused)
+    assert len(links) >= 8
+    assert reached == links

@@ -6,30 +6,31 @@
 -- name: jobs_page --
 -- One page of jobs, the most recently active first, by their latest attempt. The job's activity
 -- time ("at") is its newest row change: a row written or closed (job_event_recent), a heartbeat
--- of an open step (job_event_one_open_step) or a final row (job_log_ended_attempt). Each branch
--- walks its index newest first from the page cursor and stops after scan_rows rows; only jobs
--- above the deepest point a full branch reached are complete, so the others wait for the next
--- page (next_at). The cursor is (at, domain, job_id), exclusive: NULLs mean the first page.
+-- of an open step (job_event_one_open_step) or a final row (job_log_ended_attempt). Each index
+-- branch walks newest first from the page cursor and stops after 8 rows per job asked for; only
+-- jobs above the deepest point a full branch reached are complete, so the others wait for the
+-- next page (floor_at). The cursor is (at, domain, job_id), exclusive; a cursor without domain
+-- and job id includes its time; NULLs mean the first page. since_ago NULL: no time window.
 WITH touched AS (
     (SELECT 'event' AS branch, domain, job_id, COALESCE(ended_at, created_at) AS at
      FROM {job_event}
      WHERE COALESCE(ended_at, created_at) <= COALESCE(%(before_at)s::timestamptz, 'infinity')
-       AND COALESCE(ended_at, created_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+       AND COALESCE(ended_at, created_at) >= COALESCE(now() - %(since_ago)s::interval, '-infinity')
      ORDER BY COALESCE(ended_at, created_at) DESC
-     LIMIT %(scan_rows)s)
+     LIMIT %(limit)s::integer * 8)
     UNION ALL
     (SELECT 'log', domain, job_id, created_at
      FROM {job_log}
      WHERE created_at <= COALESCE(%(before_at)s::timestamptz, 'infinity')
-       AND created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+       AND created_at >= COALESCE(now() - %(since_ago)s::interval, '-infinity')
      ORDER BY created_at DESC
-     LIMIT %(scan_rows)s)
+     LIMIT %(limit)s::integer * 8)
     UNION ALL
     SELECT 'open', domain, job_id, GREATEST(created_at, heartbeat_at)
     FROM {job_event}
     WHERE type = 'STEP' AND ended_at IS NULL
       AND GREATEST(created_at, heartbeat_at) <= COALESCE(%(before_at)s::timestamptz, 'infinity')
-      AND GREATEST(created_at, heartbeat_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+      AND GREATEST(created_at, heartbeat_at) >= COALESCE(now() - %(since_ago)s::interval, '-infinity')
 ), floor AS (
     -- how deep the scan is complete: the shallowest end of a branch that hit its limit
     SELECT max(deepest) AS at
@@ -37,7 +38,7 @@ WITH touched AS (
           FROM touched
           WHERE branch <> 'open'
           GROUP BY branch
-          HAVING count(*) >= %(scan_rows)s) AS full_branch
+          HAVING count(*) >= %(limit)s::integer * 8) AS full_branch
 ), candidate AS (
     SELECT domain, job_id, max(at) AS at
     FROM touched
@@ -45,7 +46,7 @@ WITH touched AS (
     GROUP BY domain, job_id
 )
 -- one row even when no job qualifies: the floor still says where the next page starts
-SELECT f.at AS floor_at, page.*
+SELECT f.at AS floor_at, now() AS as_of, page.*
 FROM floor AS f
 LEFT JOIN LATERAL (
     SELECT c.domain, c.job_id, c.at AS active_at,
@@ -128,19 +129,19 @@ ORDER BY attempt;
 
 -- name: open_steps --
 -- Open steps of the fleet, the longest silent first (what `sweep` would settle first), those
--- silent for at least min_silence; at most limit rows, and how many there are in all.
+-- silent for at least older_than; at most limit rows, and how many there are in all.
 SELECT domain, job_id, job_type, attempt, step_key, detail, created_at AS started_at,
        GREATEST(created_at, heartbeat_at) AS seen_at,
        now() AS as_of,
        count(*) OVER () AS total
 FROM {job_event}
 WHERE type = 'STEP' AND ended_at IS NULL
-  AND GREATEST(created_at, heartbeat_at) <= now() - %(min_silence)s::interval
+  AND GREATEST(created_at, heartbeat_at) <= now() - %(older_than)s::interval
 ORDER BY GREATEST(created_at, heartbeat_at), id
 LIMIT %(limit)s;
 
 -- name: step_stats --
--- The job_step_duration view's numbers over a time window (steps closed since since_at), read
+-- The job_step_duration view's numbers over a time window (steps closed within since_ago), read
 -- through job_event_recent instead of over every row kept.
 SELECT job_type, step_key,
        count(*) AS steps,
@@ -153,17 +154,17 @@ FROM (
     SELECT job_type, step_key, step_status, ended_at,
            extract(epoch FROM ended_at - created_at)::double precision AS seconds
     FROM {job_event}
-    WHERE COALESCE(ended_at, created_at) >= %(since_at)s
+    WHERE COALESCE(ended_at, created_at) >= now() - %(since_ago)s::interval
       AND type = 'STEP' AND ended_at IS NOT NULL
 ) AS closed_step
 GROUP BY job_type, step_key
 ORDER BY job_type NULLS LAST, step_key;
 
 -- name: step_failures --
--- Recent failures of one step key of one job type, newest first, since since_at.
+-- Recent failures of one step key of one job type, newest first, within since_ago.
 SELECT domain, job_id, attempt, step_key, message, detail, created_at AS started_at, ended_at
 FROM {job_event}
-WHERE COALESCE(ended_at, created_at) >= %(since_at)s
+WHERE COALESCE(ended_at, created_at) >= now() - %(since_ago)s::interval
   AND type = 'STEP' AND step_status = 'FAILED' AND step_key = %(step_key)s
   AND job_type IS NOT DISTINCT FROM %(job_type)s
 ORDER BY COALESCE(ended_at, created_at) DESC

@@ -250,11 +250,11 @@ class WebApp:
 
     def running(self, request: Request) -> Response:
         silent_name, silent = _window(request, "silent", "all")
-        steps, as_of = self.reader.open_steps(silent or timedelta(0), _limit(request))
+        steps = self.reader.open_steps(silent or timedelta(0), _limit(request))
         return self.render(
             "running.html",
             steps=steps,
-            as_of=as_of,
+            as_of=steps[0].as_of if steps else None,
             silent=silent_name,
             total=steps[0].total if steps else 0,
         )
@@ -299,8 +299,7 @@ class WebApp:
 
     def api_running(self, request: Request) -> Response:
         _, silent = _window(request, "silent", "all")
-        steps, _as_of = self.reader.open_steps(silent or timedelta(0), _limit(request))
-        return _json(steps)
+        return _json(self.reader.open_steps(silent or timedelta(0), _limit(request)))
 
     def api_steps(self, request: Request) -> Response:
         _, window = _window(request, "window", "24h")

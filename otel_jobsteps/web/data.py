@@ -44,7 +44,6 @@ __all__ = [
 
 APPLICATION_NAME = "otel_jobsteps_web"
 CONNECT_TIMEOUT_S = 3.0
-SCAN_ROWS_PER_JOB = 8  # rows the jobs page reads per job it shows, before it pages on
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,24 +162,21 @@ class Reader:
         limit: int,
     ) -> JobsPage:
         """A page of jobs, newest activity first, below ``cursor``."""
-        with self._snapshot() as conn:
-            now = _server_now(conn)
-            params = {
-                "domain": domain,
-                "job_type": job_type,
-                "status": status,
-                "since_at": now - since if since else None,
-                "before_at": cursor.at if cursor else None,
-                "before_domain": cursor.domain if cursor else None,
-                "before_job_id": cursor.job_id if cursor else None,
-                "scan_rows": limit * SCAN_ROWS_PER_JOB,
-                "limit": limit,
-            }
-            with conn.cursor(row_factory=dict_row) as cur:
-                found = cur.execute(self._queries["jobs_page"], params).fetchall()
-        floor = found[0]["floor_at"] if found else None
+        params = {
+            "domain": domain,
+            "job_type": job_type,
+            "status": status,
+            "since_ago": since,
+            "before_at": cursor.at if cursor else None,
+            "before_domain": cursor.domain if cursor else None,
+            "before_job_id": cursor.job_id if cursor else None,
+            "limit": limit,
+        }
+        with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
+            found = cur.execute(self._queries["jobs_page"], params).fetchall()
         jobs = [_job_row(row) for row in found if row["domain"] is not None]
-        return JobsPage(jobs, _next_cursor(jobs, limit, floor), now)
+        next_cursor = _next_cursor(jobs, limit, found[0]["floor_at"])
+        return JobsPage(jobs, next_cursor, found[0]["as_of"])
 
     def find_job(self, job_id: str, *, domain: str | None, limit: int) -> JobsPage:
         """Jobs with this exact id, in every domain or in ``domain``."""
@@ -206,30 +202,23 @@ class Reader:
         attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
         return JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
 
-    def open_steps(self, min_silence: timedelta, limit: int) -> tuple[list[OpenStep], datetime]:
+    def open_steps(self, min_silence: timedelta, limit: int) -> list[OpenStep]:
         """Open steps silent for at least ``min_silence``, longest silent first."""
-        params = {"min_silence": min_silence, "limit": limit}
+        params = {"older_than": min_silence, "limit": limit}
         with self._snapshot() as conn:
-            now = _server_now(conn)
-            return fetch(conn, self._queries["open_steps"], params, OpenStep), now
+            return fetch(conn, self._queries["open_steps"], params, OpenStep)
 
     def step_stats(self, since: timedelta) -> list[StepStat]:
         """Per job type and step key: closed steps over the last ``since``."""
         with self._snapshot() as conn:
-            params = {"since_at": _server_now(conn) - since}
-            return fetch(conn, self._queries["step_stats"], params, StepStat)
+            return fetch(conn, self._queries["step_stats"], {"since_ago": since}, StepStat)
 
     def step_failures(
         self, job_type: str | None, step_key: str, since: timedelta, limit: int
     ) -> list[StepFailure]:
         """The latest failures of one step of one job type over the last ``since``."""
+        params = {"job_type": job_type, "step_key": step_key, "since_ago": since, "limit": limit}
         with self._snapshot() as conn:
-            params = {
-                "job_type": job_type,
-                "step_key": step_key,
-                "since_at": _server_now(conn) - since,
-                "limit": limit,
-            }
             return fetch(conn, self._queries["step_failures"], params, StepFailure)
 
     def job_detail(self, domain: str, job_id: str, attempt: int | None) -> JobDetail | None:

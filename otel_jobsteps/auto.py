@@ -19,11 +19,19 @@ from opentelemetry.sdk.trace import TracerProvider
 from .errors import JobStepsError
 from .processor import JobStepsProcessor
 
-__all__ = ["DSN_VARIABLE", "attach_from_environment", "ensure_processor", "feeds_job_steps"]
+__all__ = [
+    "DOMAIN_VARIABLE",
+    "DSN_VARIABLE",
+    "attach_from_environment",
+    "ensure_processor",
+    "feeds_job_steps",
+]
 
 logger = logging.getLogger("otel_jobsteps")
 
 DSN_VARIABLE = "OTEL_JOBSTEPS_DSN"
+DOMAIN_VARIABLE = "OTEL_JOBSTEPS_DOMAIN"
+"""The ``job.domain`` of jobs whose queue integration was not given one (zero-code setup)."""
 _lock = threading.Lock()
 
 

@@ -23,15 +23,14 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
+from .auto import DOMAIN_VARIABLE
+
 __all__ = [
-    "DOMAIN_VARIABLE",
     "JobStepsArqInstrumentor",
     "JobStepsBullMQInstrumentor",
     "JobStepsCeleryInstrumentor",
     "JobStepsRQInstrumentor",
 ]
-
-DOMAIN_VARIABLE = "OTEL_JOBSTEPS_DOMAIN"
 
 
 def _domain(default: str) -> str:
@@ -110,9 +109,9 @@ def _instrument_celery_worker(sender: Any = None, **_: Any) -> None:
 class JobStepsRQInstrumentor(_PatchingInstrumentor):
     """``rq worker`` (and code that builds ``rq.Worker``/``rq.SimpleWorker``) records jobs.
 
-    The two names are rebound to `JobStepsWorker` subclasses, so the CLI's default worker class
-    and classes imported after start-up record; domain: ``OTEL_JOBSTEPS_DOMAIN``, else the
-    job's queue name.
+    The two names are rebound to `JobStepsWorker` and `JobStepsSimpleWorker`, so the CLI's
+    default worker class and classes imported after start-up record; domain:
+    ``OTEL_JOBSTEPS_DOMAIN``, else the job's queue name.
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -124,10 +123,7 @@ class JobStepsRQInstrumentor(_PatchingInstrumentor):
 
         from .integrations.rq import JobStepsSimpleWorker, JobStepsWorker
 
-        domain = os.environ.get(DOMAIN_VARIABLE) or None
-        for base in (JobStepsWorker, JobStepsSimpleWorker):
-            name = base.__bases__[-1].__name__  # Worker, SimpleWorker
-            recording = type(name, (base,), {"jobsteps_domain": domain})
+        for name, recording in (("Worker", JobStepsWorker), ("SimpleWorker", JobStepsSimpleWorker)):
             self._patch.replace(rq, name, recording)
             self._patch.replace(rq.worker, name, recording)
 

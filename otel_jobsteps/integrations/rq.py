@@ -1,7 +1,9 @@
 """RQ: run ``JobStepsWorker`` (``rq worker -w otel_jobsteps.integrations.rq.JobStepsWorker``).
 
 Every job the worker performs is a job attempt; the domain is ``jobsteps_domain`` (set it with
-`instrument` or on a subclass) or else the job's queue name. What maps to what (read from
+`instrument` or on a subclass), else ``OTEL_JOBSTEPS_DOMAIN``, else the job's queue name. With
+``OTEL_JOBSTEPS_DSN`` set, the worker adds a `JobStepsProcessor` to the tracer provider when it
+has none, so ``rq worker -w ...JobStepsWorker`` needs no code. What maps to what (read from
 rq/worker/base.py, rq/worker/worker_classes.py, rq/job.py and rq/registry.py of RQ 3.0):
 
 - ``job.id`` = the RQ job id, kept by ``Job.retry`` and by return-``Retry`` requeues.
@@ -25,6 +27,7 @@ rq/worker/base.py, rq/worker/worker_classes.py, rq/job.py and rq/registry.py of 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -41,6 +44,7 @@ from rq.worker.base import BaseWorker
 
 from .. import context
 from ..attributes import JOB_OUTCOME
+from ..auto import DOMAIN_VARIABLE
 from . import EVENT_RETRY_SCHEDULED, EVENT_STALLED, OUTCOME_RETRY, OUTCOME_TIME_LIMIT
 from ._common import ensure_recording, flush_provider, logger, require_domain
 
@@ -86,6 +90,10 @@ def _claim_attempt(job: Job) -> int:
     return attempt
 
 
+def _domain_of(domain: str | None, job: Job) -> str:
+    return domain or os.environ.get(DOMAIN_VARIABLE) or job.origin
+
+
 def _job_type(job: Job) -> str:
     try:
         return job.func_name or "unknown"
@@ -129,7 +137,7 @@ def abandoned_job_handler(
     ) -> None:
         if exc_type is not None and issubclass(exc_type, AbandonedJobError):
             _record_stalled(
-                domain or job.origin,
+                _domain_of(domain, job),
                 job,
                 "abandoned: its execution expired in the StartedJobRegistry",
                 tracer or trace.get_tracer(TRACER_NAME),
@@ -144,7 +152,7 @@ class JobStepsWorkerMixin(BaseWorker):
     """Adds job-attempt recording to an RQ worker class (put it first in the bases)."""
 
     jobsteps_domain: str | None = None
-    """The ``job.domain`` of every job; None: the job's queue name."""
+    """The ``job.domain`` of every job; None: ``OTEL_JOBSTEPS_DOMAIN``, else the queue name."""
     jobsteps_tracer_provider: trace.TracerProvider | None = None
     """The provider to record with; None: the global one."""
     jobsteps_flush_timeout_ms: int = 5000
@@ -175,7 +183,7 @@ class JobStepsWorkerMixin(BaseWorker):
         self._jobsteps_attempt = attempt
         try:
             with context.job_attempt(
-                self.jobsteps_domain or job.origin,
+                _domain_of(self.jobsteps_domain, job),
                 job.id,
                 _job_type(job),
                 attempt - 1,
@@ -234,7 +242,7 @@ class JobStepsWorkerMixin(BaseWorker):
 
     def handle_work_horse_killed(self, job: Job, retpid: Any, ret_val: Any, rusage: Any) -> None:
         _record_stalled(
-            self.jobsteps_domain or job.origin,
+            _domain_of(self.jobsteps_domain, job),
             job,
             f"work horse terminated unexpectedly (waitpid status {ret_val})",
             self._jobsteps_tracer(),

@@ -1,4 +1,8 @@
-"""The Celery app the integration tests run in a real worker (RabbitMQ broker, prefork pool)."""
+"""The Celery app the integration tests run in a real worker (RabbitMQ broker, prefork pool).
+
+`apps_celery_plain` defines the app and its ``jobsteps.flaky`` task; this module adds the
+adapter, tracing set up in code and the tasks that misbehave.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +11,14 @@ import os
 import time
 from typing import Any
 
-from celery import Celery, Task, signals
+from celery import Task, signals
 from celery.exceptions import SoftTimeLimitExceeded
-from kombu import Exchange, Queue
 
-from otel_jobsteps import progress, step
+from otel_jobsteps import step
 from otel_jobsteps.integrations.celery import instrument
-from tests.integrations.apps_common import DOMAIN, QUEUE, die_now, setup_tracing, sleep_past_limit
+from tests.integrations.apps_celery_plain import app
+from tests.integrations.apps_common import DOMAIN, die_now, setup_tracing, sleep_past_limit
 
-app = Celery("jobsteps_test", broker=os.environ.get("JOBSTEPS_TEST_BROKER", "amqp://"))
-app.conf.update(
-    task_default_queue=QUEUE,
-    task_queues=[Queue(QUEUE, Exchange(QUEUE, auto_delete=True), QUEUE, auto_delete=True)],
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    worker_hijack_root_logger=False,
-    broker_connection_retry_on_startup=True,
-)
 instrument(app, domain=DOMAIN)
 
 
@@ -36,17 +30,6 @@ def _tracing(**_: Any) -> None:
         from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
         CeleryInstrumentor().instrument()
-
-
-@app.task(bind=True, name="jobsteps.flaky")
-def flaky(self: Task) -> str:
-    """RENDER then SAVE; SAVE fails on attempt 1 and the task retries at once."""
-    with step("RENDER"):
-        progress(pct=100)
-    with step("SAVE"):
-        if self.request.retries == 0:
-            raise self.retry(exc=OSError("disk full"), countdown=0)
-    return "saved"
 
 
 @app.task(bind=True, name="jobsteps.slow_soft", soft_time_limit=1)

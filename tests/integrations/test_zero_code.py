@@ -1,0 +1,170 @@
+"""Zero code: real workers configured by environment variables only, no setup in the app.
+
+``opentelemetry-instrument`` loads otel_jobsteps' instrumentors and its post-instrument hook
+through the entry points of the installed package; the RQ ``-w`` route needs no wrapper at all.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("opentelemetry.distro", reason="needs opentelemetry-distro (instrument extra)")
+pytest.importorskip("celery", reason="needs the celery extra")
+pytest.importorskip("rq", reason="needs the rq extra")
+
+from celery import Celery
+from kombu import Exchange, Queue
+from redis import Redis
+from rq import Queue as RQQueue
+from rq import Retry
+
+from tests.integrations.conftest import WorkerFactory, WorkerProcess
+from tests.integrations.support import assert_retried_then_completed, wait_until
+
+BIN = Path(sys.executable).parent
+CELERY_SAVE_ERROR = "celery.exceptions.Retry: Retry in 0s: OSError('disk full')"
+RQ_JOBS = "tests.integrations.apps_rq"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _env(domain: str, queue: str, **extra: str) -> dict[str, str]:
+    """OTEL_JOBSTEPS_DSN comes from the worker factory; nothing else is configured."""
+    return {
+        "OTEL_JOBSTEPS_DOMAIN": domain,
+        "JOBSTEPS_TEST_QUEUE": queue,
+        "OTEL_SERVICE_NAME": "zero-code-test",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        **extra,
+    }
+
+
+ONLY_JOBSTEPS = {"OTEL_TRACES_EXPORTER": "none", "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "celery"}
+
+
+def _beside_otlp() -> dict[str, str]:
+    """opentelemetry-instrumentation-celery and an OTLP exporter aimed at a closed port."""
+    return {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+    }
+
+
+def _ready(worker: WorkerProcess, marker: str) -> WorkerProcess:
+    wait_until(
+        lambda: marker in worker.log() or worker.process.poll() is not None,
+        timeout_s=60,
+        what=f"the worker to log {marker!r}",
+    )
+    assert worker.process.poll() is None, worker.log()
+    return worker
+
+
+# -- Celery ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def celery_queue(run_id: str) -> str:
+    return f"jobsteps-{run_id}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def send_celery(amqp_url: str, celery_queue: str) -> Iterator[Callable[[str], str]]:
+    client = Celery("jobsteps_client", broker=amqp_url)
+    queue = Queue(
+        celery_queue, Exchange(celery_queue, auto_delete=True), celery_queue, auto_delete=True
+    )
+    client.conf.update(task_default_queue=celery_queue, task_queues=[queue])
+
+    def send(name: str) -> str:
+        job_id = f"{name}-{uuid.uuid4().hex[:8]}"
+        client.send_task(name, task_id=job_id)
+        return job_id
+
+    yield send
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "otel_env",
+    [pytest.param(ONLY_JOBSTEPS, id="alone"), pytest.param(_beside_otlp(), id="beside-otlp")],
+)
+def test_opentelemetry_instrument_celery_prefork_worker_records_steps(
+    start_worker: WorkerFactory,
+    amqp_url: str,
+    celery_queue: str,
+    send_celery: Callable[[str], str],
+    module_dsn: str,
+    otel_env: dict[str, str],
+) -> None:
+    worker = start_worker(
+        str(BIN / "opentelemetry-instrument"), str(BIN / "celery"),
+        "-A", "tests.integrations.apps_celery_plain", "worker",
+        "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO",
+        "--without-heartbeat", "--without-gossip", "--without-mingle",
+        "--hostname", f"{celery_queue}@%h",
+        env={**_env("zero-celery", celery_queue), "JOBSTEPS_TEST_BROKER": amqp_url, **otel_env},
+    )  # fmt: skip
+    _ready(worker, " ready.")
+
+    job_id = send_celery("jobsteps.flaky")
+
+    assert_retried_then_completed(
+        module_dsn, "zero-celery", job_id, save_error=CELERY_SAVE_ERROR, job_type="jobsteps.flaky"
+    )
+
+
+# -- RQ --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rq_queue(redis_url: str, run_id: str, purge_redis: None) -> Iterator[RQQueue]:
+    with Redis.from_url(redis_url) as connection:
+        queue = RQQueue(f"jobsteps-{run_id}-{uuid.uuid4().hex[:6]}", connection=connection)
+        yield queue
+        queue.empty()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(
+            [str(BIN / "opentelemetry-instrument"), str(BIN / "rq"), "worker"],
+            id="opentelemetry-instrument-rq-worker",
+        ),
+        pytest.param(
+            [str(BIN / "rq"), "worker", "-w", "otel_jobsteps.integrations.rq.JobStepsWorker"],
+            id="rq-worker-w-JobStepsWorker",
+        ),
+    ],
+)
+def test_rq_worker_with_environment_only_records_steps(
+    start_worker: WorkerFactory,
+    redis_url: str,
+    rq_queue: RQQueue,
+    module_dsn: str,
+    argv: list[str],
+) -> None:
+    name = rq_queue.name
+    worker = start_worker(
+        *argv, "--url", redis_url, name, env=_env("zero-rq", name, **ONLY_JOBSTEPS)
+    )
+    _ready(worker, "Listening on")
+    job_id = f"flaky-{name}"
+    rq_queue.enqueue(f"{RQ_JOBS}.flaky", job_id=job_id, retry=Retry(max=1))
+
+    assert_retried_then_completed(
+        module_dsn, "zero-rq", job_id, save_error="OSError: disk full", job_type=f"{RQ_JOBS}.flaky"
+    )

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
 
 from .errors import ConfigurationError
 from .query import Record, Target, fetch, session
+from .schema import is_partitioned
 from .sql import qualified_queries
 from .store import borrowed_connection
 
@@ -38,12 +43,17 @@ class SweptStep(Record):
 
 @dataclass(frozen=True, slots=True)
 class PruneResult(Record):
-    """What `prune` deleted (or, in a dry run, would delete)."""
+    """What `prune` deleted (or, in a dry run, would delete).
+
+    The counts include the rows of ``partitions``, the intervals of the partitioned layout
+    whose child tables were dropped whole.
+    """
 
     job_logs: int
     job_events: int
     batches: int
     dry_run: bool
+    partitions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +114,11 @@ def prune(
     still has one; attempts without a job_log row are kept (`sweep` first settles the
     abandoned ones). ``dry_run`` counts what would be deleted, in the same batches, all in
     one snapshot.
+
+    With the partitioned layout, finished attempts first move out of the current tables into
+    their interval's children, then the children of intervals that ended before the cutoff
+    are dropped whole, and only the interval at the edge is deleted in batches. A dry run
+    counts the same rows without moving or dropping anything.
     """
     _positive("older_than", older_than)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -124,7 +139,10 @@ def prune(
                     break
                 after_id = batch.last_id
         return PruneResult(logs, events, 0, dry_run=True)
+    partitions = 0
     with borrowed_connection(conninfo_or_connection) as conn:
+        if is_partitioned(conn, schema=schema):
+            partitions, logs, events = _drop_partitions(conn, older_than, batch_size, schema)
         while True:
             # One transaction per batch: locks stay short, and what is done stays done.
             with session(conn, schema=schema):
@@ -136,4 +154,29 @@ def prune(
             batches += 1
             if counts.job_logs < batch_size:
                 break
-    return PruneResult(logs, events, batches, dry_run=False)
+    return PruneResult(logs, events, batches, dry_run=False, partitions=partitions)
+
+
+def _drop_partitions(
+    conn: psycopg.Connection[Any], older_than: timedelta, batch_size: int, schema: str
+) -> tuple[int, int, int]:
+    """Move finished attempts into their children, then drop the children past the cutoff.
+
+    The work is done by functions of ``sql/partitioned.sql``. Returns (intervals dropped,
+    job_log rows, job_event rows they held).
+    """
+    archive = sql.SQL("SELECT {}(%s)").format(sql.Identifier(schema, "otel_jobsteps_archive"))
+    drop = sql.SQL(
+        "SELECT count(*), COALESCE(sum(job_logs), 0), COALESCE(sum(job_events), 0)"
+        " FROM {}(now() - %s::interval)"
+    ).format(sql.Identifier(schema, "otel_jobsteps_drop_partitions"))
+    while True:
+        # One transaction per batch, as the deletes: the mover's lock is held briefly.
+        with session(conn, schema=schema):
+            moved = conn.execute(archive, (batch_size,)).fetchone()
+        if not moved or not moved[0]:
+            break
+    with session(conn, schema=schema):
+        dropped = conn.execute(drop, (older_than,)).fetchone()
+    assert dropped is not None  # an aggregate always returns its row
+    return int(dropped[0]), int(dropped[1]), int(dropped[2])

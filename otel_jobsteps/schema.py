@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import timedelta
+from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -11,9 +13,13 @@ from .errors import ConfigurationError, SchemaNotMigratedError
 from .sql import migrations
 from .store import borrowed_connection
 
-__all__ = ["check_schema", "check_writable_tables", "latest_version", "migrate"]
+if TYPE_CHECKING:
+    from typing_extensions import LiteralString
+
+__all__ = ["check_schema", "check_writable_tables", "is_partitioned", "latest_version", "migrate"]
 
 VERSION_TABLE = "otel_jobsteps_migration"
+LAYOUT_TABLE = "otel_jobsteps_layout"  # present when the partitioned layout is installed
 
 
 def latest_version() -> int:
@@ -25,13 +31,39 @@ def _validate(schema: str) -> None:
         raise ConfigurationError(f"invalid schema name {schema!r} (1-63 characters, no NUL)")
 
 
-def migrate(target: str | psycopg.Connection[Any], *, schema: str = "public") -> list[int]:
+def _partitioned_layout() -> LiteralString:
+    return resources.files("otel_jobsteps.sql").joinpath("partitioned.sql").read_text("utf-8")
+
+
+def _validate_interval(interval: timedelta) -> None:
+    if (
+        not isinstance(interval, timedelta)
+        or interval < timedelta(seconds=1)
+        or interval.microseconds
+        or interval > timedelta(days=366)
+    ):
+        raise ConfigurationError(
+            f"partition interval must be whole seconds from 1s to 366d, got {interval!r}"
+        )
+
+
+def migrate(
+    target: str | psycopg.Connection[Any],
+    *,
+    schema: str = "public",
+    partition_interval: timedelta | None = None,
+) -> list[int]:
     """Apply pending migrations to ``schema``; returns the versions applied (empty if current).
 
     Safe to run from several processes at once: a transaction-level advisory lock serialises
     them, and each version is recorded in the same transaction that applies it.
+    ``partition_interval`` also installs (or refreshes) the opt-in partitioned layout
+    (``sql/partitioned.sql``): finished attempts move into one child table per interval, and
+    `prune` drops whole children. The interval of an installed layout cannot change.
     """
     _validate(schema)
+    if partition_interval is not None:
+        _validate_interval(partition_interval)
     table = sql.Identifier(schema, VERSION_TABLE)
     applied_now: list[int] = []
     with borrowed_connection(target) as conn, conn.transaction():
@@ -58,7 +90,41 @@ def migrate(target: str | psycopg.Connection[Any], *, schema: str = "public") ->
                 (version, name),
             )
             applied_now.append(version)
+        if partition_interval is not None:
+            _install_partitioned_layout(conn, schema, partition_interval)
     return applied_now
+
+
+def _install_partitioned_layout(
+    conn: psycopg.Connection[Any], schema: str, interval: timedelta
+) -> None:
+    """The layout's tables, functions and trigger, its interval, and children ahead of need."""
+    conn.execute(_partitioned_layout())
+    conn.execute(
+        "INSERT INTO otel_jobsteps_layout (partition_interval) VALUES (%s)"
+        " ON CONFLICT (singleton) DO NOTHING",
+        (interval,),
+    )
+    row = conn.execute("SELECT partition_interval FROM otel_jobsteps_layout").fetchone()
+    if row is None or row[0] != interval:
+        raise ConfigurationError(
+            f"schema {schema!r} is partitioned by {row[0] if row else None}, not {interval}:"
+            " the interval of an installed layout cannot change"
+        )
+    # The current interval's children and the next one's exist before anything moves there.
+    conn.execute(
+        "SELECT otel_jobsteps_partition_for(now()), otel_jobsteps_partition_for(now() + %s)",
+        (interval,),
+    )
+
+
+def is_partitioned(conn: psycopg.Connection[Any], *, schema: str = "public") -> bool:
+    """Whether ``schema`` has the partitioned layout (`migrate` with a partition interval)."""
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL",
+        (sql.Identifier(schema, LAYOUT_TABLE).as_string(conn),),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def check_schema(conn: psycopg.Connection[Any], *, schema: str = "public") -> None:

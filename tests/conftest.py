@@ -1,6 +1,7 @@
 """Test database: OTEL_JOBSTEPS_TEST_DSN, else testcontainers, else the embedded server.
 
 One migrated template database per session; each test gets its own clone of it.
+OTEL_JOBSTEPS_TEST_LAYOUT=partitioned migrates it with the partitioned layout (interval 1d).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -57,6 +59,9 @@ def server_dsn() -> Iterator[str]:
         yield stack.enter_context(embedded_server())
 
 
+PARTITION_INTERVAL = timedelta(days=1)
+
+
 def _database_dsn(server_dsn: str, name: str) -> str:
     return make_conninfo(server_dsn, dbname=name)
 
@@ -80,7 +85,11 @@ def _drop_database(server_dsn: str, name: str) -> None:
 def template_database(server_dsn: str) -> Iterator[str]:
     name = f"otel_jobsteps_tmpl_{uuid.uuid4().hex[:8]}"
     _create_database(server_dsn, name)
-    migrate(_database_dsn(server_dsn, name))
+    partitioned = os.environ.get("OTEL_JOBSTEPS_TEST_LAYOUT") == "partitioned"
+    migrate(
+        _database_dsn(server_dsn, name),
+        partition_interval=PARTITION_INTERVAL if partitioned else None,
+    )
     yield name
     _drop_database(server_dsn, name)
 

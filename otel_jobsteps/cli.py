@@ -138,12 +138,20 @@ def _plural(count: int, word: str, plural: str | None = None) -> str:
 
 def _migrate(args: argparse.Namespace) -> int:
     schema = _schema(args)
-    applied = migrate(_dsn(args), schema=schema)
+    if args.interval is not None and not args.partitioned:
+        raise ConfigurationError("--interval goes with --partitioned")
+    interval = (args.interval or timedelta(days=1)) if args.partitioned else None
+    applied = migrate(_dsn(args), schema=schema, partition_interval=interval)
     if applied:
         versions = ", ".join(f"{version:04d}" for version in applied)
         print(f"schema {schema!r}: applied migration {versions}")
     else:
         print(f"schema {schema!r}: already up to date")
+    if interval is not None:
+        print(
+            f"schema {schema!r}: partitioned layout, one interval per {format_duration(interval)}"
+            " (prune moves finished attempts into their interval and drops old intervals whole)"
+        )
     return 0
 
 
@@ -246,7 +254,10 @@ def _prune(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"would delete {what}")
     else:
-        print(f"deleted {what} in {_plural(result.batches, 'batch', 'batches')}")
+        dropped = (
+            f" and {_plural(result.partitions, 'dropped interval')}" if result.partitions else ""
+        )
+        print(f"deleted {what} in {_plural(result.batches, 'batch', 'batches')}{dropped}")
     return 0
 
 
@@ -357,7 +368,18 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    command("migrate", _migrate, "apply pending migrations to the schema")
+    migrator = command("migrate", _migrate, "apply pending migrations to the schema")
+    migrator.add_argument(
+        "--partitioned",
+        action="store_true",
+        help="also install the partitioned layout (opt-in; see docs/scale.md)",
+    )
+    migrator.add_argument(
+        "--interval",
+        type=_duration_argument,
+        metavar="DURATION",
+        help="with --partitioned: the time one partition covers (1d); fixed once installed",
+    )
 
     show = command("show", _show, "a job's attempts and one attempt's steps as a timeline")
     show.add_argument("domain")

@@ -48,9 +48,21 @@ async def killed(ctx: dict[str, Any]) -> str:
 class WorkerSettings:
     functions: ClassVar[list[Any]] = [flaky, broken, func(slow, timeout=1), killed]
     queue_name = QUEUE
+    redis_settings = RedisSettings.from_dsn(
+        os.environ.get("JOBSTEPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
     job_timeout = 2  # in-progress keys of a dead worker's jobs expire after 2 + 10 s
     poll_delay = 0.1
     handle_signals = True
+
+
+class PlainWorkerSettings:
+    """No adapter call: what ``opentelemetry-instrument arq ...`` instruments by itself."""
+
+    functions: ClassVar[list[Any]] = [flaky]
+    queue_name = QUEUE
+    redis_settings = WorkerSettings.redis_settings
+    poll_delay = 0.1
 
 
 instrument(WorkerSettings, domain=DOMAIN)
@@ -60,9 +72,6 @@ def main() -> None:
     from arq.worker import run_worker
 
     setup_tracing()
-    WorkerSettings.redis_settings = RedisSettings.from_dsn(  # type: ignore[attr-defined]
-        os.environ["JOBSTEPS_TEST_REDIS_URL"]
-    )
     run_worker(WorkerSettings)  # type: ignore[arg-type]
 
 

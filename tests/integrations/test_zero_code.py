@@ -168,3 +168,50 @@ def test_rq_worker_with_environment_only_records_steps(
     assert_retried_then_completed(
         module_dsn, "zero-rq", job_id, save_error="OSError: disk full", job_type=f"{RQ_JOBS}.flaky"
     )
+
+
+# -- arq -------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:Call to '__init__' function with deprecated usage")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(
+            [str(BIN / "arq"), "tests.integrations.apps_arq.WorkerSettings"],
+            id="arq-cli-instrumented-settings",
+        ),
+        pytest.param(
+            [
+                str(BIN / "opentelemetry-instrument"),
+                str(BIN / "arq"),
+                "tests.integrations.apps_arq.PlainWorkerSettings",
+            ],
+            id="opentelemetry-instrument-arq",
+        ),
+    ],
+)
+def test_arq_worker_with_environment_only_records_steps(
+    start_worker: WorkerFactory,
+    redis_url: str,
+    run_id: str,
+    purge_redis: None,
+    module_dsn: str,
+    argv: list[str],
+) -> None:
+    pytest.importorskip("arq", reason="needs the arq extra")
+    from tests.integrations.test_arq import enqueue
+
+    queue = f"jobsteps-{run_id}-{uuid.uuid4().hex[:6]}"
+    env = _env("zero-arq", queue, JOBSTEPS_TEST_DOMAIN="zero-arq", **ONLY_JOBSTEPS)
+    worker = start_worker(*argv, env={**env, "JOBSTEPS_TEST_REDIS_URL": redis_url})
+    _ready(worker, "Starting worker")
+    job_id = enqueue(redis_url, queue, "flaky")
+
+    assert_retried_then_completed(
+        module_dsn,
+        "zero-arq",
+        job_id,
+        save_error="arq.worker.Retry: <Retry defer 0.00s>",
+        job_type="flaky",
+    )

@@ -1,5 +1,6 @@
 """BullMQ jobs for the integration tests; ``python -m tests.integrations.apps_bullmq`` runs a
-worker (options as JSON in JOBSTEPS_TEST_BULLMQ_OPTS) until SIGTERM."""
+worker (options as JSON in JOBSTEPS_TEST_BULLMQ_OPTS) until SIGTERM. With JOBSTEPS_TEST_PLAIN=1
+it sets up neither tracing nor the adapter (``opentelemetry-instrument`` does both)."""
 
 from __future__ import annotations
 
@@ -52,13 +53,17 @@ async def process(job: Job, token: str) -> Any:
 
 
 async def main() -> None:
-    setup_tracing()
+    plain = os.environ.get("JOBSTEPS_TEST_PLAIN") == "1"
+    if not plain:
+        setup_tracing()
     options = {"connection": os.environ["JOBSTEPS_TEST_REDIS_URL"]}
     options.update(json.loads(os.environ.get("JOBSTEPS_TEST_BULLMQ_OPTS", "{}")))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    worker = instrument(Worker(QUEUE, process, options), domain=DOMAIN)  # type: ignore[arg-type]
+    worker = Worker(QUEUE, process, options)  # type: ignore[arg-type]
+    if not plain:
+        instrument(worker, domain=DOMAIN)
     print("worker ready", flush=True)
     await stop.wait()
     await worker.close()

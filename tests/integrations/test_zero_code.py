@@ -215,3 +215,32 @@ def test_arq_worker_with_environment_only_records_steps(
         save_error="arq.worker.Retry: <Retry defer 0.00s>",
         job_type="flaky",
     )
+
+
+# -- BullMQ ----------------------------------------------------------------------------------
+
+
+def test_opentelemetry_instrument_bullmq_worker_records_steps(
+    start_worker: WorkerFactory, redis_url: str, run_id: str, purge_redis: None, module_dsn: str
+) -> None:
+    pytest.importorskip("bullmq", reason="needs the bullmq extra")
+    from tests.integrations.test_bullmq import _add, _obliterate, run
+
+    queue = f"jobsteps-{run_id}-{uuid.uuid4().hex[:6]}"
+    env = _env("zero-bullmq", queue, JOBSTEPS_TEST_PLAIN="1", **ONLY_JOBSTEPS)
+    worker = start_worker(
+        str(BIN / "opentelemetry-instrument"),
+        sys.executable,
+        "-m",
+        "tests.integrations.apps_bullmq",
+        env={**env, "JOBSTEPS_TEST_REDIS_URL": redis_url},
+    )
+    _ready(worker, "worker ready")
+    try:
+        job_id = run(_add(redis_url, queue, "flaky", {"attempts": 2}))
+
+        assert_retried_then_completed(
+            module_dsn, "zero-bullmq", job_id, save_error="OSError: disk full", job_type="flaky"
+        )
+    finally:
+        run(_obliterate(redis_url, queue))

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import debounce, explain, fleet, hot_path, latency, memory, throughput
+from . import debounce, explain, fleet, hot_path, latency, memory, throughput, web
 from .common import (
     Databases,
     Row,
@@ -29,7 +29,7 @@ from .common import (
     server,
 )
 
-SECTIONS = ("hot", "throughput", "latency", "debounce", "memory", "fleet")
+SECTIONS = ("hot", "throughput", "latency", "debounce", "memory", "fleet", "web")
 CRASHED = "CRASHED"
 DEFAULT_BIG_ROWS = 5_000_000
 QUICK_BIG_ROWS = 200_000
@@ -171,6 +171,8 @@ def main() -> int:
                 _section("debounce", lambda: debounce.run(dbs, quick=args.quick), rows)
             if "fleet" in chosen:
                 _section("fleet", lambda: fleet.run(dbs, quick=args.quick), rows)
+            if "web" in chosen:
+                _section("web", lambda: web.run(dbs, big_rows=big_rows, quick=args.quick), rows)
         finally:
             dbs.close()
         if "memory" in chosen:

@@ -14,6 +14,7 @@ from urllib.parse import quote, urlsplit
 
 from ..errors import ConfigurationError
 from ..query import AttemptSummary, JobLogEntry
+from ..timeline import format_duration
 
 __all__ = [
     "AXIS_WIDTH",
@@ -121,7 +122,8 @@ class Cursor:
 
 @dataclass(frozen=True, slots=True)
 class Bar:
-    """One step on its attempt's lane: ``x`` and ``width`` in axis units."""
+    """One step on its attempt's lane: ``x`` and ``width`` in axis units; ``label`` its tooltip
+    (precomputed: a job of a thousand steps draws a thousand bars)."""
 
     key: str
     status: str
@@ -134,6 +136,8 @@ class Bar:
     x: float
     width: float
     trace_link: str | None
+    label: str
+    duration_ms: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,16 +237,19 @@ def _bar(
     x = _position(row["created_at"], start, span)
     width = max(_position(until, start, span) - x, MIN_BAR_WIDTH)
     link = links.link(row["trace_id"], row["span_id"], row["created_at"], until) if links else None
+    duration = until - row["created_at"]
     return Bar(
         key=row["step_key"],
         status=row["step_status"],
         started_at=row["created_at"],
         ended_at=ended_at,
-        duration=until - row["created_at"],
+        duration=duration,
         seen_at=row["seen_at"],
         detail=row["detail"],
         message=row["message"],
         x=min(x, AXIS_WIDTH - MIN_BAR_WIDTH),
         width=round(width, 3),
         trace_link=link,
+        label=f"{row['step_key']} {row['step_status']} {format_duration(duration)}",
+        duration_ms=round(duration.total_seconds() * 1000, 3),
     )

@@ -1,0 +1,186 @@
+"""Issue 11: the web page's server time on a big table, and the plans of its statements.
+
+Fills job_event with ``rows`` rows (bigtable.py; 5 M by default), adds one job of 1,000 steps
+over 5 attempts, then requests each page through the ASGI app in process (connection, queries,
+template: everything but the network) and reports the median and slowest of ``repeat`` runs
+after two warm-up requests. The statements of ``sql/web.sql`` are then explained on the same
+table (EXPLAIN ANALYZE, custom and generic plans, as benchmarks.explain does for the read side);
+any Seq Scan on job_event or job_log fails.
+
+    python -m benchmarks.web [--dsn DSN] [--rows 5000000] [--database DSN_OF_FILLED_DB]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from unittest import mock
+
+import psycopg
+from starlette.testclient import TestClient
+
+from otel_jobsteps.web import create_app
+
+from . import explain
+from .bigtable import fill
+from .common import Databases, Row, format_table, server, verdict
+
+LONG_JOB = "web-long"
+LONG_STEPS, LONG_ATTEMPTS = 1_000, 5
+# (page, URL, target in ms or None); the job page is the 1,000-step job's.
+PAGES = (
+    ("jobs page, first page", "/", 100.0),
+    ("jobs page, failed only", "/?status=failed", 100.0),
+    ("jobs page, domain filter", "/?domain=tenant-3", 100.0),
+    ("jobs page, search by id", "/?q=fill-4242", 100.0),
+    ("job page, 1,000 steps over 5 attempts", f"/jobs/bench/{LONG_JOB}", 200.0),
+    ("running page (every open step)", "/running", 100.0),
+    ("JSON job_detail, 1,000-step job", f"/api/jobs/bench/{LONG_JOB}", 200.0),
+    ("steps page, last 24 h", "/steps", None),
+    ("steps page, every row kept (window=all)", "/steps?window=all", None),
+)
+
+LONG_JOB_SQL = """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status, detail,
+                       message, trace_id, span_id, created_at, ended_at)
+SELECT 'bench', %(job_id)s, 'export', s / %(per_attempt)s + 1, 'STEP', 'PART-' || s,
+       CASE WHEN s %% %(per_attempt)s = %(per_attempt)s - 1 AND s < %(steps)s - 1
+            THEN 'FAILED' ELSE 'COMPLETED' END,
+       jsonb_build_object('done', s, 'total', %(steps)s),
+       NULL,
+       lpad(to_hex(s / %(per_attempt)s + 1), 32, 'a'),
+       lpad(to_hex(s + 1), 16, '0'),
+       now() - interval '1 hour' + s * interval '2 s',
+       now() - interval '1 hour' + s * interval '2 s' + interval '1500 ms'
+FROM generate_series(0, %(steps)s - 1) AS s;
+
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, message, created_at)
+SELECT 'bench', %(job_id)s, 'export', a, 'STALLED', 'lock lost',
+       now() - interval '1 hour' + ((a - 1) * %(per_attempt)s + 7) * interval '2 s'
+FROM generate_series(1, %(attempts)s) AS a;
+
+INSERT INTO job_log (domain, job_id, job_type, attempt, status, reason, detail, created_at)
+SELECT 'bench', %(job_id)s, 'export', a,
+       CASE WHEN a < %(attempts)s THEN 'FAILED' ELSE 'COMPLETED' END,
+       CASE WHEN a < %(attempts)s THEN 'error' END,
+       CASE WHEN a < %(attempts)s THEN jsonb_build_object('error', 'IOError: quota') END,
+       now() - interval '1 hour' + a * %(per_attempt)s * interval '2 s'
+FROM generate_series(1, %(attempts)s) AS a;
+"""
+
+
+def add_long_job(dsn: str) -> None:
+    """One job of 1,000 steps over 5 attempts (the last step of attempts 1-4 failed)."""
+    params = {
+        "job_id": LONG_JOB,
+        "steps": LONG_STEPS,
+        "attempts": LONG_ATTEMPTS,
+        "per_attempt": LONG_STEPS // LONG_ATTEMPTS,
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM job_event WHERE job_id = %s LIMIT 1", (LONG_JOB,))
+        if found.fetchone():
+            return
+        for statement in LONG_JOB_SQL.split(";\n\n"):
+            conn.execute(statement, params)  # type: ignore[arg-type]
+        conn.execute("ANALYZE job_event")
+        conn.execute("ANALYZE job_log")
+
+
+def measure(dsn: str, repeat: int) -> list[Row]:
+    """Server time of each page: median and slowest of ``repeat`` requests after a warm-up."""
+    found = []
+    with TestClient(create_app(dsn)) as client:
+        for label, url, target in PAGES:
+            times = []
+            for run in range(repeat + 2):
+                started = time.perf_counter()
+                response = client.get(url)
+                elapsed = (time.perf_counter() - started) * 1000
+                if response.status_code != 200:
+                    raise RuntimeError(f"{url} answered {response.status_code}")
+                if run >= 2:
+                    times.append(elapsed)
+            median = statistics.median(times)
+            found.append(
+                Row(
+                    "11",
+                    label,
+                    f"{median:.1f} ms median",
+                    f"max {max(times):.1f} ms, {len(response.content) // 1024} KiB",
+                    "",
+                    f"< {target:.0f} ms" if target else "",
+                    verdict(median < target) if target else "info",
+                )
+            )
+    return found
+
+
+def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
+    """EXPLAIN ANALYZE of every web.sql statement (custom and generic plans) on the table."""
+    # explain_all plans every SQL file of the package; only web.sql's statements matter here.
+    ours = [entry for entry in explain.statements() if entry[0] == "web.sql"]
+    with mock.patch.object(explain, "statements", return_value=ours):
+        plans = explain.explain_all(dsn)
+    if verbose:
+        explain.print_plans(plans)
+    print(explain.summary(plans))
+    failing = {plan.name for plan in plans if plan.fails}
+    rows = [
+        Row(
+            "11",
+            f"EXPLAIN web: {len({p.name for p in plans})} statements, custom + generic plans",
+            f"{len(failing)} with Seq Scan",
+            f"{big_rows:,} rows in job_event",
+            "",
+            "0",
+            verdict(not failing),
+        )
+    ]
+    rows += [
+        Row("11", f"  {p.name} ({p.mode} plan)", "; ".join(p.problems), "", "", "", "FAIL")
+        for p in plans
+        if p.fails
+    ]
+    return rows
+
+
+def run(dbs: Databases, *, big_rows: int, quick: bool = False, verbose: bool = False) -> list[Row]:
+    """Fill a fresh database, measure the pages, explain the statements, drop it."""
+    repeat = 3 if quick else 15
+    dsn = dbs.fresh("web")
+    try:
+        timings = fill(dsn, big_rows)
+        print(f"   filled {big_rows:,} rows: {timings}", flush=True)
+        add_long_job(dsn)
+        return measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
+    finally:
+        dbs.drop(dsn)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", help="loopback server DSN (default: embedded PostgreSQL)")
+    parser.add_argument("--rows", type=int, default=5_000_000, help="job_event rows to fill")
+    parser.add_argument("--quick", action="store_true", help="3 requests per page, not 15")
+    parser.add_argument("--database", help="an already filled, migrated database to use as is")
+    parser.add_argument("--verbose", action="store_true", help="print every plan")
+    args = parser.parse_args()
+    if args.database:
+        add_long_job(args.database)
+        rows = measure(args.database, 3 if args.quick else 15)
+        rows += plan_rows(args.database, args.rows, verbose=args.verbose)
+    else:
+        with server(args.dsn) as server_dsn:
+            dbs = Databases(server_dsn)
+            try:
+                rows = run(dbs, big_rows=args.rows, quick=args.quick, verbose=args.verbose)
+            finally:
+                dbs.close()
+    print()
+    print(format_table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""The partitioned layout (``migrate --partitioned``) on a real PostgreSQL: the writer's
+guarantees hold while finished attempts move into their interval's children, intervals roll
+over under running jobs, prune drops whole intervals, and an existing install converts.
+
+Most tests use a one-second interval so that boundaries pass while jobs run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
+from psycopg import sql
+
+from otel_jobsteps import JobStepsProcessor, job_attempt, job_detail, migrate, progress, prune, step
+from otel_jobsteps.schema import is_partitioned
+from tests.conftest import rows, wait_until
+from tests.integration.test_maintenance import counts, finished_attempt, open_step
+
+SECOND = timedelta(seconds=1)
+KEEP_ALL = timedelta(days=3650)  # a prune that only moves finished attempts
+RUN_FOR_S = 2.5  # long enough for jobs to span a few one-second intervals
+PROBLEMS = ("rejected", "drop", "write_failed", "internal_error")
+
+
+@pytest.fixture
+def layout_dsn(empty_dsn: str) -> str:
+    """A database with the partitioned layout, one interval per second."""
+    migrate(empty_dsn, partition_interval=SECOND)
+    return empty_dsn
+
+
+@pytest.fixture
+def layout_conn(layout_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(layout_dsn, autocommit=True) as connection:
+        yield connection
+
+
+class Worker:
+    """A processor on its own provider; ``tracer`` for its jobs; stopped at the end."""
+
+    def __init__(self, dsn: str) -> None:
+        self.processor = JobStepsProcessor(dsn, debounce_ms=0)
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(self.processor)
+        self.tracer: Tracer = self.provider.get_tracer("tests.partitioned")
+
+    def run(self, job_id: str, attempts_made: int = 0, *, execution: str | None = None) -> None:
+        with job_attempt(
+            "part", job_id, "render", attempts_made, execution=execution, tracer=self.tracer
+        ):
+            for key in ("FETCH", "RENDER"):
+                with step(key, tracer=self.tracer):
+                    progress(key=key)
+
+    def stop(self) -> dict[str, Any]:
+        """Flush and shut down; the problems the processor counted (none expected)."""
+        assert self.processor.force_flush(30_000)
+        stats = self.processor.stats()
+        self.provider.shutdown()
+        return {k: v for k, v in stats.items() if k.startswith(PROBLEMS)}
+
+
+def where_rows_live(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Attempts whose rows are not all in one place (the current tables or one interval)."""
+    return rows(
+        conn,
+        "WITH placed AS ("
+        "  SELECT domain, job_id, attempt, regexp_replace(tableoid::regclass::text,"
+        "         '^job_(event|log)', '') AS place FROM job_event"
+        "  UNION ALL"
+        "  SELECT domain, job_id, attempt, regexp_replace(tableoid::regclass::text,"
+        "         '^job_(event|log)', '') FROM job_log)"
+        " SELECT job_id, attempt, array_agg(DISTINCT place) FROM placed"
+        " GROUP BY 1, 2 HAVING count(DISTINCT place) > 1",
+    )
+
+
+def intervals(conn: psycopg.Connection[Any]) -> int:
+    return int(rows(conn, "SELECT count(*) FROM otel_jobsteps_partition")[0][0])
+
+
+def test_children_exist_ahead_of_need_and_never_hold_an_open_step(
+    layout_conn: psycopg.Connection[Any],
+) -> None:
+    # The current interval's children and the next one's.
+    assert intervals(layout_conn) >= 2
+    assert is_partitioned(layout_conn)
+    (child,) = rows(
+        layout_conn,
+        "SELECT c.relname FROM otel_jobsteps_partition AS p"
+        " JOIN pg_class AS c ON c.oid = p.job_event::regclass LIMIT 1",
+    )[0]
+    with pytest.raises(psycopg.errors.CheckViolation):
+        layout_conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, domain, job_id, type, step_key, step_status)"
+                " VALUES (1, 'part', 'x', 'STEP', 'A', 'RUNNING')"
+            ).format(sql.Identifier(child))
+        )
+
+
+def test_jobs_keep_their_guarantees_while_intervals_roll_over(
+    layout_dsn: str, layout_conn: psycopg.Connection[Any]
+) -> None:
+    # Two executions run the same attempts at once (a zombie re-run), while prune keeps moving
+    # finished attempts into their intervals: final rows race each other and the mover.
+    workers = [Worker(layout_dsn) for _ in range(2)]
+    stop = threading.Event()
+    moved: list[int] = []
+    errors: list[BaseException] = []
+
+    def keep_moving() -> None:
+        try:
+            while not stop.is_set():
+                prune(layout_dsn, KEEP_ALL, batch_size=20)
+                moved.append(intervals(layout_conn))
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            errors.append(error)
+
+    ran: list[int] = []
+    deadline = time.monotonic() + RUN_FOR_S
+
+    def run_jobs(worker: Worker, index: int) -> None:
+        number = 0
+        try:
+            while time.monotonic() < deadline:
+                worker.run(f"job-{number}", execution=f"execution-{index}")
+                if number % 3 == 0:
+                    worker.run(f"job-{number}", attempts_made=1, execution=f"execution-{index}")
+                number += 1
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            errors.append(error)
+        ran.append(number)
+
+    mover = threading.Thread(target=keep_moving, name="mover")
+    mover.start()
+    runners = [
+        threading.Thread(target=run_jobs, args=(worker, index), name=f"runner-{index}")
+        for index, worker in enumerate(workers)
+    ]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join(120)
+    stats = [worker.stop() for worker in workers]
+    # Let at least one more boundary pass, then move what finished before it.
+    first = rows(layout_conn, "SELECT now()")[0][0]
+    wait_until(
+        lambda: rows(layout_conn, "SELECT now() - %s > interval '1.1 s'", first)[0][0],
+        what="the next interval",
+    )
+    stop.set()
+    mover.join(60)
+    prune(layout_dsn, KEEP_ALL)
+
+    assert errors == []
+    assert stats == [{}, {}]
+    jobs = max(ran)
+    attempts = jobs + (jobs + 2) // 3  # every third job has a second attempt
+    assert rows(layout_conn, "SELECT count(*) FROM job_log") == [(attempts,)]
+    assert rows(
+        layout_conn, "SELECT count(DISTINCT (job_id, attempt)) FROM job_event WHERE type = 'STEP'"
+    ) == [(attempts,)]
+    assert rows(layout_conn, "SELECT count(*) FROM job_event WHERE ended_at IS NULL") == [(0,)]
+    assert where_rows_live(layout_conn) == []
+    # Everything finished moved; several intervals were filled along the way.
+    assert rows(layout_conn, "SELECT count(*) FROM ONLY job_log") == [(0,)]
+    assert rows(layout_conn, "SELECT count(*) FROM ONLY job_event") == [(0,)]
+    assert rows(layout_conn, "SELECT count(DISTINCT tableoid) >= 2 FROM job_log") == [(True,)]
+
+
+def test_a_moved_final_row_still_wins(
+    layout_dsn: str, layout_conn: psycopg.Connection[Any]
+) -> None:
+    worker = Worker(layout_dsn)
+    worker.run("once")
+    assert worker.processor.force_flush(10_000)
+
+    def moved() -> bool:
+        prune(layout_dsn, KEEP_ALL)
+        return rows(layout_conn, "SELECT count(*) FROM ONLY job_log")[0][0] == 0
+
+    wait_until(moved, what="the attempt moving into its interval")
+    # The same attempt run again by another execution, failing this time: the first final
+    # row, now in a child table, keeps winning.
+    with pytest.raises(RuntimeError):
+        with job_attempt("part", "once", "render", execution="again", tracer=worker.tracer):
+            raise RuntimeError("second run")
+    worker.stop()
+    assert rows(layout_conn, "SELECT status FROM job_log WHERE job_id = 'once'") == [("COMPLETED",)]
+
+
+def test_prune_drops_whole_intervals_and_never_a_row_of_an_open_attempt(empty_dsn: str) -> None:
+    migrate(empty_dsn, partition_interval=timedelta(days=1))
+    conn = psycopg.connect(empty_dsn, autocommit=True)
+    finished_attempt(conn, "late", 1, age="40 days")
+    finished_attempt(conn, "done", 1, age="40 days 1 second")
+    finished_attempt(conn, "older", 1, age="41 days")
+    finished_attempt(conn, "recent", 1, age="1 day")
+    prune(empty_dsn, KEEP_ALL)  # everything finished moves; nothing is old enough to go
+    assert rows(conn, "SELECT count(*) FROM ONLY job_event") == [(0,)]
+    open_step(conn, "late", age="3 days", key="REDO")  # a late step of a moved attempt
+
+    result = prune(empty_dsn, timedelta(days=30))
+    # "older" went with its whole interval; the interval of "late" stays (its attempt is open
+    # again) and only "done", beside it, is deleted in a batch.
+    assert (result.partitions, result.batches) == (1, 1)
+    assert (result.job_logs, result.job_events) == (2, 4)
+    assert counts(conn) == [("late", 1, 3), ("recent", 1, 2)]
+
+    # Once the late step has closed it joins its attempt, and the interval goes whole.
+    conn.execute(
+        "UPDATE job_event SET ended_at = now() - interval '2 days', step_status = 'COMPLETED'"
+        " WHERE type = 'STEP' AND ended_at IS NULL"
+    )
+    result = prune(empty_dsn, timedelta(days=30))
+    assert (result.partitions, result.job_logs, result.job_events) == (1, 1, 3)
+    assert counts(conn) == [("recent", 1, 2)]
+    conn.close()
+
+
+def test_an_existing_install_converts_while_a_job_runs(empty_dsn: str) -> None:
+    migrate(empty_dsn)
+    worker = Worker(empty_dsn)
+    for number in range(5):
+        worker.run(f"before-{number}")
+    with job_attempt("part", "spanning", "render", tracer=worker.tracer):
+        with step("FETCH", tracer=worker.tracer):
+            assert worker.processor.force_flush(10_000)
+            before = [job_detail(empty_dsn, "part", f"before-{n}") for n in range(5)]
+
+            # The documented way: the same command, with --partitioned, on the live install.
+            env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_JOBSTEPS_")}
+            command = ["migrate", "--partitioned", "--interval", "1s"]
+            done = subprocess.run(
+                [sys.executable, "-m", "otel_jobsteps.cli", "--dsn", empty_dsn, *command],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            assert "partitioned layout" in done.stdout
+
+            with psycopg.connect(empty_dsn, autocommit=True) as conn:
+
+                def moved() -> bool:
+                    prune(empty_dsn, KEEP_ALL)
+                    return rows(conn, "SELECT count(*) FROM ONLY job_log")[0][0] == 0
+
+                wait_until(moved, what="the old attempts moving into their interval")
+                after = [job_detail(empty_dsn, "part", f"before-{n}") for n in range(5)]
+                assert [(d.steps, d.log) for d in after if d] == [
+                    (d.steps, d.log) for d in before if d
+                ]
+    for number in range(3):
+        worker.run(f"after-{number}")
+    assert worker.stop() == {}
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        assert rows(conn, "SELECT count(*) FROM job_log") == [(9,)]
+        assert rows(conn, "SELECT count(*) FROM job_event WHERE ended_at IS NULL") == [(0,)]
+        assert where_rows_live(conn) == []
+
+
+def test_the_writer_leaves_the_children_alone(
+    layout_dsn: str, layout_conn: psycopg.Connection[Any]
+) -> None:
+    # The planner skips the job_event children in every statement that looks for open steps
+    # (CHECK closed_steps_only); a final row probes each job_log child's unique index once
+    # (the trigger). No row of a child is read (the writer's startup probe, LIMIT 0, counts
+    # a scan that reads nothing, hence rows read rather than scans).
+    for job in range(20):
+        finished_attempt(layout_conn, f"moved-{job}", 1, age="2 days")
+    prune(layout_conn, KEEP_ALL)  # on this session, so its own reads are counted before ours
+    layout_conn.execute("SELECT pg_stat_force_next_flush()")
+    events = [r[0] for r in rows(layout_conn, "SELECT job_event FROM otel_jobsteps_partition")]
+    logs = [r[0] for r in rows(layout_conn, "SELECT job_log FROM otel_jobsteps_partition")]
+
+    def scans(tables: list[str]) -> list[tuple[Any, ...]]:
+        return rows(
+            layout_conn,
+            "SELECT relid::regclass::text, seq_tup_read, COALESCE(idx_scan, 0)"
+            " FROM pg_stat_user_tables WHERE relid = ANY(%s::regclass[]) ORDER BY 1",
+            tables,
+        )
+
+    def writes_counted() -> bool:
+        return bool(
+            rows(
+                layout_conn,
+                "SELECT n_tup_ins >= 60 FROM pg_stat_user_tables"
+                " WHERE relid = 'job_event'::regclass",
+            )[0][0]
+        )
+
+    event_scans, log_scans = scans(events), scans(logs)
+    assert len(event_scans) == len(log_scans) == len(events) >= 3
+    worker = Worker(layout_dsn)
+    for number in range(30):
+        worker.run(f"new-{number}")
+    assert worker.stop() == {}
+    # Statistics reach the shared counters when the writer's session ends.
+    wait_until(writes_counted, what="the writer's statistics")
+    assert scans(events) == event_scans
+    assert [row[:2] for row in scans(logs)] == [row[:2] for row in log_scans]
+    assert sum(row[2] for row in scans(logs)) > sum(row[2] for row in log_scans)

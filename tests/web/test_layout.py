@@ -1,0 +1,157 @@
+"""Pure logic of the web page: trace links, paging cursors and swimlane geometry (no database)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from otel_jobsteps import ConfigurationError
+from otel_jobsteps.query import AttemptSummary, JobLogEntry
+from otel_jobsteps.web.layout import AXIS_WIDTH, Cursor, TraceLinks, build_timeline
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+SPAN = "b7ad6b7169203331"
+TEMPO = (
+    "https://grafana.example/explore?panes=%7B%22q%22:%22{trace_id}%22,"
+    '"range":{"from":"{start_ms}","to":"{end_ms}"}}'
+)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        pytest.param("javascript:alert(1)//{trace_id}", id="javascript"),
+        pytest.param("ftp://host/{trace_id}", id="ftp"),
+        pytest.param("//host/{trace_id}", id="no-scheme"),
+        pytest.param("http:///{trace_id}", id="no-host"),
+        pytest.param("https://jaeger/trace", id="no-trace-id"),
+    ],
+)
+def test_trace_template_must_be_http_with_trace_id(template: str) -> None:
+    with pytest.raises(ConfigurationError):
+        TraceLinks(template)
+
+
+def test_trace_link_fills_every_placeholder() -> None:
+    links = TraceLinks(
+        "http://jaeger:16686/trace/{trace_id}?uiFind={span_id}&s={start_ms}&e={end_ms}"
+    )
+
+    url = links.link(TRACE, SPAN, T0, T0 + timedelta(seconds=2))
+
+    start_ms = int(T0.timestamp() * 1000)
+    assert url == (
+        f"http://jaeger:16686/trace/{TRACE}?uiFind={SPAN}&s={start_ms}&e={start_ms + 2001}"
+    )
+
+
+def test_trace_link_keeps_json_braces_of_a_grafana_template() -> None:
+    url = TraceLinks(TEMPO).link(TRACE, None, T0, T0)
+
+    assert url is not None
+    assert f"%22{TRACE}%22" in url
+    assert '"from":"' + str(int(T0.timestamp() * 1000)) + '"' in url
+
+
+@pytest.mark.parametrize(
+    ("trace_id", "span_id"),
+    [
+        pytest.param(None, SPAN, id="no-trace"),
+        pytest.param("x" * 32, SPAN, id="not-hex"),
+        pytest.param(TRACE.upper(), SPAN, id="upper-case"),
+        pytest.param(TRACE + "00", SPAN, id="too-long"),
+        pytest.param(TRACE, '"><script>', id="hostile-span"),
+    ],
+)
+def test_ids_that_are_not_opentelemetry_hex_get_no_link(trace_id: str | None, span_id: str) -> None:
+    assert TraceLinks("https://jaeger/{trace_id}/{span_id}").link(trace_id, span_id, T0, T0) is None
+
+
+def test_cursor_round_trips_through_the_url() -> None:
+    exact = Cursor(T0, "render", "a/b&c")
+    inclusive = Cursor(T0)
+
+    assert Cursor.parse(exact.query()) == exact
+    assert Cursor.parse(inclusive.query()) == inclusive
+    assert Cursor.parse({}) is None
+    with pytest.raises(ConfigurationError):
+        Cursor.parse({"before": "yesterday"})
+    with pytest.raises(ConfigurationError):
+        Cursor.parse({"before": "2026-01-02T03:04:05"})  # no offset
+
+
+def _summary(attempt: int, status: str, start: float, end: float | None) -> AttemptSummary:
+    return AttemptSummary(
+        attempt=attempt,
+        job_type="thumbnail",
+        status=status,
+        reason="error" if status == "FAILED" else None,
+        error=None,
+        last_step=None,
+        open_step=None,
+        started_at=T0 + timedelta(seconds=start),
+        processing_started_at=T0 + timedelta(seconds=start),
+        ended_at=None if end is None else T0 + timedelta(seconds=end),
+        last_activity_at=None,
+        stalled_count=0,
+    )
+
+
+def _step(attempt: int, key: str, start: float, end: float | None, status: str) -> dict[str, Any]:
+    return {
+        "attempt": attempt,
+        "type": "STEP",
+        "step_key": key,
+        "step_status": status,
+        "detail": None,
+        "message": None,
+        "trace_id": TRACE,
+        "span_id": SPAN,
+        "created_at": T0 + timedelta(seconds=start),
+        "ended_at": None if end is None else T0 + timedelta(seconds=end),
+        "seen_at": T0 + timedelta(seconds=start),
+    }
+
+
+def test_attempts_share_one_axis_and_widths_follow_durations() -> None:
+    attempts = (_summary(1, "FAILED", 0, 4), _summary(2, "COMPLETED", 5, 10))
+    rows = [
+        _step(1, "RENDER", 0, 3, "COMPLETED"),
+        _step(1, "SAVE", 3, 4, "FAILED"),
+        {**_step(1, "x", 2, None, "-"), "type": "STALLED", "message": "lost lock"},
+        _step(2, "RENDER", 5, 9, "COMPLETED"),
+        _step(2, "SAVE", 9, 10, "COMPLETED"),
+    ]
+    log = JobLogEntry(1, "FAILED", "error", None, TRACE, T0 + timedelta(seconds=4))
+
+    timeline = build_timeline(attempts, rows, [log], T0 + timedelta(seconds=60), None)
+
+    first, second = timeline.lanes
+    assert (timeline.start, timeline.end) == (T0, T0 + timedelta(seconds=10))
+    assert [(b.key, b.x, b.width) for b in first.bars] == [("RENDER", 0, 300), ("SAVE", 300, 100)]
+    assert [(b.key, b.x, b.width) for b in second.bars] == [
+        ("RENDER", 500, 400),
+        ("SAVE", 900, 100),
+    ]
+    assert [(m.type, m.x) for m in first.marks] == [("STALLED", 200)]
+    assert first.log == log
+    assert second.log is None
+    assert not timeline.running
+    assert timeline.ticks[-1] == timeline.end
+
+
+def test_a_running_step_reaches_the_time_of_the_read() -> None:
+    attempts = (_summary(1, "RUNNING", 0, None),)
+    rows = [_step(1, "FETCH", 0, 1, "COMPLETED"), _step(1, "RENDER", 1, None, "RUNNING")]
+
+    early = build_timeline(attempts, rows, [], T0 + timedelta(seconds=2), None)
+    later = build_timeline(attempts, rows, [], T0 + timedelta(seconds=10), None)
+
+    assert early.running
+    assert early.lanes[0].open_bar is not None
+    assert early.lanes[0].open_bar.width == AXIS_WIDTH / 2
+    assert later.lanes[0].open_bar is not None
+    assert later.lanes[0].open_bar.width == AXIS_WIDTH * 0.9

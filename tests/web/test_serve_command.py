@@ -1,0 +1,74 @@
+"""`otel-jobsteps serve` as a user runs it: a real process, a real port, the password hidden."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from tests.conftest import wait_until
+
+SECRET = "pa55-not-for-eyes"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def served(dsn: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "otel_jobsteps.cli",
+            "serve",
+            "--dsn",
+            make_conninfo(dsn, password=SECRET),  # trust auth: accepted, never needed
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}", process
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _get(url: str) -> tuple[int, str] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except OSError:
+        return None
+
+
+def test_serve_answers_and_never_prints_the_password(
+    served: tuple[str, subprocess.Popen[str]],
+) -> None:
+    base, process = served
+
+    status, body = wait_until(lambda: _get(base + "/"), what="serve to answer")
+    api = _get(base + "/api/jobs")
+    process.terminate()
+    output, _ = process.communicate(timeout=10)
+
+    assert status == 200
+    assert "<h1>Jobs</h1>" in body
+    assert api == (200, "[]")
+    assert f"serving {base}/" in output
+    assert "password=***" in output
+    assert SECRET not in output

@@ -330,7 +330,12 @@ class StepStore:
 
     def transaction_status(self, transaction: int) -> str | None:
         """``committed``, ``aborted``, ``in progress``, or None when too old to tell."""
-        row = self.connection().execute("SELECT txid_status(%s)", (transaction,)).fetchone()
+        try:
+            row = self.connection().execute("SELECT txid_status(%s)", (transaction,)).fetchone()
+        except psycopg.errors.InvalidParameterValue:
+            # "In the future": the server came back from a crash (or a failover) without this
+            # transaction in its WAL; whatever it wrote is not there, so it is written again.
+            return "aborted"
         return row[0] if row else None
 
     def refresh_heartbeats(self, open_steps: Sequence[tuple[str, str, int, str]]) -> None:

@@ -1,16 +1,33 @@
-"""The event hook on SDK spans: one report per burst, and the latest detail always read."""
+"""The event hook on SDK spans: one report per burst, the latest detail always read, safely
+while the job thread appends; and the fast paths into the SDK's span state, not only their
+fallbacks."""
 
 from __future__ import annotations
 
+import sys
+import threading
+from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
-from opentelemetry.sdk.trace import TracerProvider
+import pytest
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from otel_jobsteps.spans import LatestProgress, attribute_dict, watch_events
+from otel_jobsteps.spans import (
+    LatestProgress,
+    attribute_dict,
+    plain_attributes,
+    watch_events,
+)
+
+
+def new_span(**attributes: Any) -> Any:
+    return TracerProvider().get_tracer("t").start_span("s", attributes=attributes)
 
 
 def test_a_burst_of_events_is_reported_once_and_read_at_its_latest() -> None:
-    span = TracerProvider().get_tracer("t").start_span("s", attributes={"job.step.key": "A"})
+    span = new_span(**{"job.step.key": "A"})
     reports: list[tuple[Any, LatestProgress]] = []
     assert watch_events(span, lambda tag, latest: reports.append((tag, latest)), "tag")
     span.add_event("progress", {"pct": 1})
@@ -26,6 +43,76 @@ def test_a_burst_of_events_is_reported_once_and_read_at_its_latest() -> None:
     assert [e.name for e in span.events] == ["progress", "progress", "exception", "progress"]
 
 
-def test_attribute_dict_reads_the_plain_attributes() -> None:
-    span = TracerProvider().get_tracer("t").start_span("s", attributes={"job.id": "7"})
+@pytest.fixture
+def frequent_thread_switches() -> Iterator[None]:
+    """Threads switch every microsecond instead of every 5 ms: races show within a second."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+@pytest.mark.usefixtures("frequent_thread_switches")
+def test_the_latest_progress_is_read_safely_while_the_job_thread_appends() -> None:
+    """A job thread adds events as fast as it can (each progress followed by exceptions the
+    reader scans past, in a list that drops its oldest) while the writer reads: no read fails
+    ("deque mutated during iteration"), and none goes back in time."""
+    span = TracerProvider(span_limits=SpanLimits(max_events=64)).get_tracer("t").start_span("s")
+    reports: list[LatestProgress] = []
+    assert watch_events(span, lambda _tag, latest: reports.append(latest), None)
+    span.add_event("progress", {"n": 0})
+    take_latest = reports[0]
+    stop = threading.Event()
+
+    def job() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            span.add_event("progress", {"n": n})
+            for _ in range(20):
+                span.add_event("exception", {"exception.type": "E"})
+
+    appender = threading.Thread(target=job)
+    appender.start()
+    seen: list[int] = []
+    failures: list[BaseException] = []
+    try:
+        for _ in range(20_000):
+            try:
+                seen.append(take_latest()["n"])
+            except RuntimeError as error:
+                failures.append(error)
+    finally:
+        stop.set()
+        appender.join(10)
+    assert failures == []
+    assert seen == sorted(seen)
+    assert seen[-1] > 0  # the job thread did append meanwhile
+
+
+def test_attribute_dict_reads_the_sdk_dict_itself() -> None:
+    span = new_span(**{"job.id": "7"})
     assert attribute_dict(span) == {"job.id": "7"}
+    assert attribute_dict(span) is span._attributes._dict  # the fast path, no copy
+
+
+def test_attribute_dict_falls_back_to_the_public_attributes() -> None:
+    public = {"job.id": "8"}
+    assert attribute_dict(SimpleNamespace(attributes=public)) is public  # type: ignore[arg-type]
+    assert attribute_dict(SimpleNamespace(attributes=None)) == {}  # type: ignore[arg-type]
+
+
+def test_plain_attributes_unwraps_bounded_attributes_and_passes_others() -> None:
+    bounded = BoundedAttributes(attributes={"a": 1})
+    assert plain_attributes(bounded) is bounded._dict
+    mapping = {"b": 2}
+    assert plain_attributes(mapping) is mapping
+    assert plain_attributes(None) == {}
+
+
+def test_events_of_an_unfamiliar_span_are_not_watched() -> None:
+    span = new_span()
+    span._events = list(span._events)  # an SDK whose event list looks different
+    assert not watch_events(span, lambda _tag, _latest: None, None)
+    span.add_event("progress", {"pct": 1})
+    assert type(span._events) is list

@@ -1,16 +1,35 @@
-"""Make user-supplied values safe for PostgreSQL: text without NUL, bounded JSON objects."""
+"""Make user-supplied values safe for PostgreSQL: text without NUL, bounded JSON objects.
+
+Nothing here raises on hostile input: a detail that cannot be read whole becomes a documented
+marker, so the command that carries it (a step's close, its status, error and time) is kept.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_DETAIL_BYTES", "clean_text", "encode_detail", "parse_detail"]
+__all__ = [
+    "DEFAULT_MAX_DETAIL_BYTES",
+    "MAX_DETAIL_DEPTH",
+    "clean_text",
+    "encode_detail",
+    "parse_detail",
+]
 
 DEFAULT_MAX_DETAIL_BYTES = 64 * 1024
+# Nesting kept in a detail: far below Python's recursion limit (json and our cleaning recurse)
+# and PostgreSQL's stack depth; deeper JSON text is kept as text, deeper values as TOO_DEEP.
+MAX_DETAIL_DEPTH = 64
+TOO_DEEP = "<nested too deep>"
+# JSON text longer than this is not parsed (the store would only keep a truncation marker).
+MAX_PARSED_CHARS = 16 * 1024 * 1024
 TRUNCATED_KEY = "_truncated"
+# A JSON string (its brackets do not count) or a bracket: enough to measure nesting in C.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 # Built once: json.dumps with options builds a new encoder on every call.
 _STRICT = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 NUL_REPLACEMENT = "\ufffd"
@@ -26,7 +45,7 @@ def clean_text(value: object, max_chars: int | None = None) -> str:
     return text
 
 
-def _clean_value(value: Any) -> Any:
+def _clean_value(value: Any, depth: int = 0) -> Any:
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, bool) or value is None or isinstance(value, int):
@@ -34,11 +53,13 @@ def _clean_value(value: Any) -> Any:
     if isinstance(value, float):
         # JSON has no NaN or Infinity; jsonb rejects them.
         return value if math.isfinite(value) else None
+    if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_DETAIL_DEPTH:
+        return TOO_DEEP
     if isinstance(value, Mapping):
-        return {clean_text(k): _clean_value(v) for k, v in value.items()}
+        return {clean_text(k): _clean_value(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean_value(v) for v in value]
-    return clean_text(repr(value))
+        return [_clean_value(v, depth + 1) for v in value]
+    return clean_text(repr(value), 1024)
 
 
 def encode_detail(
@@ -51,17 +72,18 @@ def encode_detail(
         text = _STRICT.encode(detail)
         if "\\u0000" in text:
             raise ValueError("NUL")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         text = json.dumps(_clean_value(detail), separators=(",", ":"))
     if len(text) > max_bytes:  # ASCII-only JSON: characters are bytes
         marker = {TRUNCATED_KEY: True, "original_bytes": len(text), "keys": []}
         kept: list[str] = []
         budget = max_bytes // 2
         for key in detail:
-            budget -= len(key) + 4
+            name = clean_text(key, budget)
+            budget -= len(name) + 4
             if budget < 0:
                 break
-            kept.append(clean_text(key))
+            kept.append(name)
         marker["keys"] = kept
         text = json.dumps(marker, separators=(",", ":"))
     return text
@@ -71,12 +93,34 @@ def _reject_constant(_name: str) -> None:
     return None
 
 
+def _nesting_over(text: str, limit: int) -> bool:
+    """Whether JSON text nests deeper than ``limit``, measured without recursion."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text):
+        bracket = token.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif bracket in "]}":
+            depth -= 1
+    return False
+
+
 def parse_detail(text: object) -> dict[str, Any] | None:
-    """An explicit end detail (``job.step.detail``): its JSON object, else ``{"value": ...}``."""
+    """An explicit detail (``job.step.detail``, an event's detail): its JSON object, else
+    ``{"value": ...}`` -- text that is not JSON, or nests deeper than MAX_DETAIL_DEPTH, is
+    kept as text. Never raises."""
+    if text is None:
+        return None
     if not isinstance(text, str):
-        return None if text is None else {"value": _clean_value(text)}
+        return {"value": _clean_value(text)}
+    if len(text) > MAX_PARSED_CHARS or _nesting_over(text, MAX_DETAIL_DEPTH):
+        return {"value": clean_text(text, MAX_PARSED_CHARS)}
     try:
         parsed = json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"value": clean_text(text)}
     return parsed if isinstance(parsed, dict) else {"value": parsed}

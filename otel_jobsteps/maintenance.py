@@ -24,11 +24,15 @@ __all__ = ["PruneResult", "SweptStep", "prune", "sweep"]
 
 @dataclass(frozen=True, slots=True)
 class SweptStep(Record):
-    """An open step whose execution went silent, closed (or, in a dry run, to close) by `sweep`.
+    """What `sweep` settled (or, in a dry run, would settle): a silent open step, or an attempt
+    whose execution went silent between steps.
 
-    ``last_seen_at`` (GREATEST of its start and last heartbeat) becomes its ``ended_at``;
-    ``writes_job_log`` says whether its attempt gets its FAILED ``abandoned`` job_log row here
-    (False when the attempt already had one: the first final row wins).
+    ``closes_step`` True: an open step, closed FAILED ``abandoned``; its ``last_seen_at``
+    (GREATEST of its start and last heartbeat) becomes its ``ended_at``. False: an attempt with
+    no open step and no final row; ``step_key`` is its last step and ``started_at`` that step's
+    start, ``last_seen_at`` its last sign of life (a start, end or heartbeat of its steps).
+    ``writes_job_log`` says whether the attempt gets its FAILED ``abandoned`` job_log row here
+    (False when it already had one: the first final row wins).
     """
 
     domain: str
@@ -39,6 +43,7 @@ class SweptStep(Record):
     started_at: datetime
     last_seen_at: datetime
     writes_job_log: bool
+    closes_step: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,22 +86,26 @@ def sweep(
     dry_run: bool = False,
     schema: str = "public",
 ) -> list[SweptStep]:
-    """Close open steps whose execution has shown no sign of life for ``older_than``.
+    """Settle what has shown no sign of life for ``older_than``: open steps, and attempts
+    whose execution went silent between steps.
 
     An open step's last sign of life is its start or its latest heartbeat, whichever is later.
     Each silent step is closed FAILED with message ``abandoned`` at that moment, and its
-    attempt gets a FAILED ``abandoned`` job_log row unless it has one. Rows a live writer is
-    updating are left alone. Choose ``older_than`` well above the heartbeat interval: a step
-    closed here stays closed when its execution turns out to be alive. ``dry_run`` only
-    reports what would be closed.
+    attempt gets a FAILED ``abandoned`` job_log row unless it has one. An attempt without an
+    open step and without a final row (its worker died between steps) gets that row too, once
+    the starts, ends and heartbeats of its steps are all older than ``older_than`` (the writer
+    keeps beating on the last step of an attempt that goes on). Rows a live writer is updating
+    are left alone. Choose ``older_than`` well above the heartbeat interval: what is settled
+    here stays settled when its execution turns out to be alive. ``dry_run`` reports what
+    would be settled and rolls it back.
     """
     _positive("older_than", older_than)
     queries = qualified_queries("maintenance.sql", schema)
-    name = "silent_steps" if dry_run else "sweep_silent_steps"
     with session(conninfo_or_connection, schema=schema) as conn:
         # Same misestimate of open steps as list_jobs (see there): JIT would cost seconds.
         conn.execute("SET LOCAL jit = off")
-        return fetch(conn, queries[name], {"older_than": older_than}, SweptStep)
+        with conn.transaction(force_rollback=dry_run):
+            return fetch(conn, queries["sweep_silent_steps"], {"older_than": older_than}, SweptStep)
 
 
 def prune(

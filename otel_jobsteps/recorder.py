@@ -4,7 +4,10 @@ The recorder runs on the writer thread. It turns span facts (commands) into row 
 a `Batch`: one open step per attempt and execution, a new step closes the previous one, the same
 step reuses its row, progress is debounced, and a job's end closes its step before its log row.
 Operations on a row that is still unwritten are folded into that row, so a step opened,
-updated and closed within one batch costs one insert.
+updated and closed within one batch costs one insert. Impossible times follow one rule: a step
+never ends before it starts, and an attempt's final row is never dated before its start or
+its last step close. At most ``max_open_attempts`` attempts are kept: beyond that the oldest
+is forgotten (job spans that never end must not grow memory without bound).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .batch import (
     Segment,
 )
 from .detail import clean_text, parse_detail
+from .errors import ConfigurationError
 
 __all__ = [
     "EventRecorded",
@@ -50,6 +54,7 @@ TIME_LIMIT = "time_limit"
 MAX_STEP_KEY_CHARS = 256
 MAX_REASON_CHARS = 64
 COMPLETED_OUTCOME = "completed"
+DEFAULT_MAX_OPEN_ATTEMPTS = 10_000
 
 
 class Scope(NamedTuple):
@@ -133,15 +138,38 @@ class _Attempt:
     open: _OpenStep | None = None
     last_step: str | None = None
     last_close_us: int = 0
+    start_us: int = 0
+    # Forgotten once (evicted) and seen again: the step it may hold open is not known here.
+    forgotten: bool = False
 
 
 class StepRecorder:
     """Applies commands in order and accumulates the row operations they imply."""
 
-    def __init__(self, *, debounce_ms: float = 1000, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        debounce_ms: float = 1000,
+        clock: Callable[[], float] = time.monotonic,
+        max_open_attempts: int = DEFAULT_MAX_OPEN_ATTEMPTS,
+        on_evict: Callable[[Scope], None] | None = None,
+    ):
+        """``max_open_attempts`` bounds the attempts kept in memory (job spans started and not
+        yet ended); beyond it the oldest is forgotten and ``on_evict`` called with its scope.
+        A forgotten attempt's later step or job end closes whichever step it holds open."""
+        if isinstance(max_open_attempts, bool) or not (
+            isinstance(max_open_attempts, int) and max_open_attempts >= 1
+        ):
+            raise ConfigurationError(
+                f"max_open_attempts must be a positive integer, got {max_open_attempts!r}"
+            )
         self._debounce = debounce_ms / 1000.0
         self._clock = clock
+        self._max_attempts = max_open_attempts
+        self._on_evict = on_evict
         self._attempts: dict[int, _Attempt] = {}
+        # Span ids of forgotten attempts, as bounded as the attempts themselves.
+        self._forgotten: dict[int, None] = {}
         self._timers: list[tuple[float, int, _OpenStep]] = []
         self._timer_seq = itertools.count()
         self._segment_numbers = itertools.count()
@@ -177,11 +205,12 @@ class StepRecorder:
         return len(self._attempts)
 
     def open_steps(self) -> list[tuple[str, str, int, str]]:
-        """(domain, job_id, attempt, execution_id) of every step this process holds open."""
+        """(domain, job_id, attempt, execution_id) of every attempt this process runs that has
+        a step: the heartbeat keeps it alive for sweep, on an open step or between steps."""
         return [
             (s.scope.domain, s.scope.job_id, s.scope.attempt, s.execution_id)
             for s in list(self._attempts.values())
-            if s.open is not None
+            if s.last_step is not None
         ]
 
     def next_due(self) -> float | None:
@@ -213,15 +242,39 @@ class StepRecorder:
     def _attempt(self, scope: Scope) -> _Attempt:
         state = self._attempts.get(scope.span_id)
         if state is None:
-            trace_hex = format(scope.trace_id, "032x")
-            execution_id = scope.execution or f"{trace_hex}:{scope.span_id:016x}"
-            state = _Attempt(scope, execution_id, trace_hex)
+            if len(self._attempts) >= self._max_attempts:
+                self._evict_oldest()
+            state = self._new_attempt(scope)
             self._attempts[scope.span_id] = state
         return state
 
+    def _new_attempt(self, scope: Scope) -> _Attempt:
+        trace_hex = format(scope.trace_id, "032x")
+        execution_id = scope.execution or f"{trace_hex}:{scope.span_id:016x}"
+        forgotten = scope.span_id in self._forgotten
+        if forgotten:
+            del self._forgotten[scope.span_id]
+        return _Attempt(scope, execution_id, trace_hex, forgotten=forgotten)
+
+    def _evict_oldest(self) -> None:
+        span_id, state = next(iter(self._attempts.items()))
+        del self._attempts[span_id]
+        step = state.open
+        if step is not None:
+            step.due = None  # its trailing progress is dropped with it
+            step.closed = True
+            if self._is_current(step.row.segment):
+                # A later close of this row must not run before its insert (closes go first).
+                self._new_segment()
+        self._forgotten[span_id] = None
+        if len(self._forgotten) > self._max_attempts:
+            del self._forgotten[next(iter(self._forgotten))]
+        if self._on_evict is not None:
+            self._on_evict(state.scope)
+
     def _job_started(self, command: JobStarted) -> None:
         scope = command.scope
-        self._attempt(scope)
+        self._attempt(scope).start_us = command.start_ns // 1000
         if scope.attempt > 1:
             job = (scope.domain, scope.job_id)
             # Closing earlier attempts must not overtake anything already queued for the job.
@@ -240,6 +293,8 @@ class StepRecorder:
                 open_step.holders += 1
                 return
             self._close(state, open_step, COMPLETED, None, None, command.start_ns // 1000)
+        elif state.forgotten:
+            self._close_unknown_step(state, COMPLETED, None, command.start_ns // 1000)
         scope = state.scope
         segment = self._segment_for(scope, state.execution_id)
         foreign = (scope.domain, scope.job_id, scope.attempt, state.execution_id)
@@ -307,11 +362,13 @@ class StepRecorder:
         failed_step = state.open.key if state.open is not None else None
         if state.open is not None:
             self._close(state, state.open, status, None, reason, end_us)
+        elif state.forgotten:
+            self._close_unknown_step(state, status, reason, end_us)
         detail: Detail | None = None
         if reason is not None:
             detail = {"step": failed_step or state.last_step}
             if command.error:
-                detail["error"] = command.error
+                detail["error"] = clean_text(command.error)
         segment = self._segment_for(scope)
         segment.job_logs.append(
             JobLogRow(
@@ -323,8 +380,8 @@ class StepRecorder:
                 reason=reason,
                 detail=detail,
                 trace_id=state.trace_hex,
-                # Never dated before the step close it follows.
-                created_us=max(end_us, state.last_close_us),
+                # Never dated before the attempt's start or the step close it follows.
+                created_us=max(end_us, state.last_close_us, state.start_us),
             )
         )
 
@@ -354,9 +411,7 @@ class StepRecorder:
     # -- helpers ------------------------------------------------------------------------------
 
     def _attempt_for_end(self, scope: Scope) -> _Attempt:
-        state = self._attempt(scope)
-        del self._attempts[scope.span_id]
-        return state
+        return self._new_attempt(scope)
 
     @staticmethod
     def _is_late(scope: Scope, end_ns: int) -> bool:
@@ -368,7 +423,8 @@ class StepRecorder:
             # target_deleted, or what a queue adapter knows: retry, time_limit, reclaimed...
             return clean_text(outcome, MAX_REASON_CHARS)
         if command.failed:
-            if command.error and command.error.split(":", 1)[0].endswith("CancelledError"):
+            error = command.error
+            if isinstance(error, str) and error.split(":", 1)[0].endswith("CancelledError"):
                 return "cancelled"
             return "error"
         if self._is_late(command.scope, command.end_ns):
@@ -384,6 +440,7 @@ class StepRecorder:
         message: str | None,
         ended_us: int,
     ) -> None:
+        ended_us = max(ended_us, step.row.created_us)  # never before its start, on every path
         # Cancel the trailing write first: its detail rides with the close instead.
         step.due = None
         step.closed = True
@@ -414,6 +471,19 @@ class StepRecorder:
                 ended_us,
             )
         )
+
+    def _close_unknown_step(
+        self, state: _Attempt, status: str, message: str | None, ended_us: int
+    ) -> None:
+        """Close whichever step this execution holds open: what it was was forgotten."""
+        state.forgotten = False
+        state.last_close_us = max(state.last_close_us, ended_us)
+        scope = state.scope
+        close = CloseStep(
+            scope.domain, scope.job_id, scope.attempt, state.execution_id, None, status,
+            None, message, ended_us,
+        )  # fmt: skip
+        self._segment_for(scope, state.execution_id).closes.append(close)
 
     def _write_progress(self, state: _Attempt, step: _OpenStep, detail: Detail, now: float) -> None:
         step.last_write = now

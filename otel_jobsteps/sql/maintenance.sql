@@ -3,24 +3,16 @@
 -- owning writer first refreshes it. Every statement that closes or deletes names the predicate
 -- of job_event_one_open_step (type = 'STEP' AND ended_at IS NULL) so that index finds them.
 
--- name: silent_steps --
--- Open steps silent since before the cutoff, with whether their attempt still lacks a job_log.
-SELECT e.domain, e.job_id, e.attempt, e.step_key, e.execution_id,
-       e.created_at AS started_at,
-       GREATEST(e.created_at, e.heartbeat_at) AS last_seen_at,
-       NOT EXISTS (SELECT 1 FROM {job_log} AS l
-                   WHERE l.domain = e.domain AND l.job_id = e.job_id
-                     AND l.attempt = e.attempt) AS writes_job_log
-FROM {job_event} AS e
-WHERE e.type = 'STEP' AND e.ended_at IS NULL
-  AND GREATEST(e.created_at, e.heartbeat_at) < now() - %(older_than)s::interval
-ORDER BY last_seen_at, e.id;
-
 -- name: sweep_silent_steps --
 -- Close open steps silent since before the cutoff as FAILED abandoned, ended at their last sign
 -- of life, and settle their attempts (the first final row wins). Rows a live writer holds are
 -- skipped, and the cutoff is checked again on the locked row, so a heartbeat that lands in
--- between keeps its step open.
+-- between keeps its step open. Then settle attempts whose writer went silent between steps (no
+-- open step, no final row, every step row silent since the cutoff): their latest step row is
+-- locked and checked again the same way, and the FAILED abandoned job_log row is dated at their
+-- last sign of life. Finding those reads the step rows of attempts without a final row, in one
+-- pass over job_event (no index tells an attempt between steps from a finished one); a dry run
+-- is this statement rolled back.
 WITH silent AS (
     SELECT id
     FROM {job_event}
@@ -38,22 +30,60 @@ WITH silent AS (
       AND GREATEST(e.created_at, e.heartbeat_at) < now() - %(older_than)s::interval
     RETURNING e.id, e.domain, e.job_id, e.job_type, e.attempt, e.step_key, e.execution_id,
               e.trace_id, e.created_at, e.ended_at
+), between_steps AS (
+    SELECT e.domain, e.job_id, e.attempt,
+           (array_agg(e.step_key ORDER BY e.created_at DESC, e.id DESC))[1] AS step_key,
+           (array_agg(e.execution_id ORDER BY e.id DESC))[1] AS execution_id,
+           (array_agg(e.job_type ORDER BY e.id DESC)
+                FILTER (WHERE e.job_type IS NOT NULL))[1] AS job_type,
+           (array_agg(e.trace_id ORDER BY e.id DESC)
+                FILTER (WHERE e.trace_id IS NOT NULL))[1] AS trace_id,
+           max(e.created_at) AS started_at,
+           max(GREATEST(e.created_at, e.ended_at, e.heartbeat_at)) AS last_seen_at,
+           max(e.id) AS last_id
+    FROM {job_event} AS e
+    WHERE e.type = 'STEP'
+      AND NOT EXISTS (SELECT 1 FROM {job_log} AS l
+                      WHERE l.domain = e.domain AND l.job_id = e.job_id
+                        AND l.attempt = e.attempt)
+    GROUP BY e.domain, e.job_id, e.attempt
+    HAVING bool_and(e.ended_at IS NOT NULL)
+       AND max(GREATEST(e.created_at, e.ended_at, e.heartbeat_at))
+           < now() - %(older_than)s::interval
+), quiet AS (
+    SELECT a.*
+    FROM between_steps AS a
+    JOIN {job_event} AS e ON e.id = a.last_id
+    WHERE GREATEST(e.created_at, e.ended_at, e.heartbeat_at) < now() - %(older_than)s::interval
+    FOR UPDATE OF e SKIP LOCKED
+), settling AS (
+    SELECT domain, job_id, job_type, attempt, step_key, trace_id, ended_at AS settled_at
+    FROM closed
+    UNION ALL
+    SELECT domain, job_id, job_type, attempt, step_key, trace_id, last_seen_at
+    FROM quiet
 ), logged AS (
     INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
                            created_at)
     SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
-           jsonb_build_object('step', step_key), trace_id, ended_at
-    FROM closed
+           jsonb_build_object('step', step_key), trace_id, settled_at
+    FROM settling
     ON CONFLICT (domain, job_id, attempt) DO NOTHING
     RETURNING domain, job_id, attempt
 )
 SELECT c.domain, c.job_id, c.attempt, c.step_key, c.execution_id,
        c.created_at AS started_at,
        c.ended_at AS last_seen_at,
-       g.attempt IS NOT NULL AS writes_job_log
+       g.attempt IS NOT NULL AS writes_job_log,
+       true AS closes_step
 FROM closed AS c
 LEFT JOIN logged AS g USING (domain, job_id, attempt)
-ORDER BY c.ended_at, c.id;
+UNION ALL
+SELECT q.domain, q.job_id, q.attempt, q.step_key, q.execution_id, q.started_at,
+       q.last_seen_at, g.attempt IS NOT NULL, false
+FROM quiet AS q
+LEFT JOIN logged AS g USING (domain, job_id, attempt)
+ORDER BY last_seen_at, domain, job_id, attempt;
 
 -- name: prunable_rows --
 -- Count one batch of prune without deleting: up to batch_size job_log rows past the cutoff,

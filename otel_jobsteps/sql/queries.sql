@@ -1,29 +1,55 @@
 -- Runtime statements of the writer. Each block: a "-- name: NAME --" header, a one-line
 -- description, then the SQL. {job_event} and {job_log} are schema-qualified identifiers filled
 -- in with psycopg.sql; values are always %(name)s parameters. Rows arrive as parallel arrays
--- (one statement per kind of operation and batch). Every guarded write names the predicate of
--- job_event_one_open_step (type = 'STEP' AND ended_at IS NULL) so the planner uses that index.
+-- (one statement per kind of operation and batch).
+--
+-- Guarded writes find their row from the input: a LATERAL probe of job_event_one_open_step
+-- (its predicate, type = 'STEP' AND ended_at IS NULL, named in full) per input row, then the
+-- row by primary key, guarded again by ended_at IS NULL (re-checked on a row a concurrent
+-- writer changed: a close that lost the race must not overwrite the winner). The probe's LIMIT
+-- keeps it a per-row subquery: a prepared statement's generic plan, with the open-step index
+-- estimated at one row, would otherwise walk every open step for every input row (issue 15).
+-- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.
 
 -- name: abandon_earlier_attempts --
--- When attempt N starts, close steps still open in attempts before N and settle those attempts.
-WITH target AS (
-    SELECT *
+-- When attempt N starts, settle every attempt before N that has no final row, open step or not:
+-- its open step is closed FAILED abandoned, and it gets a FAILED abandoned job_log row dated no
+-- earlier than its last row. Open steps of earlier attempts that have a final row are closed too.
+WITH earlier AS (
+    SELECT t.domain, t.job_id, a.attempt, a.job_type, a.step_key, a.trace_id, a.open_id,
+           a.last_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond' AS next_start,
+           NOT EXISTS (SELECT 1 FROM {job_log} AS l
+                       WHERE l.domain = t.domain AND l.job_id = t.job_id
+                         AND l.attempt = a.attempt) AS unsettled
     FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(at_us)b::bigint[])
-         AS t (domain, job_id, attempt, at_us)
+         AS t (domain, job_id, attempt, at_us),
+         -- grouped, so a per-input-row subquery over job_event_job: the earlier attempts' rows
+         LATERAL (SELECT e.attempt,
+                         (array_agg(e.job_type ORDER BY e.id DESC)
+                              FILTER (WHERE e.job_type IS NOT NULL))[1] AS job_type,
+                         (array_agg(e.step_key ORDER BY e.created_at DESC, e.id DESC)
+                              FILTER (WHERE e.type = 'STEP'))[1] AS step_key,
+                         (array_agg(e.trace_id ORDER BY e.id DESC)
+                              FILTER (WHERE e.trace_id IS NOT NULL))[1] AS trace_id,
+                         max(GREATEST(e.created_at, e.ended_at)) AS last_at,
+                         max(e.id) FILTER (WHERE e.type = 'STEP' AND e.ended_at IS NULL)
+                             AS open_id
+                  FROM {job_event} AS e
+                  WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt < t.attempt
+                  GROUP BY e.attempt) AS a
 ), closed AS (
     UPDATE {job_event} AS e
     SET step_status = 'FAILED',
         message = 'abandoned',
-        ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond')
-    FROM target AS t
-    WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt < t.attempt
-      AND e.type = 'STEP' AND e.ended_at IS NULL
-    RETURNING e.domain, e.job_id, e.job_type, e.attempt, e.step_key, e.trace_id, e.ended_at
+        ended_at = GREATEST(e.created_at, earlier.next_start)
+    FROM earlier
+    WHERE e.id = earlier.open_id AND e.ended_at IS NULL
 )
 INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_at)
 SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
-       jsonb_build_object('step', step_key), trace_id, ended_at
-FROM closed
+       jsonb_build_object('step', step_key), trace_id, GREATEST(last_at, next_start)
+FROM earlier
+WHERE unsettled
 ON CONFLICT (domain, job_id, attempt) DO NOTHING;
 
 -- name: close_foreign_steps --
@@ -34,9 +60,12 @@ SET step_status = 'FAILED',
     ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond')
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[], %(at_us)b::bigint[])
-     AS t (domain, job_id, attempt, execution_id, at_us)
-WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-  AND e.type = 'STEP' AND e.ended_at IS NULL
+     AS t (domain, job_id, attempt, execution_id, at_us),
+     LATERAL (SELECT o.id FROM {job_event} AS o
+              WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
+                AND o.type = 'STEP' AND o.ended_at IS NULL
+              LIMIT 1) AS open
+WHERE e.id = open.id AND e.ended_at IS NULL
   AND e.execution_id IS DISTINCT FROM t.execution_id;
 
 -- name: write_progress --
@@ -45,13 +74,17 @@ UPDATE {job_event} AS e
 SET detail = t.detail::jsonb
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[], %(step_key)b::text[], %(detail)b::text[])
-     AS t (domain, job_id, attempt, execution_id, step_key, detail)
-WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-  AND e.type = 'STEP' AND e.ended_at IS NULL
+     AS t (domain, job_id, attempt, execution_id, step_key, detail),
+     LATERAL (SELECT o.id FROM {job_event} AS o
+              WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
+                AND o.type = 'STEP' AND o.ended_at IS NULL
+              LIMIT 1) AS open
+WHERE e.id = open.id AND e.ended_at IS NULL
   AND e.execution_id = t.execution_id AND e.step_key = t.step_key;
 
 -- name: close_steps --
--- Close an open step this execution owns; guarded, so a close that lost a race changes nothing.
+-- Close an open step this execution owns (step_key NULL: whichever it is); guarded, so a close
+-- that lost a race changes nothing.
 UPDATE {job_event} AS e
 SET step_status = t.status,
     ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.ended_us * interval '1 microsecond'),
@@ -60,10 +93,13 @@ SET step_status = t.status,
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[], %(step_key)b::text[], %(status)b::text[],
             %(detail)b::text[], %(message)b::text[], %(ended_us)b::bigint[])
-     AS t (domain, job_id, attempt, execution_id, step_key, status, detail, message, ended_us)
-WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-  AND e.type = 'STEP' AND e.ended_at IS NULL
-  AND e.execution_id = t.execution_id AND e.step_key = t.step_key;
+     AS t (domain, job_id, attempt, execution_id, step_key, status, detail, message, ended_us),
+     LATERAL (SELECT o.id FROM {job_event} AS o
+              WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
+                AND o.type = 'STEP' AND o.ended_at IS NULL
+              LIMIT 1) AS open
+WHERE e.id = open.id AND e.ended_at IS NULL
+  AND e.execution_id = t.execution_id AND e.step_key = COALESCE(t.step_key, e.step_key);
 
 -- name: insert_events --
 -- New job_event rows in command order; a second open step for an attempt is skipped, not an error.
@@ -100,12 +136,17 @@ ORDER BY n
 ON CONFLICT (domain, job_id, attempt) DO NOTHING;
 
 -- name: refresh_heartbeats --
--- Mark the open steps this process owns as alive: one statement per interval, not per step.
+-- Mark the attempts this process runs as alive, on the latest step row this execution wrote
+-- (open, or the last one closed while the attempt goes on between steps): one statement per
+-- interval, not per attempt. sweep reads it for open steps and for attempts between steps.
 UPDATE {job_event} AS e
 SET heartbeat_at = now()
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[])
-     AS t (domain, job_id, attempt, execution_id)
-WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-  AND e.type = 'STEP' AND e.ended_at IS NULL
-  AND e.execution_id = t.execution_id;
+     AS t (domain, job_id, attempt, execution_id),
+     LATERAL (SELECT o.id FROM {job_event} AS o
+              WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
+                AND o.type = 'STEP' AND o.execution_id = t.execution_id
+              ORDER BY o.id DESC
+              LIMIT 1) AS latest
+WHERE e.id = latest.id;

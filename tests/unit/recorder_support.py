@@ -85,7 +85,10 @@ class Driver:
 
 
 def settle(ops: list[tuple[str, Any]]) -> list[EventRow]:
-    """Apply operations the way the SQL does (guards included) and return the final rows."""
+    """Apply operations the way the SQL does (guards included) and return the final rows.
+
+    A close's time is kept at or after its row's start, as every statement does.
+    """
     rows: list[EventRow] = []
 
     def open_rows(domain: str, job_id: str) -> list[EventRow]:
@@ -100,16 +103,15 @@ def settle(ops: list[tuple[str, Any]]) -> list[EventRow]:
             rows.append(replace(op))
         elif isinstance(op, (CloseStep, Progress)):
             for row in open_rows(op.domain, op.job_id):
-                if (row.attempt, row.execution_id, row.step_key) != (
-                    op.attempt,
-                    op.execution_id,
-                    op.step_key,
+                if (row.attempt, row.execution_id) != (op.attempt, op.execution_id) or (
+                    op.step_key is not None and row.step_key != op.step_key
                 ):
                     continue
                 if isinstance(op, Progress):
                     row.detail = op.detail
                     continue
-                row.step_status, row.ended_us, row.message = op.status, op.ended_us, op.message
+                row.step_status, row.message = op.status, op.message
+                row.ended_us = max(row.created_us, op.ended_us)
                 row.detail = op.detail if op.detail is not None else row.detail
         elif isinstance(op, (CloseForeign, Abandon)):
             for row in open_rows(op.domain, op.job_id):
@@ -118,5 +120,6 @@ def settle(ops: list[tuple[str, Any]]) -> list[EventRow]:
                 )
                 earlier = isinstance(op, Abandon) and row.attempt < op.attempt
                 if foreign or earlier:
-                    row.step_status, row.ended_us, row.message = "FAILED", op.at_us, "abandoned"
+                    row.step_status, row.message = "FAILED", "abandoned"
+                    row.ended_us = max(row.created_us, op.at_us)
     return rows

@@ -1,5 +1,6 @@
 """Batching must not change what the rows say: any cut of a command stream into batches
-settles to the same rows as writing after every single command."""
+settles to the same rows as writing after every single command, impossible times included (an
+end before its start, an attempt's end before its steps): no duration is ever negative."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otel_jobsteps.batch import JobLogRow
 from otel_jobsteps.recorder import (
     JobEnded,
     JobStarted,
@@ -28,19 +30,23 @@ SCOPES = [
     Scope("d", "b", "t", 1, None, 2, 21, 50 * MS),
 ]
 
+# Span times mostly move forward; a skew sends one far back (before earlier starts).
+skew = st.sampled_from([0, 0, 0, -35, -1000])
 command = st.one_of(
-    st.tuples(st.just("job_start"), st.integers(0, 3)),
-    st.tuples(st.just("start"), st.integers(0, 3), st.sampled_from("ABC")),
-    st.tuples(st.just("progress"), st.integers(0, 3), st.sampled_from("ABC"), st.integers(0, 9)),
-    st.tuples(st.just("end"), st.integers(0, 3), st.sampled_from("ABC"), st.booleans()),
-    st.tuples(st.just("job_end"), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("job_start"), st.integers(0, 3), skew),
+    st.tuples(st.just("start"), st.integers(0, 3), skew, st.sampled_from("ABC")),
+    st.tuples(
+        st.just("progress"), st.integers(0, 3), skew, st.sampled_from("ABC"), st.integers(0, 9)
+    ),
+    st.tuples(st.just("end"), st.integers(0, 3), skew, st.sampled_from("ABC"), st.booleans()),
+    st.tuples(st.just("job_end"), st.integers(0, 3), skew, st.booleans()),
 )
 
 
 def _commands(script: list[tuple[Any, ...]]) -> list[Any]:
     commands: list[Any] = []
-    for t, (kind, who, *args) in enumerate(script, start=1):
-        scope, at = SCOPES[who], t * 10 * MS
+    for t, (kind, who, skew_ms, *args) in enumerate(script, start=1):
+        scope, at = SCOPES[who], (1000 + t * 10 + skew_ms) * MS
         if kind == "job_start":
             commands.append(JobStarted(scope, at))
         elif kind == "start":
@@ -67,11 +73,14 @@ def _run(commands: list[Any], cuts: set[int]) -> tuple[list[tuple[Any, ...]], li
             ops.extend(written(recorder.take_batch()))
     recorder.flush_timers()
     ops.extend(written(recorder.take_batch()))
-    rows = [astuple(row)[:-1] for row in settle(ops)]  # all but the segment number
-    logs = [op for _, op in ops if type(op).__name__ == "JobLogRow"]
+    settled = settle(ops)
+    for row in settled:
+        assert row.ended_us is None or row.ended_us >= row.created_us, row
+    logs = [op for _, op in ops if isinstance(op, JobLogRow)]
     first_logs = {}
     for log in logs:
-        first_logs.setdefault((log.job_id, log.attempt), (log.status, log.reason))
+        first_logs.setdefault((log.job_id, log.attempt), (log.status, log.reason, log.created_us))
+    rows = [astuple(row)[:-1] for row in settled]  # all but the segment number
     return rows, sorted(first_logs.items())
 
 

@@ -57,7 +57,8 @@ def test_the_latest_progress_is_read_safely_while_the_job_thread_appends() -> No
     """A job thread adds events as fast as it can (each progress followed by exceptions the
     reader scans past, in a list that drops its oldest) while the writer reads: no read fails
     ("deque mutated during iteration"), and none goes back in time."""
-    span = TracerProvider(span_limits=SpanLimits(max_events=64)).get_tracer("t").start_span("s")
+    tracer = TracerProvider(span_limits=SpanLimits(max_events=64)).get_tracer("t")
+    span: Any = tracer.start_span("s")
     reports: list[LatestProgress] = []
     assert watch_events(span, lambda _tag, latest: reports.append(latest), None)
     span.add_event("progress", {"n": 0})

@@ -6,7 +6,7 @@ import pytest
 
 from otel_jobsteps.batch import CloseForeign, CloseStep, EventRow, JobLogRow, Progress
 from otel_jobsteps.recorder import StepRecorder
-from tests.unit.recorder_support import Driver, FakeClock, scope, written
+from tests.unit.recorder_support import Driver, FakeClock, scope, settle, written
 
 
 @pytest.fixture
@@ -288,6 +288,13 @@ def test_another_execution_of_the_same_attempt_closes_the_foreign_step(
     # The re-run's close of the zombie's row runs after the zombie's insert.
     names = [name for name, _ in ops]
     assert names == ["close_foreign_steps", "insert_events", "close_foreign_steps", "insert_events"]
+    # Settled: the zombie's step abandoned when the re-run's began, the re-run's step open.
+    zombie_row, rerun_row = settle(ops)
+    assert (zombie_row.step_status, zombie_row.message) == ("FAILED", "abandoned")
+    assert (zombie_row.created_us, zombie_row.ended_us) == (1000, 6000)
+    assert (rerun_row.step_status, rerun_row.message) == ("RUNNING", None)
+    assert (rerun_row.created_us, rerun_row.ended_us) == (6000, None)
+    assert zombie_row.execution_id != rerun_row.execution_id
 
 
 def test_step_keys_are_cleaned_and_bounded(recorder: StepRecorder, job: Driver) -> None:

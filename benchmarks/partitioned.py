@@ -1,0 +1,299 @@
+"""Issue 13, the partitioned layout at scale: write throughput with many rows spread over 30 daily
+intervals against an empty default-layout database, the plans of every statement on it, how
+fast prune moves finished attempts, and what dropping a whole day costs.
+
+The filled database is migrated with ``partition_interval=1 day``; 30 past days get children
+holding ``rows`` job_event rows in all (five per job: four closed steps and a LOG event) with
+their job_log rows, written straight into the children in SQL; the current tables get one more
+day's share with 2% of its jobs still running (their last step open). Our processor then runs
+the target-2 workload on it and on a fresh empty database, interleaved; rows read from any
+child during our runs are counted (``pg_stat_user_tables.seq_tup_read``; the writer's
+updates must skip them). EXPLAIN covers every named statement of the package, with any Seq
+Scan on job_event, job_log or one of their children flagged. Last, prune moves today's
+finished jobs (rows/s) and drops the oldest day (seconds).
+
+    python -m benchmarks.partitioned [--dsn DSN] [--rows 5000000] [--jobs 15000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from otel_jobsteps import migrate
+
+from . import explain
+from .bigtable import wait_for_backends_gone
+from .common import (
+    VERIFY_APPLICATION,
+    WRITER_APPLICATION,
+    Databases,
+    Row,
+    fmt_rate,
+    fmt_ratio,
+    median,
+    server,
+    verdict,
+)
+from .throughput import ours_once, verify
+
+DAYS = 30
+ANY_SEQ_SCAN = re.compile(r"Seq Scan on job_(event|log)\w*")
+
+# One day's share into one child: jobs of five rows, spread over the day; ids explicit (the
+# children have no identity), each day in its own id range above the current tables' range.
+FILL_CHILD_EVENTS = """
+INSERT INTO {child} (id, domain, job_id, job_type, attempt, type, step_key, step_status, detail,
+                     trace_id, span_id, execution_id, created_at, ended_at)
+SELECT %(base)s + g,
+       CASE WHEN job %% 8 = 0 THEN 'bench' ELSE 'tenant-' || (job %% 8) END,
+       'day' || %(day)s || '-' || job, 'thumbnail', 1,
+       CASE WHEN r < 4 THEN 'STEP' ELSE 'LOG' END,
+       CASE WHEN r < 4 THEN (ARRAY['FETCH', 'RENDER', 'UPLOAD', 'NOTIFY'])[r + 1] END,
+       CASE WHEN r < 4 THEN 'COMPLETED' END,
+       CASE WHEN r < 4 THEN jsonb_build_object('done', r + 1, 'total', 4) END,
+       lpad(to_hex(job), 32, '0'), lpad(to_hex(g), 16, '0'), 'fill',
+       %(start)s + job * %(spacing)s + r * interval '1 s',
+       CASE WHEN r < 4 THEN %(start)s + job * %(spacing)s + (r + 1) * interval '1 s' END
+FROM generate_series(0, %(rows)s - 1) AS g, LATERAL (SELECT g / 5 AS job, g %% 5 AS r) AS split
+"""
+
+FILL_CHILD_LOGS = """
+INSERT INTO {child} (id, domain, job_id, job_type, attempt, status, trace_id, created_at)
+SELECT %(base)s + job,
+       CASE WHEN job %% 8 = 0 THEN 'bench' ELSE 'tenant-' || (job %% 8) END,
+       'day' || %(day)s || '-' || job, 'thumbnail', 1, 'COMPLETED', lpad(to_hex(job), 32, '0'),
+       %(start)s + job * %(spacing)s + interval '5 s'
+FROM generate_series(0, %(rows)s / 5 - 1) AS job
+"""
+
+# Today's share, in the current tables through their identity; 2% of its jobs still running.
+FILL_CURRENT = """
+WITH jobs AS (
+    SELECT job FROM generate_series(0, %(rows)s / 5 - 1) AS job
+)
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status, detail,
+                       trace_id, span_id, execution_id, created_at, ended_at)
+SELECT CASE WHEN job %% 8 = 0 THEN 'bench' ELSE 'tenant-' || (job %% 8) END,
+       'today-' || job, 'thumbnail', 1,
+       CASE WHEN r < 4 THEN 'STEP' ELSE 'LOG' END,
+       CASE WHEN r < 4 THEN (ARRAY['FETCH', 'RENDER', 'UPLOAD', 'NOTIFY'])[r + 1] END,
+       CASE WHEN r = 4 THEN NULL WHEN r = 3 AND job %% 50 = 0 THEN 'RUNNING' ELSE 'COMPLETED' END,
+       CASE WHEN r < 4 THEN jsonb_build_object('done', r + 1, 'total', 4) END,
+       lpad(to_hex(job), 32, '0'), lpad(to_hex(r), 16, '0'), 'fill',
+       %(start)s + job * %(spacing)s + r * interval '1 ms',
+       CASE WHEN r = 4 OR (r = 3 AND job %% 50 = 0) THEN NULL
+            ELSE %(start)s + job * %(spacing)s + (r + 1) * interval '1 ms' END
+FROM jobs, generate_series(0, 4) AS r
+"""
+
+FILL_CURRENT_LOGS = """
+INSERT INTO job_log (domain, job_id, job_type, attempt, status, trace_id, created_at)
+SELECT CASE WHEN job %% 8 = 0 THEN 'bench' ELSE 'tenant-' || (job %% 8) END,
+       'today-' || job, 'thumbnail', 1, 'COMPLETED', lpad(to_hex(job), 32, '0'),
+       %(start)s + job * %(spacing)s + interval '5 ms'
+FROM generate_series(0, %(rows)s / 5 - 1) AS job
+WHERE job %% 50 <> 0
+"""
+
+
+def _children(conn: psycopg.Connection[Any]) -> list[tuple[Any, str, str]]:
+    """(lower bound, job_event child, job_log child) of every interval, oldest first."""
+    return [
+        (lower, event, log)
+        for lower, event, log in conn.execute(
+            "SELECT p.lower_bound, e.relname, l.relname FROM otel_jobsteps_partition AS p"
+            " JOIN pg_class AS e ON e.oid = p.job_event::regclass"
+            " JOIN pg_class AS l ON l.oid = p.job_log::regclass ORDER BY p.lower_bound"
+        )
+    ]
+
+
+def fill(dsn: str, rows: int) -> dict[str, float]:
+    """The partitioned layout with ``rows`` job_event rows over 30 past days, one more day's
+    share in the current tables; returns the seconds each phase took."""
+    started = time.perf_counter()
+    migrate(dsn, partition_interval=timedelta(days=1))
+    per_day = max(5, rows // DAYS // 5 * 5)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET maintenance_work_mem = '256MB'")
+        spacing = timedelta(seconds=86_000 / (per_day // 5))
+        for day in range(1, DAYS + 1):
+            conn.execute("SELECT otel_jobsteps_partition_for(now() - %s)", (timedelta(days=day),))
+        first_id = 10**12  # far above what the current tables' identity hands out here
+        for day, (lower, event_child, log_child) in enumerate(_children(conn)[:DAYS]):
+            values = {
+                "day": day,
+                "start": lower,
+                "spacing": spacing,
+                "rows": per_day,
+                "base": first_id + day * per_day,
+            }
+            conn.execute(
+                sql.SQL(FILL_CHILD_EVENTS).format(child=sql.Identifier(event_child)), values
+            )
+            conn.execute(sql.SQL(FILL_CHILD_LOGS).format(child=sql.Identifier(log_child)), values)
+        current = {"rows": per_day, "start": lower_of_today(conn), "spacing": spacing / 1000}
+        conn.execute(FILL_CURRENT, current)
+        conn.execute(FILL_CURRENT_LOGS, current)
+        filled = time.perf_counter() - started
+        started = time.perf_counter()
+        conn.execute("VACUUM (ANALYZE) job_event")
+        conn.execute("VACUUM (ANALYZE) job_log")
+    return {"fill_s": filled, "vacuum_s": time.perf_counter() - started, "per_day": per_day}
+
+
+def lower_of_today(conn: psycopg.Connection[Any]) -> Any:
+    row = conn.execute(
+        "SELECT date_bin(interval '1 day', now(), timestamptz '2000-01-01 00:00:00+00')"
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def current_rows(conn: psycopg.Connection[Any]) -> int:
+    """Rows in the current tables (not in a child)."""
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM ONLY job_event) + (SELECT count(*) FROM ONLY job_log)"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def child_rows_read(dsn: str) -> int:
+    """Rows read from the children by sequential scans, and tuples fetched through indexes."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)"
+            " FROM pg_stat_user_tables AS s"
+            " WHERE s.relid IN (SELECT c.inhrelid FROM pg_inherits AS c"
+            "                   WHERE c.inhparent IN ('job_event'::regclass, 'job_log'::regclass))"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def measure(dbs: Databases, *, rows: int, jobs: int, repetitions: int) -> dict[str, Any]:
+    big = dbs.fresh("partitioned")
+    result: dict[str, Any] = {"empty": [], "big": [], "child_rows": [], "verified": True}
+    try:
+        result["fill"] = fill(big, rows)
+        for repetition in range(repetitions):
+            empty = dbs.fresh("empty")
+            run = ours_once(empty, jobs, f"run{repetition}")
+            result["verified"] &= verify(empty, f"run{repetition}", jobs) and run["flushed"]
+            result["empty"].append(run["rate"])
+            dbs.drop(empty)
+            prefix = f"big{repetition}"
+            wait_for_backends_gone(big, WRITER_APPLICATION, VERIFY_APPLICATION)
+            before = child_rows_read(big)
+            run = ours_once(big, jobs, prefix)
+            wait_for_backends_gone(big, WRITER_APPLICATION)
+            result["child_rows"].append(child_rows_read(big) - before)
+            result["verified"] &= verify(big, prefix, jobs) and run["flushed"]
+            result["big"].append(run["rate"])
+        result["plans"] = explain.explain_all(big)
+        with psycopg.connect(big, autocommit=True) as conn:
+            before = current_rows(conn)
+            started = time.perf_counter()
+            while True:
+                found = conn.execute("SELECT otel_jobsteps_archive(1000, now())").fetchone()
+                if not found or not found[0]:
+                    break
+            result["move_s"] = time.perf_counter() - started
+            result["moved_rows"] = before - current_rows(conn)
+            oldest = _children(conn)[0][0]
+            started = time.perf_counter()
+            dropped = conn.execute(
+                "SELECT * FROM otel_jobsteps_drop_partitions(%s + interval '1 day')", (oldest,)
+            ).fetchall()
+            result["drop_s"] = time.perf_counter() - started
+            result["dropped"] = dropped
+    finally:
+        dbs.drop(big)
+    return result
+
+
+def rows_of(result: dict[str, Any], *, rows: int, jobs: int) -> list[Row]:
+    empty, big = median(result["empty"]), median(result["big"])
+    ok = "rows verified" if result["verified"] else "ROWS MISSING"
+    flagged = [
+        plan
+        for plan in result["plans"]
+        if ANY_SEQ_SCAN.search(plan.text) and not plan.text.startswith("could not explain")
+    ]
+    per_day = int(result["fill"]["per_day"])
+    dropped = result["dropped"]
+    drop_rows = sum(int(events) for _lower, _logs, events in dropped)
+    return [
+        Row(
+            "13",
+            f"partitioned: ours, {rows:,} rows in 30 days ({jobs * 3:,} steps, {ok})",
+            fmt_rate(big),
+            f"empty default layout {fmt_rate(empty)}",
+            fmt_ratio(big / empty),
+            ">= 0.80x",
+            verdict(big >= 0.8 * empty and result["verified"]),
+        ),
+        Row(
+            "13",
+            "partitioned: child rows read by the writer",
+            f"{sum(result['child_rows'])}",
+            "pg_stat_user_tables",
+            "",
+            "0",
+            verdict(sum(result["child_rows"]) == 0),
+        ),
+        Row(
+            "13",
+            f"partitioned: EXPLAIN {len(result['plans'])} plans (custom + generic)",
+            f"{len(flagged)} with Seq Scan",
+            "job_event, job_log and children",
+            "",
+            "0",
+            verdict(not flagged),
+        ),
+        Row(
+            "13",
+            "partitioned: prune moves finished attempts",
+            fmt_rate(result["moved_rows"] / max(result["move_s"], 1e-9), "rows/s"),
+            f"{result['moved_rows']:,} rows in {result['move_s']:.1f} s",
+        ),
+        Row(
+            "13",
+            "partitioned: prune drops one day",
+            f"{result['drop_s'] * 1000:.0f} ms",
+            f"{drop_rows:,} job_event rows (of {per_day:,}/day)",
+        ),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", help="loopback server DSN (default: embedded PostgreSQL)")
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--jobs", type=int, default=15_000)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--verbose", action="store_true", help="print the flagged plans")
+    args = parser.parse_args()
+    with server(args.dsn) as server_dsn:
+        dbs = Databases(server_dsn)
+        try:
+            result = measure(dbs, rows=args.rows, jobs=args.jobs, repetitions=args.repetitions)
+        finally:
+            dbs.close()
+    print(f"fill: {result['fill']}")
+    if args.verbose:
+        for plan in result["plans"]:
+            if ANY_SEQ_SCAN.search(plan.text):
+                print(f"-- {plan.source} {plan.name} ({plan.mode})\n{plan.text}\n")
+    for row in rows_of(result, rows=args.rows, jobs=args.jobs):
+        print(f"{row.measure:75} {row.value:>22} {row.compared:>40} {row.ratio:>7} {row.verdict}")
+
+
+if __name__ == "__main__":
+    main()

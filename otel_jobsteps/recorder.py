@@ -242,9 +242,9 @@ class StepRecorder:
     def _attempt(self, scope: Scope) -> _Attempt:
         state = self._attempts.get(scope.span_id)
         if state is None:
+            state = self._new_attempt(scope)
             if len(self._attempts) >= self._max_attempts:
                 self._evict_oldest()
-            state = self._new_attempt(scope)
             self._attempts[scope.span_id] = state
         return state
 

@@ -1,5 +1,5 @@
-"""Workers killed with SIGKILL mid-step: the next attempt or a sweep settles them; a live,
-quiet step with a heartbeat is never swept."""
+"""Workers killed with SIGKILL mid-step or between steps: the next attempt or a sweep settles
+them; a live, quiet attempt with a heartbeat is never swept."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -21,8 +22,9 @@ from tests.conftest import TracingFactory, rows, wait_until
 HOUR_NS = 3600 * 10**9
 
 
-def _worker(dsn: str, job_id: str, ready: Any, started_long_ago: bool) -> None:
-    """Open a step, make sure its row is written, say so, then hang until killed."""
+def _worker(dsn: str, job_id: str, ready: Any, started_long_ago: bool, between: bool) -> None:
+    """Open a step (``between``: and close it), make sure its row is written, say so, then hang
+    until killed: mid-step, or between steps with the job span still open."""
     processor = JobStepsProcessor(dsn, heartbeat_interval_s=0.05)
     provider = TracerProvider()
     provider.add_span_processor(processor)
@@ -31,16 +33,18 @@ def _worker(dsn: str, job_id: str, ready: Any, started_long_ago: bool) -> None:
     attributes = {"job.domain": "dead", "job.id": job_id, "job.type": "t", "job.attempt": 1}
     job = tracer.start_span("job", attributes=attributes, start_time=start)
     with trace.use_span(job):
-        tracer.start_span("render", attributes={JOB_STEP_KEY: "RENDER"}, start_time=start)
+        render = tracer.start_span("render", attributes={JOB_STEP_KEY: "RENDER"}, start_time=start)
+        if between:
+            render.end(end_time=None if start is None else start + 10**9)
         processor.force_flush(10_000)
         ready.set()
-        signal.pause()  # mid-step, forever
+        signal.pause()  # forever
 
 
-def _start(dsn: str, job_id: str, *, started_long_ago: bool = False) -> Any:
+def _start(dsn: str, job_id: str, *, started_long_ago: bool = False, between: bool = False) -> Any:
     context = multiprocessing.get_context("spawn")
     ready = context.Event()
-    process = context.Process(target=_worker, args=(dsn, job_id, ready, started_long_ago))
+    process = context.Process(target=_worker, args=(dsn, job_id, ready, started_long_ago, between))
     process.start()
     assert ready.wait(60)
     return process
@@ -53,8 +57,11 @@ def _kill(process: Any) -> None:
 
 
 def _heartbeat(conn: psycopg.Connection[Any], job_id: str) -> Any:
+    """The heartbeat on the job's latest step row (open, or closed between steps)."""
     found = conn.execute(
-        "SELECT heartbeat_at FROM job_event WHERE job_id = %s AND ended_at IS NULL", (job_id,)
+        "SELECT heartbeat_at FROM job_event WHERE job_id = %s AND type = 'STEP'"
+        " ORDER BY id DESC LIMIT 1",
+        (job_id,),
     ).fetchone()
     return found[0] if found else None
 
@@ -67,22 +74,43 @@ def _await_beat_after(conn: psycopg.Connection[Any], job_id: str, after: Any) ->
     return wait_until(beat_after, what=f"a heartbeat of {job_id}", timeout_s=10)
 
 
+@pytest.mark.parametrize(
+    ("between", "first_step"),
+    [
+        pytest.param(False, (1, "FAILED", "abandoned"), id="mid-step"),
+        pytest.param(True, (1, "COMPLETED", None), id="between-steps"),
+    ],
+)
 def test_the_next_attempt_settles_a_killed_one(
-    dsn: str, tracing: TracingFactory, conn: psycopg.Connection[Any]
+    dsn: str,
+    tracing: TracingFactory,
+    conn: psycopg.Connection[Any],
+    between: bool,
+    first_step: tuple[Any, ...],
 ) -> None:
-    _kill(_start(dsn, "next"))
+    _kill(_start(dsn, "next", between=between))
     tracer, processor = tracing()
     with job_attempt("dead", "next", "t", attempts_made=1, tracer=tracer):
         with step("RENDER", tracer=tracer):
             pass
     assert processor.force_flush(10_000)
     assert rows(conn, "SELECT attempt, step_status, message FROM job_event ORDER BY id") == [
-        (1, "FAILED", "abandoned"),
+        first_step,
         (2, "COMPLETED", None),
     ]
-    assert rows(conn, "SELECT attempt, status, reason FROM job_log ORDER BY attempt") == [
-        (1, "FAILED", "abandoned"),
-        (2, "COMPLETED", None),
+    assert rows(conn, "SELECT attempt, status, reason, detail FROM job_log ORDER BY attempt") == [
+        (1, "FAILED", "abandoned", {"step": "RENDER"}),
+        (2, "COMPLETED", None, None),
+    ]
+    # Never dated before the killed attempt's last step closed.
+    assert rows(
+        conn,
+        "SELECT l.created_at >= e.ended_at FROM job_log l JOIN job_event e USING (attempt)"
+        " WHERE attempt = 1",
+    ) == [(True,)]
+    assert rows(conn, "SELECT attempt, status FROM job_attempt ORDER BY attempt") == [
+        (1, "FAILED"),
+        (2, "COMPLETED"),
     ]
 
 
@@ -108,6 +136,41 @@ def test_sweep_settles_a_killed_worker_and_spares_a_live_quiet_one(
         assert rows(conn, "SELECT job_id, step_status FROM job_event WHERE ended_at IS NULL") == [
             ("quiet", "RUNNING")
         ]
+    finally:
+        _kill(alive)
+        if dead.is_alive():
+            _kill(dead)
+
+
+def test_sweep_settles_a_worker_killed_between_steps_and_spares_a_live_one(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    dead = _start(dsn, "killed", between=True)
+    alive = _start(dsn, "quiet", started_long_ago=True, between=True)  # beating between steps
+    try:
+        last_beat = _await_beat_after(conn, "killed", None)
+        _kill(dead)
+        conn.execute(
+            "UPDATE job_event SET created_at = created_at - interval '1 hour',"
+            " ended_at = ended_at - interval '1 hour',"
+            " heartbeat_at = heartbeat_at - interval '1 hour' WHERE job_id = 'killed'"
+        )
+        _await_beat_after(conn, "quiet", last_beat)  # the live one keeps beating
+        preview = sweep(conn, timedelta(minutes=10), dry_run=True)
+        assert rows(conn, "SELECT count(*) FROM job_log") == [(0,)]
+        swept = sweep(conn, timedelta(minutes=10))
+        assert preview == swept
+        assert [(s.job_id, s.step_key, s.closes_step, s.writes_job_log) for s in swept] == [
+            ("killed", "RENDER", False, True)
+        ]
+        assert rows(conn, "SELECT job_id, status, reason, detail FROM job_log") == [
+            ("killed", "FAILED", "abandoned", {"step": "RENDER"})
+        ]
+        assert rows(conn, "SELECT job_id, status FROM job_attempt ORDER BY job_id") == [
+            ("killed", "FAILED"),
+            ("quiet", "RUNNING"),
+        ]
+        assert sweep(conn, timedelta(minutes=10)) == []
     finally:
         _kill(alive)
         if dead.is_alive():

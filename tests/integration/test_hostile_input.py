@@ -10,8 +10,16 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import StatusCode
 
-from otel_jobsteps import JOB_STEP_DETAIL, JobStepsProcessor, job_attempt, progress, step
+from otel_jobsteps import (
+    JOB_STEP_DETAIL,
+    JobStepsProcessor,
+    job_attempt,
+    progress,
+    record_event,
+    step,
+)
 from tests.conftest import TracingFactory, rows
 
 _examples = itertools.count()
@@ -127,3 +135,37 @@ def test_numeric_string_attempt_is_accepted(
             pass
     assert processor.force_flush(10_000)
     assert rows(conn, "SELECT attempt FROM job_event") == [(2,)]
+
+
+DEEP = "[" * 1_000 + "]" * 1_000
+
+
+def test_a_deeply_nested_detail_never_loses_the_close_it_rides_with(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing()
+    with job_attempt("hostile", "deep", "t", tracer=tracer):
+        record_event("LOG", "deep detail", tracer=tracer, nested=json.loads("[" * 900 + "]" * 900))
+        with step("FETCH", tracer=tracer):
+            progress(nested={"a": json.loads("[" * 900 + "]" * 900)})
+        with step("RENDER", tracer=tracer) as render:
+            render.set_attribute(JOB_STEP_DETAIL, DEEP)
+            render.set_status(StatusCode.ERROR, "render broke")
+        with step("UPLOAD", tracer=tracer):
+            pass
+    assert processor.force_flush(10_000)
+    stats = processor.stats()
+    assert not any(k.startswith(("rejected_", "internal_error", "write_failed")) for k in stats)
+    got = rows(
+        conn,
+        "SELECT type, step_key, step_status, message, detail->>'value' IS NOT NULL"
+        " FROM job_event ORDER BY id",
+    )
+    assert [g[:4] for g in got] == [
+        ("LOG", None, None, "deep detail"),
+        ("STEP", "FETCH", "COMPLETED", None),
+        ("STEP", "RENDER", "FAILED", "render broke"),
+        ("STEP", "UPLOAD", "COMPLETED", None),
+    ]
+    assert got[2][4], "the unreadable explicit detail is kept as its text"
+    assert rows(conn, "SELECT status FROM job_log") == [("COMPLETED",)]

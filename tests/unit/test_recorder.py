@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from otel_jobsteps.batch import CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.recorder import StepRecorder
 from tests.unit.recorder_support import Driver, FakeClock, scope, settle, written
 
@@ -303,3 +304,96 @@ def test_step_keys_are_cleaned_and_bounded(recorder: StepRecorder, job: Driver) 
     assert row.step_key is not None
     assert "\x00" not in row.step_key
     assert len(row.step_key) == 256
+
+
+# -- impossible times: one rule on every path ---------------------------------------------------
+
+
+@pytest.mark.parametrize("cut_before_end", [False, True], ids=["insert-path", "update-path"])
+def test_a_step_never_ends_before_it_starts(
+    recorder: StepRecorder, job: Driver, cut_before_end: bool
+) -> None:
+    job.start("RENDER", 50)
+    ops = written(recorder.take_batch()) if cut_before_end else []
+    job.end("RENDER", 10, failed=True, error="E")
+    ops += written(recorder.take_batch())
+    (row,) = settle(ops)
+    assert (row.step_status, row.created_us, row.ended_us) == ("FAILED", 50_000, 50_000)
+
+
+def test_a_job_log_is_never_dated_before_its_attempt_or_its_steps(
+    recorder: StepRecorder, clock: FakeClock
+) -> None:
+    job = Driver(recorder, scope())
+    job.start_job(100)
+    job.start("RENDER", 120)
+    job.end("RENDER", 110)  # ends "before" it started: clamped to 120
+    job.end_job(90)  # the attempt "ends" before it started and before its step
+    logs = [op for _, op in written(recorder.take_batch()) if isinstance(op, JobLogRow)]
+    assert [log.created_us for log in logs] == [120_000]
+    late = Driver(recorder, scope(span_id=0xB2))
+    late.start_job(300)
+    late.end_job(200)
+    logs = [op for _, op in written(recorder.take_batch()) if isinstance(op, JobLogRow)]
+    assert [log.created_us for log in logs] == [300_000]
+
+
+# -- the heartbeat list ---------------------------------------------------------------------------
+
+
+def test_attempts_between_steps_are_kept_alive_too(recorder: StepRecorder, job: Driver) -> None:
+    assert recorder.open_steps() == []  # nothing written yet that sweep could settle
+    job.start("RENDER", 1)
+    job.end("RENDER", 2)
+    (alive,) = recorder.open_steps()
+    assert alive[:3] == ("render", "42", 1)
+    job.end_job(3)
+    assert recorder.open_steps() == []
+
+
+# -- the bound on attempts held in memory ---------------------------------------------------------
+
+
+def test_attempts_beyond_the_bound_are_evicted_oldest_first(clock: FakeClock) -> None:
+    evicted: list[int] = []
+    recorder = StepRecorder(
+        debounce_ms=1000,
+        clock=clock,
+        max_open_attempts=3,
+        on_evict=lambda s: evicted.append(s.span_id),
+    )
+    for span_id in range(1, 101):
+        driver = Driver(recorder, scope(span_id=span_id))
+        driver.start_job(span_id)
+        driver.start("RENDER", span_id)
+        driver.progress("RENDER", n=1)
+    assert recorder.open_attempts() == 3
+    assert evicted == list(range(1, 98))
+    recorder.take_batch()
+    assert recorder.next_due() is None  # no timer keeps an evicted step alive
+
+
+def test_a_forgotten_attempt_still_closes_its_open_step(clock: FakeClock) -> None:
+    recorder = StepRecorder(debounce_ms=1000, clock=clock, max_open_attempts=1)
+    first = Driver(recorder, scope(span_id=1))
+    first.start_job(0)
+    first.start("RENDER", 1)  # inserted in this batch
+    other = Driver(recorder, scope(span_id=2)._replace(job_id="43"))
+    other.start_job(2)  # another job: evicts the first attempt
+    first.progress("RENDER", n=1)  # unknown now: ignored
+    first.end("RENDER", 3)  # ignored: its close comes with the next step or the job's end
+    first.start("UPLOAD", 4)
+    first.end_job(5, failed=True, error="E")
+    ops = written(recorder.take_batch())
+    rows = settle(ops)
+    assert [(r.attempt, r.step_key, r.step_status, r.ended_us) for r in rows] == [
+        (1, "RENDER", "COMPLETED", 4000),
+        (1, "UPLOAD", "FAILED", 5000),
+    ]
+    logs = [op for _, op in ops if isinstance(op, JobLogRow)]
+    assert [(log.attempt, log.status, log.reason) for log in logs] == [(1, "FAILED", "error")]
+
+
+def test_max_open_attempts_must_be_positive() -> None:
+    with pytest.raises(ConfigurationError, match="max_open_attempts"):
+        StepRecorder(max_open_attempts=0)

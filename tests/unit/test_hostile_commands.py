@@ -1,0 +1,99 @@
+"""Hostile values in any field of any command never change what a step or an attempt says:
+statuses and times are those of the same commands with plain values, and every detail still
+encodes to JSON PostgreSQL accepts (a detail that cannot be read becomes a marker)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otel_jobsteps.attributes import JOB_STEP_DETAIL
+from otel_jobsteps.batch import EventRow, JobLogRow
+from otel_jobsteps.detail import encode_detail, parse_detail
+from otel_jobsteps.recorder import (
+    EventRecorded,
+    JobEnded,
+    ProgressReported,
+    StepEnded,
+    StepRecorder,
+)
+from tests.unit.recorder_support import FakeClock, settle, written
+from tests.unit.test_coalescing import _commands, command
+
+DEEP = 1_000
+deep_json = st.sampled_from(
+    [
+        "[" * DEEP + "]" * DEEP,
+        '{"a":' * DEEP + "1" + "}" * DEEP,
+        "[" * 100_000,
+        '{"a": [' + '"[",' * 50 + "1]}",
+        '{"a": NaN, "b": "\\u0000"}',
+        "not json {",
+        "",
+    ]
+)
+texts = st.text(max_size=30) | deep_json
+scalars = texts | st.integers() | st.floats() | st.booleans() | st.none() | st.binary(max_size=8)
+values = scalars | st.lists(scalars, max_size=4) | st.tuples(scalars, scalars)
+details = st.dictionaries(st.text(max_size=10) | st.integers(), values, max_size=4) | st.just(
+    {JOB_STEP_DETAIL: "[" * DEEP + "]" * DEEP}
+)
+
+
+def _hostile(commands: list[Any], data: st.DataObject) -> list[Any]:
+    """The same commands with hostile values in every field that carries data."""
+    out: list[Any] = []
+    for item in commands:
+        if isinstance(item, StepEnded):
+            error = data.draw(values) if item.failed else None
+            item = item._replace(explicit_detail=data.draw(values), error=error)
+        elif isinstance(item, JobEnded):
+            # A string outcome is a reason by contract; anything else must be ignored.
+            outcome = data.draw(values.filter(lambda v: not isinstance(v, str)))
+            item = item._replace(outcome=outcome, error=data.draw(values))
+        elif isinstance(item, ProgressReported):
+            detail = data.draw(details)
+            item = item._replace(latest=lambda detail=detail: detail)
+        out.append(item)
+        if data.draw(st.booleans()):  # an ordinary event of the same attempt
+            detail = parse_detail(data.draw(values))
+            message = data.draw(values)
+            out.append(EventRecorded(item.scope, data.draw(texts), message, detail, 10**9))
+    return out
+
+
+def _outcome(commands: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    recorder = StepRecorder(debounce_ms=25, clock=FakeClock())
+    ops = []
+    for item in commands:
+        recorder.handle(item)
+        ops.extend(written(recorder.take_batch()))
+    for _, op in ops:  # every detail reaches PostgreSQL as a JSON object
+        if getattr(op, "detail", None) is not None:
+            assert isinstance(json.loads(encode_detail(op.detail) or ""), dict)
+    steps = [
+        (r.attempt, r.execution_id, r.step_status, r.created_us, r.ended_us)
+        for r in settle(ops)
+        if r.type == "STEP"
+    ]
+    logs = [(o.attempt, o.status, o.created_us) for _, o in ops if isinstance(o, JobLogRow)]
+    events = [
+        (o.attempt, o.created_us) for _, o in ops if isinstance(o, EventRow) and o.type != "STEP"
+    ]
+    return steps, logs, events
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(command, max_size=25), st.data())
+def test_hostile_values_never_change_statuses_or_times(
+    script: list[tuple[Any, ...]], data: st.DataObject
+) -> None:
+    plain = _commands(script)
+    hostile = _hostile(plain, data)
+    steps, logs, _ = _outcome(plain)
+    hostile_steps, hostile_logs, events = _outcome(hostile)
+    assert (hostile_steps, hostile_logs) == (steps, logs)
+    assert len(events) == sum(isinstance(c, EventRecorded) for c in hostile)

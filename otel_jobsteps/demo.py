@@ -25,40 +25,58 @@ from .query import JobDetail, job_detail
 from .schema import migrate
 from .timeline import Style, format_time, render_detail
 
-__all__ = ["DOMAIN", "run_demo"]
+__all__ = ["DOMAIN", "JOB_TYPE", "record_seed_story", "run_demo"]
 
 DOMAIN = "demo"
 JOB_TYPE = "thumbnail"
 FLUSH_TIMEOUT_MS = 10_000
 
 
-def _render_and_save(tracer: Tracer, job_id: str, attempts_made: int) -> None:
-    with job_attempt(DOMAIN, job_id, JOB_TYPE, attempts_made, tracer=tracer):
+def _render_and_save(
+    tracer: Tracer, domain: str, job_id: str, attempts_made: int, pause_s: float
+) -> None:
+    with job_attempt(domain, job_id, JOB_TYPE, attempts_made, tracer=tracer):
         with step("RENDER", tracer=tracer):
             for done in (25, 50, 75, 100):
-                time.sleep(0.04)  # the work being measured
+                time.sleep(pause_s)  # the work being measured
                 progress(pct=done, frames=done * 3)
         with step("SAVE", tracer=tracer):
-            time.sleep(0.02)
+            time.sleep(pause_s / 2)
             if attempts_made == 0:
                 raise OSError("disk full")
+
+
+def record_seed_story(
+    tracer: Tracer,
+    job_id: str,
+    *,
+    domain: str = DOMAIN,
+    pause_s: float = 0.04,
+    out: TextIO | None = None,
+) -> None:
+    """The story the project comes from, as spans: a thumbnail job renders then saves.
+
+    Attempt 1 renders (progress 25..100 %) and fails to save (``OSError: disk full``); a
+    RETRY_SCHEDULED event follows; attempt 2 renders and saves. The demo, the tests and the
+    benchmarks all tell this one story.
+    """
+    try:
+        _render_and_save(tracer, domain, job_id, 0, pause_s)
+    except OSError as error:
+        if out is not None:
+            print(f"attempt 1 failed ({error}); retrying", file=out)
+        record_job_event(domain, job_id, "RETRY_SCHEDULED", f"retry after: {error}", tracer=tracer)
+    _render_and_save(tracer, domain, job_id, 1, pause_s)
+    if out is not None:
+        print("attempt 2 completed", file=out)
 
 
 def _record_story(dsn: str, schema: str, job_id: str, out: TextIO) -> None:
     processor = JobStepsProcessor(dsn, schema=schema)
     provider = TracerProvider()
     provider.add_span_processor(processor)
-    tracer = provider.get_tracer("otel_jobsteps.demo")
     try:
-        try:
-            _render_and_save(tracer, job_id, attempts_made=0)
-        except OSError as error:
-            print(f"attempt 1 failed ({error}); retrying", file=out)
-            record_job_event(
-                DOMAIN, job_id, "RETRY_SCHEDULED", f"retry after: {error}", tracer=tracer
-            )
-        _render_and_save(tracer, job_id, attempts_made=1)
-        print("attempt 2 completed", file=out)
+        record_seed_story(provider.get_tracer("otel_jobsteps.demo"), job_id, out=out)
         if not processor.force_flush(FLUSH_TIMEOUT_MS):
             raise DatabaseUnavailableError("the demo's rows did not reach the database in time")
     finally:

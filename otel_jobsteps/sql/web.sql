@@ -4,13 +4,14 @@
 -- bounded by a LIMIT or by one job's key, so a page costs the same on a big table.
 
 -- name: jobs_page --
--- One page of jobs, the most recently active first, by their latest attempt. The job's activity
--- time ("at") is its newest row change: a row written or closed (job_event_recent), a heartbeat
--- of an open step (job_event_one_open_step) or a final row (job_log_ended_attempt). Each index
--- branch walks newest first from the page cursor and stops after 8 rows per job asked for; only
--- jobs above the deepest point a full branch reached are complete, so the others wait for the
--- next page (floor_at). The cursor is (at, domain, job_id), exclusive; a cursor without domain
--- and job id includes its time; NULLs mean the first page. since_ago NULL: no time window.
+-- One page of jobs, the most recently active first, by their latest attempt. A job's activity
+-- time ("at") is its newest recorded change: a row written or closed (job_event_recent) or a
+-- final row (job_log_ended_attempt). Heartbeats do not reorder the list (the silence column
+-- shows them): ordering by them would read every open step, a heap page each. Each branch walks
+-- its index newest first from the page cursor and stops after 8 rows per job asked for; only jobs
+-- above the deepest point a full branch reached are complete, so the others wait for the next
+-- page (floor_at). The cursor is (at, domain, job_id), exclusive; a cursor without domain and job
+-- id includes its time; NULLs mean the first page. since_ago NULL: no time window.
 WITH touched AS (
     (SELECT 'event' AS branch, domain, job_id, COALESCE(ended_at, created_at) AS at
      FROM {job_event}
@@ -25,18 +26,11 @@ WITH touched AS (
        AND created_at >= COALESCE(now() - %(since_ago)s::interval, '-infinity')
      ORDER BY created_at DESC
      LIMIT %(limit)s::integer * 8)
-    UNION ALL
-    SELECT 'open', domain, job_id, GREATEST(created_at, heartbeat_at)
-    FROM {job_event}
-    WHERE type = 'STEP' AND ended_at IS NULL
-      AND GREATEST(created_at, heartbeat_at) <= COALESCE(%(before_at)s::timestamptz, 'infinity')
-      AND GREATEST(created_at, heartbeat_at) >= COALESCE(now() - %(since_ago)s::interval, '-infinity')
 ), floor AS (
-    -- how deep the scan is complete: the shallowest end of a branch that hit its limit
+    -- how deep the scan is complete: the shallower end of a branch that hit its limit
     SELECT max(deepest) AS at
     FROM (SELECT min(at) AS deepest
           FROM touched
-          WHERE branch <> 'open'
           GROUP BY branch
           HAVING count(*) >= %(limit)s::integer * 8) AS full_branch
 ), candidate AS (
@@ -65,8 +59,14 @@ LEFT JOIN LATERAL (
         LIMIT 1
     ) AS latest
     WHERE (f.at IS NULL OR c.at > f.at)
-      -- a job active above the cursor was on an earlier page
-      AND latest.last_activity_at <= c.at
+      -- a job with a change above the cursor was on an earlier page (one index probe each)
+      AND (%(before_at)s::timestamptz IS NULL
+           OR NOT EXISTS (SELECT FROM {job_event} AS e
+                          WHERE e.domain = c.domain AND e.job_id = c.job_id
+                            AND COALESCE(e.ended_at, e.created_at) > %(before_at)s)
+              AND NOT EXISTS (SELECT FROM {job_log} AS g
+                              WHERE g.domain = c.domain AND g.job_id = c.job_id
+                                AND g.created_at > %(before_at)s))
       AND (%(before_at)s::timestamptz IS NULL
            OR (c.at, c.domain, c.job_id) < (%(before_at)s, %(before_domain)s, %(before_job_id)s)
            OR (%(before_domain)s::text IS NULL AND c.at <= %(before_at)s))

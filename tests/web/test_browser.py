@@ -18,6 +18,7 @@ from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYP
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.app import job_url
 from tests.conftest import TracingFactory
+from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.integration.test_query import render_and_save
 from tests.web.conftest import (
     ARTIFACTS,
@@ -133,6 +134,28 @@ def test_running_bar_grows_and_the_page_settles_without_reload(
     assert page.evaluate("window.__sameDocument") is True  # updated in place, never reloaded
     assert page.locator("rect.bar.running").count() == 0
     assert page.locator("#live[data-refresh-ms]").count() == 0  # settled: polling stopped
+
+
+def test_error_page_recovers_in_place_when_the_database_returns(
+    page: Page, dsn: str, seeded: str
+) -> None:
+    with FaultProxy(Upstream.from_dsn(dsn)) as proxy:
+        app = create_app(proxy.dsn_for(dsn), refresh_s=REFRESH_S)
+        with live_server(app) as base:
+            proxy.set_mode(Mode.REFUSE)
+            response = page.goto(base + job_url("render", seeded))
+            assert response is not None
+            assert response.status == 503
+            assert page.locator("h1").inner_text() == "Database unavailable"
+            page.evaluate("window.__sameDocument = true")
+
+            proxy.set_mode(Mode.PASS)
+            page.wait_for_function(
+                "() => document.getElementById('job-state') !== null", timeout=WAIT_MS
+            )
+            assert page.evaluate("window.__sameDocument") is True
+            assert page.locator("#job-state").inner_text() == "COMPLETED"
+            assert page.title().startswith("render / 42")
 
 
 def test_hostile_payloads_render_as_text_and_run_nothing(

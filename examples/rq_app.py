@@ -4,8 +4,10 @@
     python -m examples.rq_app worker          # terminal 1: a JobStepsWorker on queue "render"
     python -m examples.rq_app                 # terminal 2: enqueue, then show
 
-(With the rq CLI: ``rq worker -w otel_jobsteps.integrations.rq.JobStepsWorker render``; the
-domain is then the queue name. The tracer provider must be set up in the worker process.)
+(With the rq CLI: ``rq worker -w otel_jobsteps.integrations.rq.JobStepsWorker render`` and
+OTEL_JOBSTEPS_DSN set, the worker adds the JobStepsProcessor itself; the domain is then
+OTEL_JOBSTEPS_DOMAIN, else the queue name. ``opentelemetry-instrument rq worker render`` works
+too: see README, Queue integrations.)
 """
 
 from __future__ import annotations

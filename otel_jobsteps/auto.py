@@ -66,9 +66,19 @@ def ensure_processor(provider: trace.TracerProvider | None = None) -> bool:
     """
     with _lock:
         target = provider or trace.get_tracer_provider()
-        if feeds_job_steps(target) is not False and isinstance(target, TracerProvider):
+        if isinstance(target, TracerProvider) and feeds_job_steps(target) is not False:
             return True
         if not os.environ.get(DSN_VARIABLE):
+            return False
+        creates = provider is None and isinstance(target, trace.ProxyTracerProvider)
+        if not (creates or isinstance(target, TracerProvider)):
+            logger.warning(
+                "cannot add a JobStepsProcessor to %s (not an OpenTelemetry SDK TracerProvider)",
+                type(target).__name__,
+            )
+            return False
+        if creates and _sdk_disabled():
+            logger.info("OTEL_SDK_DISABLED is true: no tracer provider is set up here")
             return False
         try:
             processor = JobStepsProcessor()
@@ -78,21 +88,19 @@ def ensure_processor(provider: trace.TracerProvider | None = None) -> bool:
         if isinstance(target, TracerProvider):
             target.add_span_processor(processor)
             return True
-        if provider is None and isinstance(target, trace.ProxyTracerProvider):
-            created = TracerProvider()
-            created.add_span_processor(processor)
-            trace.set_tracer_provider(created)
-            logger.info("no tracer provider was set: one with a JobStepsProcessor is now global")
-            return True
-        processor.shutdown()
-        logger.warning(
-            "cannot add a JobStepsProcessor to %s (not an OpenTelemetry SDK TracerProvider)",
-            type(target).__name__,
-        )
-        return False
+        created = TracerProvider()
+        created.add_span_processor(processor)
+        trace.set_tracer_provider(created)
+        logger.info("no tracer provider was set: one with a JobStepsProcessor is now global")
+        return True
+
+
+def _sdk_disabled() -> bool:
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
 def attach_from_environment() -> None:
-    """The ``opentelemetry_post_instrument`` hook: add the processor when the DSN is set."""
-    if os.environ.get(DSN_VARIABLE):
+    """The ``opentelemetry_post_instrument`` hook: add the processor when the DSN is set
+    (and the SDK is not disabled with ``OTEL_SDK_DISABLED``)."""
+    if os.environ.get(DSN_VARIABLE) and not _sdk_disabled():
         ensure_processor()

@@ -6,6 +6,7 @@ And `ensure_processor` adds the processor from ``OTEL_JOBSTEPS_DSN`` beside what
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -122,3 +123,34 @@ def test_ensure_processor_without_the_variable_changes_nothing(
 
     assert not ensure_processor(bare_provider)
     assert bare_provider._active_span_processor._span_processors == ()
+
+
+GLOBAL_SCRIPT = """
+from opentelemetry import trace
+from otel_jobsteps.auto import ensure_processor, feeds_job_steps
+
+print(ensure_processor(), type(trace.get_tracer_provider()).__name__,
+      feeds_job_steps(trace.get_tracer_provider()))
+"""
+
+
+@pytest.mark.parametrize(
+    ("sdk_disabled", "expected"),
+    [
+        pytest.param("", "True TracerProvider True", id="sets-a-provider"),
+        pytest.param("true", "False ProxyTracerProvider None", id="otel-sdk-disabled"),
+    ],
+)
+def test_ensure_processor_without_a_provider(dsn: str, sdk_disabled: str, expected: str) -> None:
+    env = {**os.environ, "OTEL_JOBSTEPS_DSN": dsn, "OTEL_SDK_DISABLED": sdk_disabled}
+    result = subprocess.run(
+        [sys.executable, "-c", GLOBAL_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected

@@ -2,10 +2,12 @@
 
 Fills job_event with ``rows`` rows (bigtable.py; 5 M by default), adds one job of 1,000 steps
 over 5 attempts, then requests each page through the ASGI app in process (connection, queries,
-template: everything but the network) and reports the median and slowest of ``repeat`` runs
-after two warm-up requests. The statements of ``sql/web.sql`` are then explained on the same
-table (EXPLAIN ANALYZE, custom and generic plans, as benchmarks.explain does for the read side);
-any Seq Scan on job_event or job_log fails.
+template: everything but the network) and reports the median and slowest of 15 runs after two
+warm-up requests. The statements of ``sql/web.sql`` are then explained on the same table
+(EXPLAIN ANALYZE, custom and generic plans, as benchmarks.explain does for the read side); any
+Seq Scan on job_event or job_log fails. Last, `sweep` closes the filled table's never-closed
+steps (2 % of its jobs, 20,000 at 5 M rows, spread over the whole heap) and 500 live steps
+start: /running is measured again as a fleet with that many steps running.
 
     python -m benchmarks.web [--dsn DSN] [--rows 5000000] [--database DSN_OF_FILLED_DB]
 """
@@ -15,11 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from datetime import timedelta
 from unittest import mock
 
 import psycopg
 from starlette.testclient import TestClient
 
+from otel_jobsteps import sweep
 from otel_jobsteps.web import create_app
 
 from . import explain
@@ -40,6 +44,21 @@ PAGES = (
     ("steps page, last 24 h", "/steps", None),
     ("steps page, every row kept (window=all)", "/steps?window=all", None),
 )
+LIVE_STEPS = 500
+# After `sweep` closed the table's 20,000 never-closed steps: a fleet with 500 steps running.
+PAGES_AFTER_SWEEP = (
+    (f"running page, {LIVE_STEPS} open steps after sweep", "/running", 100.0),
+    ("jobs page, first page, after sweep", "/", 100.0),
+)
+
+LIVE_STEPS_SQL = """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,
+                       execution_id, created_at, heartbeat_at)
+SELECT 'bench', 'live-' || n, 'thumbnail', 1, 'STEP', 'RENDER', 'RUNNING', 'live-' || n,
+       now() - n * interval '1 s', now() - n * interval '100 ms'
+FROM generate_series(1, %(steps)s) AS n
+ON CONFLICT DO NOTHING
+"""
 
 LONG_JOB_SQL = """
 INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status, detail,
@@ -88,13 +107,24 @@ def add_long_job(dsn: str) -> None:
         conn.execute("ANALYZE job_log")
 
 
-def measure(dsn: str, repeat: int) -> list[Row]:
+def sweep_and_start_live_steps(dsn: str) -> None:
+    """Close the filled table's never-closed steps as `sweep` would, then open live ones."""
+    sweep(dsn, timedelta(days=1))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(LIVE_STEPS_SQL, {"steps": LIVE_STEPS})
+        conn.execute("VACUUM (ANALYZE) job_event")
+
+
+def measure(
+    dsn: str, repeat: int, pages: tuple[tuple[str, str, float | None], ...] = PAGES
+) -> list[Row]:
     """Server time of each page: median and slowest of ``repeat`` requests after a warm-up."""
     found = []
     with TestClient(create_app(dsn)) as client:
-        for label, url, target in PAGES:
+        for label, url, target in pages:
             times = []
-            for run in range(repeat + 2):
+            runs = repeat if target else min(repeat, 3)  # untargeted pages may be slow ones
+            for run in range(runs + 2):
                 started = time.perf_counter()
                 response = client.get(url)
                 elapsed = (time.perf_counter() - started) * 1000
@@ -146,15 +176,22 @@ def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
     return rows
 
 
+def measure_all(dsn: str, big_rows: int, *, quick: bool, verbose: bool) -> list[Row]:
+    """The pages and plans on a filled database, then /running after a sweep."""
+    repeat = 3 if quick else 15
+    add_long_job(dsn)
+    rows = measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
+    sweep_and_start_live_steps(dsn)
+    return rows + measure(dsn, repeat, PAGES_AFTER_SWEEP)
+
+
 def run(dbs: Databases, *, big_rows: int, quick: bool = False, verbose: bool = False) -> list[Row]:
     """Fill a fresh database, measure the pages, explain the statements, drop it."""
-    repeat = 3 if quick else 15
     dsn = dbs.fresh("web")
     try:
         timings = fill(dsn, big_rows)
         print(f"   filled {big_rows:,} rows: {timings}", flush=True)
-        add_long_job(dsn)
-        return measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
+        return measure_all(dsn, big_rows, quick=quick, verbose=verbose)
     finally:
         dbs.drop(dsn)
 
@@ -168,9 +205,7 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print every plan")
     args = parser.parse_args()
     if args.database:
-        add_long_job(args.database)
-        rows = measure(args.database, 3 if args.quick else 15)
-        rows += plan_rows(args.database, args.rows, verbose=args.verbose)
+        rows = measure_all(args.database, args.rows, quick=args.quick, verbose=args.verbose)
     else:
         with server(args.dsn) as server_dsn:
             dbs = Databases(server_dsn)

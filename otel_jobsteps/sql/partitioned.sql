@@ -5,7 +5,8 @@
 -- every open step, and every attempt that has not ended or ended in the current interval.
 -- Finished attempts move, whole, into child tables (table inheritance) chosen by when the
 -- attempt ended (its job_log created_at): job_event_pYYYYMMDDtHHMMSS and job_log_p... for the
--- interval starting then. Reading job_event or job_log reads the children too, so every view,
+-- interval starting then, under job_event_archive and job_log_archive (empty, so that "the
+-- moved rows" is one name). Reading job_event or job_log reads the children too, so every view,
 -- read query and maintenance statement sees one table as before. Retention drops whole children.
 --
 -- Why not declarative partitioning: a partitioned table's unique index must contain the
@@ -15,8 +16,8 @@
 -- - no child ever holds an open step (CHECK closed_steps_only), so the one-open-step index of
 --   the current table covers every open step there is; the same CHECK lets the planner skip
 --   the children in every statement that looks for open steps (all the writer's updates);
--- - a final row for an attempt whose final row already moved is dropped by a trigger (the
---   first one won), under a lock the mover takes exclusively while it moves rows.
+-- - a final row for an attempt whose final row already moved is deleted again by a trigger
+--   at the end of its INSERT statement (the first one won), before anyone else can see it.
 
 CREATE TABLE IF NOT EXISTS otel_jobsteps_layout (
     singleton           boolean PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -34,7 +35,14 @@ CREATE TABLE IF NOT EXISTS otel_jobsteps_partition (
     job_log      text NOT NULL
 );
 
--- The lock the mover holds exclusively and every final-row insert shares (one per schema).
+-- The parents of the children: empty themselves. A child can never hold an open step, so the
+-- one-open-step index of the current table covers every open step there is.
+CREATE TABLE IF NOT EXISTS job_event_archive (
+    CONSTRAINT closed_steps_only CHECK (type <> 'STEP' OR ended_at IS NOT NULL)
+) INHERITS (job_event);
+CREATE TABLE IF NOT EXISTS job_log_archive () INHERITS (job_log);
+
+-- The lock that keeps movers and drops of one schema one at a time.
 CREATE OR REPLACE FUNCTION otel_jobsteps_move_lock_key() RETURNS bigint
 LANGUAGE sql STABLE AS $$ SELECT hashtextextended('otel_jobsteps:move:' || current_schema(), 0) $$
 SET search_path FROM CURRENT;
@@ -62,12 +70,12 @@ BEGIN
     EXECUTE format('CREATE TABLE %s (LIKE job_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
                    ' INCLUDING INDEXES, CONSTRAINT closed_steps_only'
                    ' CHECK (type <> %L OR ended_at IS NOT NULL))', v_event, 'STEP');
-    EXECUTE format('ALTER TABLE %s INHERIT job_event', v_event);
+    EXECUTE format('ALTER TABLE %s INHERIT job_event_archive', v_event);
     EXECUTE format('CREATE TABLE %s (LIKE job_log INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
                    ' INCLUDING INDEXES, CONSTRAINT ended_in_interval'
                    ' CHECK (created_at >= %L AND created_at < %L))',
                    v_log, v_lower, v_lower + v_step);
-    EXECUTE format('ALTER TABLE %s INHERIT job_log', v_log);
+    EXECUTE format('ALTER TABLE %s INHERIT job_log_archive', v_log);
     INSERT INTO otel_jobsteps_partition VALUES (v_lower, v_lower + v_step, v_event, v_log);
     RETURN v_lower;
 END $$
@@ -94,8 +102,7 @@ BEGIN
     SELECT partition_interval INTO STRICT v_step FROM otel_jobsteps_layout;
     v_before := COALESCE(ended_before,
                          date_bin(v_step, now(), timestamptz '2000-01-01 00:00:00+00'));
-    -- Exclusive: no final row is written for an attempt while its final row moves (see the
-    -- trigger below), and two movers never create the same child.
+    -- One mover at a time: two never create the same child or move the same rows.
     PERFORM pg_advisory_xact_lock(otel_jobsteps_move_lock_key());
     SELECT array_agg(l.domain), array_agg(l.job_id), array_agg(l.attempt), array_agg(l.created_at)
     INTO v_domain, v_job_id, v_attempt, v_ended
@@ -117,10 +124,9 @@ BEGIN
         INTO v_domain, v_job_id, v_attempt, v_ended
         FROM (SELECT DISTINCT e.domain, e.job_id, e.attempt, l.created_at
               FROM ONLY job_event AS e
-              JOIN job_log AS l
+              JOIN job_log_archive AS l
                 ON l.domain = e.domain AND l.job_id = e.job_id AND l.attempt = e.attempt
               WHERE COALESCE(e.ended_at, e.created_at) < v_before
-                AND l.tableoid <> 'job_log'::regclass
                 AND NOT EXISTS (SELECT 1 FROM ONLY job_event AS o
                                 WHERE o.domain = e.domain AND o.job_id = e.job_id
                                   AND o.attempt = e.attempt
@@ -187,21 +193,24 @@ END $$
 SET search_path FROM CURRENT;
 
 -- The first final row of an attempt wins, also against one that has moved to a child: the
--- unique index of the current job_log sees only the current rows, so this looks in the
--- children. Shares the mover's lock: a final row cannot be moving while this looks.
+-- unique index of the current job_log sees only the current rows, so after each INSERT the new
+-- rows whose attempt already has a moved final row are deleted again, before anyone else can
+-- see them. One statement per INSERT: the children are opened once, not once per row. No lock
+-- is needed against the mover: an insert that raced a move waited on the unique index until
+-- the move committed, and this statement's snapshot is taken after that. EXECUTE, not a
+-- plan cached by PL/pgSQL: the writer runs many statements in one transaction, and a plan
+-- cached earlier in it would not know a child the mover created and filled meanwhile.
 CREATE OR REPLACE FUNCTION otel_jobsteps_first_final_row() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(otel_jobsteps_move_lock_key());
-    IF EXISTS (SELECT 1 FROM job_log AS l
-               WHERE l.domain = NEW.domain AND l.job_id = NEW.job_id
-                 AND l.attempt = NEW.attempt AND l.tableoid <> TG_RELID) THEN
-        RETURN NULL;  -- skipped, as ON CONFLICT DO NOTHING skips
-    END IF;
-    RETURN NEW;
+    EXECUTE 'DELETE FROM ONLY job_log AS l USING inserted AS n WHERE l.id = n.id'
+            ' AND EXISTS (SELECT 1 FROM job_log_archive AS a WHERE a.domain = n.domain'
+            '             AND a.job_id = n.job_id AND a.attempt = n.attempt)';
+    RETURN NULL;
 END $$
 SET search_path FROM CURRENT;
 
 DROP TRIGGER IF EXISTS first_final_row ON job_log;
-CREATE TRIGGER first_final_row BEFORE INSERT ON job_log
-    FOR EACH ROW EXECUTE FUNCTION otel_jobsteps_first_final_row();
+CREATE TRIGGER first_final_row AFTER INSERT ON job_log
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION otel_jobsteps_first_final_row();

@@ -84,7 +84,7 @@ def _check_recorded(span: trace.Span, tracer_given: bool) -> None:
             "not-recorded",
             "job_attempt(): the job span is not recorded (no SDK tracer, or the sampler dropped "
             "it), so its steps are not either: JobStepsProcessor sees recorded spans only; "
-            "sample job spans, e.g. OTEL_TRACES_SAMPLER=parentbased_always_on",
+            "use a sampler that keeps job spans, e.g. OTEL_TRACES_SAMPLER=always_on",
         )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from otel_jobsteps import JobStepsProcessor, context, job_attempt, job_detail, progress, step
 from otel_jobsteps.auto import ensure_processor, feeds_job_steps
@@ -154,3 +155,19 @@ def test_ensure_processor_without_a_provider(dsn: str, sdk_disabled: str, expect
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
+
+
+def test_a_job_span_the_sampler_drops_warns_once(
+    fresh_warnings: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    tracer = provider.get_tracer("tests")
+    with caplog.at_level(logging.WARNING, logger="otel_jobsteps"):
+        for job_id in ("1", "2"):
+            with job_attempt("render", job_id, "thumbnail", tracer=tracer):
+                pass
+    provider.shutdown()
+
+    [warning] = _warnings(caplog)
+    assert "the job span is not recorded" in warning
+    assert "OTEL_TRACES_SAMPLER=always_on" in warning

@@ -217,7 +217,9 @@ class Staging:
                     derived_before[trace].add(span_id & 0xFFFFFFFFFFFFFFFF)
         recorder = StepRecorder(debounce_ms=0)
         written: dict[str, list[list[Any]]] = {}
-        for trace in changed:
+        # Traces in the order they began: one job's attempts in different traces then meet in
+        # the batch as they happened (attempt 1's end before attempt 2's start settles it).
+        for trace in sorted(changed, key=lambda t: min(s.start_ns for s in spans[t])):
             translator = SpanTranslator(problem=self.stats.problem)
             attempts: dict[tuple[str, str, int], None] = {}
             for command in trace_commands(
@@ -247,6 +249,17 @@ class Staging:
             )
         batch = recorder.take_batch()
         if batch is not None:
+            logs = [log for segment in batch.segments for log in segment.job_logs]
+            if logs:
+                cur.execute(
+                    self._queries["forget_abandoned_logs"],
+                    {
+                        "domain": [log.domain for log in logs],
+                        "job_id": [log.job_id for log in logs],
+                        "attempt": [log.attempt for log in logs],
+                        "end_us": [log.created_us for log in logs],
+                    },
+                )
             self._write(store, batch)
         cur.execute(
             self._queries["note_traces"],

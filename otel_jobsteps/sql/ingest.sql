@@ -43,6 +43,16 @@ DELETE FROM {job_log} AS l USING target AS t
 WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
   AND l.trace_id = t.trace_id;
 
+-- name: forget_abandoned_logs --
+-- A later attempt's start wrote FAILED abandoned for an attempt whose end is only arriving now,
+-- and is dated after it: in span order the attempt ended first, so its own final row replaces it.
+DELETE FROM {job_log} AS l
+USING unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[], %(end_us)s::bigint[])
+      AS t (domain, job_id, attempt, end_us)
+WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
+  AND l.reason = 'abandoned'
+  AND l.created_at >= timestamptz 'epoch' + t.end_us * interval '1 microsecond';
+
 -- name: settle_traces --
 -- Traces untouched for the settle time: drop their spans, keep a tombstone so late copies are
 -- ignored. Returns, per settled trace, its span count and whether it ever had a job's rows.

@@ -17,24 +17,28 @@ import pytest
 
 from otel_jobsteps import migrate
 from tests.conftest import wait_until
+from tests.ingest.stories import Recording
 
 # Every column but the identity and the heartbeat (the processor refreshes it while a step is
-# open; the receiver writes closed rows) in a stable order.
+# open; the receiver writes closed rows) in a stable order; %s: a LIKE pattern of job ids.
 EVENT_ROWS = (
     "SELECT domain, job_id, job_type, attempt, type, step_key, step_status, detail, message,"
-    " trace_id, span_id, execution_id, created_at, ended_at FROM job_event"
+    " trace_id, span_id, execution_id, created_at, ended_at FROM job_event WHERE job_id LIKE %s"
     " ORDER BY domain, job_id, attempt, created_at, type, step_key, id"
 )
 LOG_ROWS = (
     "SELECT domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_at"
-    " FROM job_log ORDER BY domain, job_id, attempt"
+    " FROM job_log WHERE job_id LIKE %s ORDER BY domain, job_id, attempt"
 )
 
 
-def table_rows(dsn: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """(job_event rows, job_log rows) without ids, for comparing two databases."""
+def table_rows(dsn: str, jobs: str = "%") -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(job_event rows, job_log rows) without ids of the jobs whose id is LIKE ``jobs``."""
     with psycopg.connect(dsn) as conn:
-        return conn.execute(EVENT_ROWS).fetchall(), conn.execute(LOG_ROWS).fetchall()
+        return (
+            conn.execute(EVENT_ROWS, (jobs,)).fetchall(),
+            conn.execute(LOG_ROWS, (jobs,)).fetchall(),
+        )
 
 
 def free_port() -> int:
@@ -116,3 +120,10 @@ def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
         if collector.process.poll() is None:
             collector.process.kill()
             collector.process.wait(timeout=10)
+
+
+@pytest.fixture
+def recording(dsn: str) -> Iterator[Recording]:
+    recorded = Recording(dsn)
+    yield recorded
+    recorded.close()

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import secrets
 import time
+from collections.abc import Callable
 
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Tracer
 
-from otel_jobsteps import job_attempt, progress, record_event, record_job_event, step
+from otel_jobsteps import (
+    JobStepsProcessor,
+    job_attempt,
+    progress,
+    record_event,
+    record_job_event,
+    step,
+)
 from otel_jobsteps.attributes import JOB_OUTCOME, JOB_STEP_DETAIL, OUTCOME_TARGET_DELETED
+from tests.ingest.requests import proto_spans
 
 
-def seed_story(tracer: Tracer, job_id: str = "42") -> None:
+def seed_story(tracer: Tracer, suffix: str = "") -> None:
     """The seed: attempt 1 renders and fails to save; a retry is scheduled; attempt 2 succeeds."""
+    job_id = "42" + suffix
     for made in (0, 1):
         try:
             with job_attempt("render", job_id, "thumbnail", made, tracer=tracer):
@@ -29,9 +45,10 @@ def seed_story(tracer: Tracer, job_id: str = "42") -> None:
             )
 
 
-def other_paths(tracer: Tracer, job_id: str = "7") -> None:
+def other_paths(tracer: Tracer, suffix: str = "") -> None:
     """Explicit detail over progress, an ordinary event inside a job, target deleted, a step
     entered twice, a late finish past the time limit."""
+    job_id = "7" + suffix
     with job_attempt("mail", job_id, "digest", tracer=tracer) as span:
         with step("COLLECT", tracer=tracer) as collect:
             progress(n=1)
@@ -46,6 +63,39 @@ def other_paths(tracer: Tracer, job_id: str = "7") -> None:
             time.sleep(0.01)
 
 
-def tell_all(tracer: Tracer) -> None:
-    seed_story(tracer)
-    other_paths(tracer)
+def tell_all(tracer: Tracer, suffix: str = "") -> None:
+    """Every story; ``suffix`` ends every job id (to tell runs apart in one database)."""
+    seed_story(tracer, suffix)
+    other_paths(tracer, suffix)
+
+
+class _SystemIds(IdGenerator):
+    """Ids from the OS: hypothesis seeds the ``random`` module the SDK's ids come from, which
+    would give every example the same ids (a duplicate of the last one)."""
+
+    def generate_span_id(self) -> int:
+        return secrets.randbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return secrets.randbits(128) or 1
+
+
+class Recording:
+    """One provider: the processor writes the reference rows, the exporter keeps the spans."""
+
+    def __init__(self, dsn: str) -> None:
+        self.processor = JobStepsProcessor(dsn)
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider(id_generator=_SystemIds())
+        self.provider.add_span_processor(self.processor)
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    def spans(self, story: Callable[[Tracer, str], None], suffix: str) -> list[Span]:
+        """Tell ``story`` with job ids ending in ``suffix``; its spans as OTLP protobuf."""
+        self.exporter.clear()
+        story(self.provider.get_tracer("tests"), suffix)
+        assert self.processor.force_flush(10_000)
+        return proto_spans(self.exporter.get_finished_spans())
+
+    def close(self) -> None:
+        self.provider.shutdown()

@@ -43,6 +43,7 @@ MAX_INTERVAL_S = 3600.0
 MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
 MAX_LIMIT = 1_000_000
 MAX_BATCH_SIZE = 100_000
+_JSON_UNESCAPED = re.compile("[\x7f-\x9f]")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -126,7 +127,10 @@ def _schema(args: argparse.Namespace) -> str:
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    # json escapes C0 controls itself; DEL and C1 (only ever inside strings) get \u escapes
+    # too: the same values for a parser, inert on a terminal.
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    print(_JSON_UNESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text))
 
 
 def _plural(count: int, word: str, plural: str | None = None) -> str:

@@ -108,7 +108,7 @@ class _SpanScope:
         self._token: object = None
 
     def __enter__(self) -> trace.Span:
-        if self._marks is _STEP_SPAN and not _in_job():
+        if self._marks is _STEP_SPAN and "step-outside-job" not in _warned and not _in_job():
             _warn_once(
                 "step-outside-job",
                 f"step({self._attributes[JOB_STEP_KEY]!r}) ran outside a job, so it is not "
@@ -198,8 +198,7 @@ def _in_job() -> bool:
     A plain-tracer job span further up is not visible from here (a span knows only its
     parent's ids), so such a step warns once although the processor records it.
     """
-    attributes = _current_attributes()
-    return otel_context.get_value(_JOB_SPAN) is not None or JOB_ID in attributes
+    return otel_context.get_value(_JOB_SPAN) is not None or JOB_ID in _current_attributes()
 
 
 def _is_attribute_value(value: Any) -> bool:

@@ -19,14 +19,14 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from psycopg.conninfo import conninfo_to_dict
 
-from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
+from .attributes import JOB_EVENT_TYPE, JOB_ID
 from .batch import Batch
 from .detail import DEFAULT_MAX_DETAIL_BYTES
 from .errors import ConfigurationError
 from .facts import ended_facts, started_facts
-from .recorder import StepRecorder
+from .recorder import StepRecorder, StepStarted
 from .schema import check_writable_tables, migrate
-from .spans import LatestProgress, attribute_dict, watch_events
+from .spans import attribute_dict, events_added, newest_progress_event, plain_attributes
 from .stats import Stats
 from .store import StepStore
 from .telemetry import register_metrics
@@ -34,6 +34,10 @@ from .translate import DEFAULT_MAX_OPEN_SPANS, SpanTranslator
 from .writer import Writer
 
 __all__ = ["JobStepsProcessor"]
+
+# A running step's events are looked at this often: the first progress is written this soon.
+PROGRESS_POLL_S = 0.05
+MIN_PROGRESS_POLL_S = 0.005  # with no debounce at all
 
 
 def _env_int(name: str, default: int) -> int:
@@ -58,47 +62,110 @@ class SpanEnded(NamedTuple):
     span: ReadableSpan
 
 
-class ProgressReported(NamedTuple):
-    """Queued by the first progress event since the writer last read the step's events."""
+class _WatchedStep:
+    """A live step span the writer polls for new events while it runs."""
 
-    span_id: int
-    latest: LatestProgress
+    __slots__ = ("added", "newest", "span")
+
+    def __init__(self, span: ReadableSpan) -> None:
+        self.span = span
+        self.added = 0  # events_added() when last polled
+        self.newest: object = None  # the progress event last reported
 
 
 class _LiveSpans:
-    """The writer's handler for door one: queued live spans -> facts -> commands -> recorder."""
+    """The writer's handler for door one: queued live spans -> facts -> commands -> recorder.
 
-    def __init__(self, recorder: StepRecorder, translator: SpanTranslator) -> None:
+    Progress needs no hook in the job: while a step runs, the writer polls its span's event
+    count every ``poll_interval_s`` (and at every flush and at its end) and reports the newest
+    progress event when it changed. The job's ``add_event`` stays the SDK's own.
+    """
+
+    def __init__(
+        self,
+        recorder: StepRecorder,
+        translator: SpanTranslator,
+        *,
+        poll_interval_s: float,
+        clock: Callable[[], float],
+        count: Callable[[str, int], None],
+        problem: Callable[[str, object], None],
+    ) -> None:
         self.recorder = recorder
         self.translator = translator
         self._record = recorder.handle
+        self._poll_interval = poll_interval_s
+        self._clock = clock
+        self._count = count
+        self._problem = problem
+        self._steps: dict[int, _WatchedStep] = {}
+        self._next_poll = 0.0
+        self.backlogged: Callable[[], bool] = lambda: False  # the writer's, once it exists
 
-    def handle(self, item: SpanStarted | SpanEnded | ProgressReported) -> None:
+    def handle(self, item: SpanStarted | SpanEnded) -> None:
         record = self._record
         if type(item) is SpanEnded:
-            for command in self.translator.ended(ended_facts(item.span)):
+            span = item.span
+            watched = self._steps.pop(span.context.span_id, None)
+            if watched is not None:
+                self._poll(watched, span)  # events since the last poll ride with the close
+            for command in self.translator.ended(ended_facts(span)):
                 record(command)
-        elif type(item) is SpanStarted:
-            for command in self.translator.started(started_facts(item.span)):
-                record(command)
-        else:
-            progress = self.translator.progress(item.span_id, item.latest)  # type: ignore[union-attr]
-            if progress is not None:
-                record(progress)
+            return
+        commands = self.translator.started(started_facts(item.span))
+        for command in commands:
+            record(command)
+            if type(command) is StepStarted:
+                if not self._steps:
+                    self._next_poll = self._clock() + self._poll_interval
+                self._steps[command.span_id] = _WatchedStep(item.span)
+
+    def _poll(self, watched: _WatchedStep, span: ReadableSpan) -> None:
+        added = events_added(span)
+        if added == watched.added:
+            return
+        watched.added = added
+        event = newest_progress_event(span)
+        if event is None or event is watched.newest:
+            return  # only exceptions were added
+        watched.newest = event
+        attributes = plain_attributes(event.attributes)
+        progress = self.translator.progress(span.context.span_id, lambda: attributes)
+        if progress is not None:
+            self._count("commands", 1)
+            self._record(progress)
+
+    def _poll_all(self) -> None:
+        if self.backlogged():
+            # The database is away and the held operations are at their bound: progress is
+            # the first thing shed (the close still takes the step's newest detail).
+            self._problem("dropped_ProgressReported", "backlog: progress not read")
+            return
+        for watched in list(self._steps.values()):
+            self._poll(watched, watched.span)
+
+    def next_due(self) -> float | None:
+        due = self.recorder.next_due()
+        if self._steps and (due is None or self._next_poll < due):
+            return self._next_poll
+        return due
+
+    def fire_due(self, now: float | None = None) -> None:
+        now = self._clock() if now is None else now
+        if self._steps and now >= self._next_poll:
+            self._next_poll = now + self._poll_interval
+            self._poll_all()
+        self.recorder.fire_due(now)
+
+    def flush_timers(self) -> None:
+        """A flush: every progress added before it is read now, and every window written."""
+        self._poll_all()
+        self.recorder.flush_timers()
 
     # The rest of what the writer needs is the recorder's.
 
     def take_batch(self) -> Batch | None:
         return self.recorder.take_batch()
-
-    def next_due(self) -> float | None:
-        return self.recorder.next_due()
-
-    def fire_due(self, now: float | None = None) -> None:
-        self.recorder.fire_due(now)
-
-    def flush_timers(self) -> None:
-        self.recorder.flush_timers()
 
     def pending_operations(self) -> int:
         return self.recorder.pending_operations()
@@ -184,7 +251,7 @@ class JobStepsProcessor(SpanProcessor):
             on_connect=self._prepare_connection,
         )
         self._live = self._live_spans()
-        self._writer = Writer(
+        self._writer = writer = Writer(
             self._live,
             self._store,
             self._stats,
@@ -194,6 +261,7 @@ class JobStepsProcessor(SpanProcessor):
             heartbeat_interval_s=heartbeat_interval_s,
             clock=clock,
         )
+        self._live.backlogged = writer.backlogged
         # Span id -> True for every queued span not yet ended (job thread; bounded, oldest out).
         self._in_scope: dict[int, bool] = {}
         self._shut_down = False
@@ -220,10 +288,6 @@ class JobStepsProcessor(SpanProcessor):
                 if len(in_scope) > self._max_open_spans:
                     del in_scope[next(iter(in_scope))]
                     self._stats.problem("evicted_spans", "a job or step span never ended")
-                if JOB_STEP_KEY in attributes and not watch_events(
-                    span, self._report_progress, span_id
-                ):
-                    self._stats.problem("progress_hook_unavailable", "progress is read at step end")
             self._writer.submit(SpanStarted(span))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
@@ -233,12 +297,6 @@ class JobStepsProcessor(SpanProcessor):
             if self._in_scope.pop(span.context.span_id, False):
                 self._writer.submit(SpanEnded(span))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
-            self._stats.problem("internal_error", error)
-
-    def _report_progress(self, span_id: int, latest: LatestProgress) -> None:
-        try:
-            self._writer.submit_progress(ProgressReported(span_id, latest))
-        except Exception as error:  # noqa: BLE001 - called from span.add_event in the job
             self._stats.problem("internal_error", error)
 
     # -- SpanProcessor lifecycle --------------------------------------------------------------
@@ -270,7 +328,14 @@ class JobStepsProcessor(SpanProcessor):
         translator = SpanTranslator(
             problem=self._stats.problem, received=False, max_open_spans=self._max_open_spans
         )
-        return _LiveSpans(recorder, translator)
+        return _LiveSpans(
+            recorder,
+            translator,
+            poll_interval_s=min(PROGRESS_POLL_S, self._debounce_ms / 1000) or MIN_PROGRESS_POLL_S,
+            clock=self._clock,
+            count=self._stats.add,
+            problem=self._stats.problem,
+        )
 
     def _prepare_connection(self, conn: Any) -> None:
         if self._auto_migrate:
@@ -283,4 +348,5 @@ class JobStepsProcessor(SpanProcessor):
         self._stats.reset()
         self._in_scope = {}
         self._live = self._live_spans()
+        self._live.backlogged = self._writer.backlogged
         self._writer.after_fork_in_child(self._live)

@@ -1,8 +1,9 @@
 """The places that reach into the OpenTelemetry SDK's private span state, kept together.
 
-Both are speed or reach the public API cannot give: a plain dict lookup instead of a
-Mapping ``get`` that raises and catches KeyError on every miss, and an event hook the SDK does
-not have. Each falls back to public behaviour when the SDK's internals look different.
+Both are speed the public API cannot give: a plain dict lookup instead of a Mapping ``get`` that
+raises and catches KeyError on every miss, and an event count without copying the event list
+(the writer polls it while a step runs). Each falls back to public behaviour when the SDK's
+internals look different.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from opentelemetry.sdk.util import BoundedList
 __all__ = [
     "LatestProgress",
     "attribute_dict",
+    "events_added",
     "latest_progress",
+    "newest_progress_event",
     "plain_attributes",
-    "watch_events",
 ]
 
 _EMPTY: Mapping[str, Any] = {}
@@ -40,56 +42,34 @@ def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
 LatestProgress = Callable[[], Mapping[str, Any]]
 
 
-class _WatchedEvents(BoundedList):  # type: ignore[type-arg]
-    """The SDK's event list of one span, reporting progress events as they are added.
+def events_added(span: ReadableSpan) -> int:
+    """How many events a live span has had so far: a cheap number to poll for a change.
 
-    Only the first event since the last read is reported: the reader then takes the latest
-    event from the list itself, so a burst of events costs the job one queued command.
+    The SDK's list drops its oldest events when full, so its length alone can stand still.
     """
+    events = getattr(span, "_events", None)
+    if type(events) is BoundedList:
+        return len(events._dq) + events.dropped  # type: ignore[attr-defined]
+    return len(span.events) + span.dropped_events
 
-    _notify: Callable[[Any, LatestProgress], None]
-    _tag: Any
-    _armed: bool
 
-    def append(self, item: Event) -> None:
-        BoundedList.append(self, item)
-        if self._armed and item.name != "exception":
-            self._armed = False
-            self._notify(self._tag, self.take_latest)
+def newest_progress_event(span: ReadableSpan) -> Event | None:
+    """The newest event of a live span that is not an ``exception``, or None.
 
-    def take_latest(self) -> Mapping[str, Any]:
-        """The latest progress event's attributes; the next event is reported again.
-
-        Runs on the writer thread while the job thread may append: the scan holds the list's
-        own lock (the one its append takes), since iterating a deque that grows raises.
-        """
-        self._armed = True  # before reading: an event added meanwhile is either seen or reported
-        with self._lock:  # type: ignore[attr-defined]
-            return latest_progress(reversed(self._dq))  # type: ignore[attr-defined]
+    Runs on the writer thread while the job thread may add events: ``span.events`` copies the
+    list under the SDK list's own lock, so the read never meets a list being appended to.
+    """
+    return _first_progress(reversed(span.events))
 
 
 def latest_progress(newest_first: Iterable[Event]) -> Mapping[str, Any]:
     """The attributes of the newest event that is not an ``exception``; empty if none."""
+    event = _first_progress(newest_first)
+    return _EMPTY if event is None else plain_attributes(event.attributes)
+
+
+def _first_progress(newest_first: Iterable[Event]) -> Event | None:
     for event in newest_first:
         if event.name != "exception":
-            return plain_attributes(event.attributes)
-    return _EMPTY
-
-
-def watch_events(
-    span: ReadableSpan, notify: Callable[[Any, LatestProgress], None], tag: Any
-) -> bool:
-    """Call ``notify(tag, take_latest)`` when a progress event is added to ``span``.
-
-    ``take_latest()`` returns the newest progress event's attributes and re-arms the report.
-    Returns False when the SDK's span looks different. The SDK's own list object stays in
-    place (only its class is swapped): nothing is copied.
-    """
-    events = getattr(span, "_events", None)
-    if type(events) is not BoundedList:
-        return False
-    events.__class__ = _WatchedEvents
-    events._notify = notify  # type: ignore[attr-defined]
-    events._tag = tag  # type: ignore[attr-defined]
-    events._armed = True  # type: ignore[attr-defined]
-    return True
+            return event
+    return None

@@ -71,8 +71,6 @@ class Writer:
         self._store = store
         self._stats = stats
         self._max_queue = max_queue_size
-        # Progress is shed first: it is dropped once the queue is 90% full.
-        self._max_progress_queue = max(1, max_queue_size * 9 // 10)
         self._max_batch_commands = max_batch_commands
         self._max_pending_operations = max_pending_operations
         self._backoff_initial = backoff_initial_s
@@ -100,22 +98,12 @@ class Writer:
 
     # -- application threads ------------------------------------------------------------------
 
-    # The two submit methods are the hot path: one length check, one append, no lock.
+    # The hot path: one length check, one append, no lock.
 
     def submit(self, command: Any) -> None:
         """Queue a command that opens or closes something (dropped only when the queue is full)."""
         queue = self._queue
         if len(queue) >= self._max_queue or self._stopping:
-            self._drop(command)
-            return
-        queue.append(command)
-        if self._idle or len(queue) == self._wake_threshold or self._thread is None:
-            self._wake()
-
-    def submit_progress(self, command: Any) -> None:
-        """Queue a progress command; shed first, once the queue is 90% full."""
-        queue = self._queue
-        if len(queue) >= self._max_progress_queue or self._stopping:
             self._drop(command)
             return
         queue.append(command)
@@ -163,6 +151,10 @@ class Writer:
 
     def queue_length(self) -> int:
         return len(self._queue)
+
+    def backlogged(self) -> bool:
+        """True while the operations held for a later write are at their bound (writer thread)."""
+        return self._pending_operations() >= self._max_pending_operations
 
     def after_fork_in_child(self, handler: CommandHandler) -> None:
         """A forked child gets a fresh queue, thread and handler; the parent's socket is left be.

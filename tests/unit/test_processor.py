@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Status, StatusCode
 
 from otel_jobsteps import (
@@ -28,6 +29,7 @@ from otel_jobsteps import (
     step,
 )
 from otel_jobsteps.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
+from tests.conftest import wait_until
 from tests.unit.recorder_support import settle, written
 
 UNUSED_DSN = "postgresql://nobody:secret@127.0.0.1:1/never"
@@ -318,15 +320,24 @@ def test_progress_with_nested_values_keeps_them_as_json_objects(
     assert recording.rows()[0].detail == {"frame": {"done": 10, "of": 300}, "eta": None, "pct": 3}
 
 
-def test_progress_is_read_at_step_end_where_events_cannot_be_watched(
-    setup: tuple[trace.Tracer, JobStepsProcessor, Recording], monkeypatch: pytest.MonkeyPatch
+def test_the_writer_reads_progress_while_the_step_runs_without_a_flush(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
 ) -> None:
-    """An SDK whose spans keep events differently: the last progress still reaches the row."""
-    monkeypatch.setattr("otel_jobsteps.processor.watch_events", lambda *args: False)
+    """No hook in the job's add_event (the SDK's own list stays as it is): the writer polls the
+    running step and writes its first progress by itself."""
     tracer, processor, recording = setup
     with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        assert processor.force_flush(5000)  # the open row is written
+        span: Any = trace.get_current_span()
         progress(pct=1)
         progress(pct=2)
+        assert type(span._events) is BoundedList
+        wait_until(
+            lambda: any(name == "write_progress" for name, _ in recording.ops()),
+            what="the polled progress write",
+        )
+        assert [op.detail for name, op in recording.ops() if name == "write_progress"] == [
+            {"pct": 2}
+        ]
     assert processor.force_flush(5000)
     assert recording.rows()[0].detail == {"pct": 2}
-    assert processor.stats()["progress_hook_unavailable"] == 1

@@ -1,6 +1,5 @@
-"""The event hook on SDK spans: one report per burst, the latest detail always read, safely
-while the job thread appends; and the fast paths into the SDK's span state, not only their
-fallbacks."""
+"""Reads of a live SDK span: its event count and newest progress, safely while the job thread
+appends; and the fast paths into the SDK's span state, not only their fallbacks."""
 
 from __future__ import annotations
 
@@ -15,10 +14,10 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from otel_jobsteps.spans import (
-    LatestProgress,
     attribute_dict,
+    events_added,
+    newest_progress_event,
     plain_attributes,
-    watch_events,
 )
 
 
@@ -26,21 +25,30 @@ def new_span(**attributes: Any) -> Any:
     return TracerProvider().get_tracer("t").start_span("s", attributes=attributes)
 
 
-def test_a_burst_of_events_is_reported_once_and_read_at_its_latest() -> None:
+def test_the_event_count_moves_with_every_event_even_when_the_list_is_full() -> None:
+    span: Any = TracerProvider(span_limits=SpanLimits(max_events=2)).get_tracer("t").start_span("s")
+    counts = [events_added(span)]
+    for pct in range(4):
+        span.add_event("progress", {"pct": pct})
+        counts.append(events_added(span))
+    assert counts == [0, 1, 2, 3, 4]  # the list holds two; the count still grows
+    assert len(span.events) == 2
+
+
+def test_the_event_count_falls_back_to_the_public_events() -> None:
+    public = SimpleNamespace(events=(object(), object()), dropped_events=3)
+    assert events_added(public) == 5  # type: ignore[arg-type]
+
+
+def test_the_newest_progress_skips_exceptions() -> None:
     span = new_span(**{"job.step.key": "A"})
-    reports: list[tuple[Any, LatestProgress]] = []
-    assert watch_events(span, lambda tag, latest: reports.append((tag, latest)), "tag")
+    assert newest_progress_event(span) is None
     span.add_event("progress", {"pct": 1})
     span.add_event("progress", {"pct": 2})
     span.record_exception(ValueError("not progress"))
-    assert len(reports) == 1
-    tag, latest = reports[0]
-    assert tag == "tag"
-    assert latest() == {"pct": 2}  # the newest progress event, exceptions skipped
-    span.add_event("progress", {"pct": 3})  # read once: the next event is reported again
-    assert len(reports) == 2
-    assert reports[1][1]() == {"pct": 3}
-    assert [e.name for e in span.events] == ["progress", "progress", "exception", "progress"]
+    event = newest_progress_event(span)
+    assert event is not None
+    assert dict(event.attributes or {}) == {"pct": 2}
 
 
 @pytest.fixture
@@ -59,11 +67,13 @@ def test_the_latest_progress_is_read_safely_while_the_job_thread_appends() -> No
     ("deque mutated during iteration"), and none goes back in time."""
     tracer = TracerProvider(span_limits=SpanLimits(max_events=64)).get_tracer("t")
     span: Any = tracer.start_span("s")
-    reports: list[LatestProgress] = []
-    assert watch_events(span, lambda _tag, latest: reports.append(latest), None)
     span.add_event("progress", {"n": 0})
-    take_latest = reports[0]
     stop = threading.Event()
+
+    def take_latest() -> Any:
+        event = newest_progress_event(span)
+        assert event is not None
+        return event.attributes
 
     def job() -> None:
         n = 0
@@ -109,11 +119,3 @@ def test_plain_attributes_unwraps_bounded_attributes_and_passes_others() -> None
     mapping = {"b": 2}
     assert plain_attributes(mapping) is mapping
     assert plain_attributes(None) == {}
-
-
-def test_events_of_an_unfamiliar_span_are_not_watched() -> None:
-    span = new_span()
-    span._events = list(span._events)  # an SDK whose event list looks different
-    assert not watch_events(span, lambda _tag, _latest: None, None)
-    span.add_event("progress", {"pct": 1})
-    assert type(span._events) is list

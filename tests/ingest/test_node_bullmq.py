@@ -1,0 +1,150 @@
+"""A real Node.js BullMQ worker (bullmq-otel, the OTel SDK, its OTLP exporter) against this
+machine's Redis and a running ``collect``: the rows the Python BullMQ adapter records."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import wait_until
+from tests.ingest.conftest import Collector, CollectorFactory
+from tests.integrations.conftest import REDIS_URL, REQUIRE_BROKERS, _broker
+from tests.integrations.support import (
+    assert_retried_then_completed,
+    step_rows,
+    wait_for_log,
+    wait_for_step,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-bullmq"
+
+
+@pytest.fixture(scope="session")
+def node_example() -> Path:
+    """The example with its npm packages installed (``npm ci`` from the lock file, once)."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        (pytest.fail if REQUIRE_BROKERS else pytest.skip)("needs Node.js 20 and npm")
+    if not (EXAMPLE / "node_modules" / ".package-lock.json").exists():
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=EXAMPLE,
+            check=True,
+            timeout=600,
+        )
+    return EXAMPLE
+
+
+@pytest.fixture
+def queue(node_example: Path) -> Iterator[str]:
+    """A queue of its own on this machine's Redis; its keys are deleted after the test."""
+    url = _broker(REDIS_URL, "Redis", default_port=6379, hello=b"PING\r\n", expect=b"+PONG")
+    name = f"jobsteps-node-{uuid.uuid4().hex[:8]}"
+    yield name
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(f"bull:{name}:*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+NodeWorker = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def node_worker(node_example: Path, queue: str, tmp_path: Path) -> Iterator[NodeWorker]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(collector: Collector, **env: str) -> subprocess.Popen[bytes]:
+        log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - the child writes it
+        process = subprocess.Popen(
+            ["node", "worker.js"],
+            cwd=node_example,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.traces_url,
+                "REDIS_URL": REDIS_URL,
+                "QUEUE": queue,
+                **env,
+            },
+        )
+        log.close()
+        started.append(process)
+
+        def ready() -> bool:
+            text = (tmp_path / "worker.log").read_text(errors="replace")
+            if process.poll() is not None:
+                raise AssertionError(f"the Node worker exited: {text}")
+            return "worker ready" in text
+
+        wait_until(ready, what="the Node worker")
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def enqueue(queue: str, name: str, job_id: str, attempts: int = 1) -> None:
+    subprocess.run(
+        ["node", "enqueue.js", name, job_id, str(attempts)],
+        cwd=EXAMPLE,
+        env={**os.environ, "REDIS_URL": REDIS_URL, "QUEUE": queue},
+        check=True,
+        timeout=60,
+    )
+
+
+def test_failed_attempt_then_retry_gives_the_python_adapters_rows(
+    start_collect: CollectorFactory, node_worker: NodeWorker, queue: str, dsn: str
+) -> None:
+    node_worker(start_collect(dsn))
+    enqueue(queue, "flaky", "flaky-1", attempts=2)
+
+    # Domain = the queue's name, type = the job's name; attempt 1 FAILED retry (BullMQ's
+    # "retry" span became the RETRY_SCHEDULED event), attempt 2 COMPLETED.
+    detail = assert_retried_then_completed(
+        dsn, queue, "flaky-1", save_error="Error: disk full", job_type="flaky"
+    )
+    assert detail.events[0].detail == {"next_attempt": 2}
+    assert detail.log is not None
+    assert detail.log.status == "COMPLETED"
+
+
+def test_running_step_is_visible_before_it_ends(
+    start_collect: CollectorFactory,
+    node_worker: NodeWorker,
+    queue: str,
+    dsn: str,
+    tmp_path: Path,
+) -> None:
+    hold = tmp_path / "release"
+    node_worker(start_collect(dsn), HOLD_FILE=str(hold))
+    enqueue(queue, "slow", "slow-1")
+
+    running = wait_for_step(dsn, queue, "slow-1", "RENDER", status="RUNNING")
+    assert running.log is None  # the job has not ended: only its start markers arrived
+    assert step_rows(dsn, queue, "slow-1") == [(1, "RENDER", "RUNNING", None)]
+    hold.touch()
+    wait_for_log(dsn, queue, "slow-1", 1)
+    assert step_rows(dsn, queue, "slow-1") == [
+        (1, "RENDER", "COMPLETED", None),
+        (1, "SAVE", "COMPLETED", None),
+    ]

@@ -34,7 +34,7 @@ def node_example() -> Path:
         (pytest.fail if REQUIRE_BROKERS else pytest.skip)("needs Node.js 20 and npm")
     if not (EXAMPLE / "node_modules" / ".package-lock.json").exists():
         subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", "--cache", ".npm-cache"],
             cwd=EXAMPLE,
             check=True,
             timeout=600,

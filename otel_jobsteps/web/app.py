@@ -21,7 +21,13 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -330,11 +336,13 @@ def _guarded(web: WebApp, endpoint: Endpoint, *, api: bool) -> Callable[[Request
 
 class SecurityMiddleware:
     """Security headers on every response; with a token, every request must carry it (bearer
-    header, or the cookie a ``?token=`` visit sets)."""
+    header, or the cookie a ``?token=`` visit sets). With ``hosts``, a request naming another
+    Host is refused: a page elsewhere cannot reach a loopback server by DNS rebinding."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, hosts: frozenset[str] | None) -> None:
         self.app = app
         self.token = token
+        self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -348,7 +356,10 @@ class SecurityMiddleware:
                 message = {**message, "headers": headers}
             await send(message)
 
-        response = self._authenticate(Request(scope)) if self.token else None
+        request = Request(scope)
+        response = self._authenticate(request) if self.token else None
+        if self.hosts is not None and _host_name(request.headers.get("host", "")) not in self.hosts:
+            response = PlainTextResponse("unknown Host header", status_code=421)
         if response is not None:
             await response(scope, receive, send_with_headers)
         else:
@@ -384,6 +395,17 @@ class SecurityMiddleware:
         )
 
 
+def _host_name(header: str) -> str:
+    """The name in a Host header, without its port: ``[::1]:8080`` gives ``[::1]``."""
+    name = header[: header.find("]") + 1] if header.startswith("[") else header.split(":")[0]
+    return name.lower()
+
+
+def loopback_hosts(host: str) -> frozenset[str]:
+    """Host names a browser uses for a server listening on loopback address ``host``."""
+    return frozenset({"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host})
+
+
 def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
@@ -395,11 +417,12 @@ def create_app(
     trace_url: str | None = None,
     token: str | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
+    hosts: frozenset[str] | None = None,
 ) -> ASGIApp:
     """The ASGI app of ``serve``: pages, ``/api/...`` and ``/static``, behind the security layer.
 
     ``trace_url`` is validated here (http or https only); ``token``, if given, is required on
-    every request.
+    every request; ``hosts``, if given, are the only Host header names answered.
     """
     if not refresh_s > 0:
         raise ConfigurationError("refresh_s must be positive")
@@ -421,7 +444,7 @@ def create_app(
         page("/api/steps", web.api_steps, api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
     ]
-    return SecurityMiddleware(Starlette(routes=routes), token)
+    return SecurityMiddleware(Starlette(routes=routes), token, hosts)
 
 
 def serve(
@@ -439,7 +462,9 @@ def serve(
 
     host, port = parse_listen(listen)
     check_exposure(host, token, no_auth)
-    app = create_app(dsn, schema=schema, trace_url=trace_url, token=token)
+    # Without a token, a loopback server answers loopback names only (DNS rebinding).
+    hosts = loopback_hosts(host) if is_loopback(host) and not token else None
+    app = create_app(dsn, schema=schema, trace_url=trace_url, token=token, hosts=hosts)
     shown = f"[{host}]" if ":" in host else host
     if announce is not None:
         announce(f"serving http://{shown}:{port}/ (database {redact(dsn)}, schema {schema!r})")

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from otel_jobsteps import ConfigurationError, job_attempt, job_detail, step
 from otel_jobsteps.cli import main
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import CSP, check_exposure, job_url
+from otel_jobsteps.web.app import CSP, check_exposure, job_url, loopback_hosts
 from otel_jobsteps.web.data import Reader
 from tests.conftest import TracingFactory
 from tests.faults.proxy import FaultProxy, Mode, Upstream
@@ -251,6 +251,23 @@ def test_token_is_required_when_set(dsn: str, seeded: str) -> None:
         assert "samesite=strict" in cookie.lower()
         assert client.get("/jobs/render/42?attempt=1").status_code == 200  # cookie kept
         assert SECRET not in client.get("/").text
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        pytest.param("127.0.0.1:8080", 200, id="ip"),
+        pytest.param("localhost:8080", 200, id="localhost"),
+        pytest.param("[::1]:8080", 200, id="ipv6"),
+        pytest.param("LOCALHOST", 200, id="no-port"),
+        pytest.param("rebind.example:8080", 421, id="rebinding"),
+        pytest.param("127.0.0.1.rebind.example", 421, id="prefix"),
+    ],
+)
+def test_loopback_server_answers_loopback_host_names_only(dsn: str, host: str, status: int) -> None:
+    app = create_app(dsn, hosts=loopback_hosts("127.0.0.1"))
+    with TestClient(app, base_url="http://127.0.0.1:8080") as client:
+        assert client.get("/api/jobs", headers={"host": host}).status_code == status
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -48,10 +49,13 @@ def served(dsn: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
         process.wait(10)
 
 
-def _get(url: str) -> tuple[int, str] | None:
+def _get(url: str, host: str | None = None) -> tuple[int, str] | None:
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
     except OSError:
         return None
 
@@ -63,12 +67,15 @@ def test_serve_answers_and_never_prints_the_password(
 
     status, body = wait_until(lambda: _get(base + "/"), what="serve to answer")
     api = _get(base + "/api/jobs")
+    rebound = _get(base + "/api/jobs", host="rebind.example")
     process.terminate()
     output, _ = process.communicate(timeout=10)
 
     assert status == 200
     assert "<h1>Jobs</h1>" in body
     assert api == (200, "[]")
+    assert rebound is not None
+    assert rebound[0] == 421  # a loopback server without a token answers loopback names only
     assert f"serving {base}/" in output
     assert "password=***" in output
     assert SECRET not in output

@@ -29,6 +29,7 @@ from otel_jobsteps import (
     step,
 )
 from otel_jobsteps.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
+from otel_jobsteps.processor import SpanEnded, SpanStarted
 from tests.conftest import wait_until
 from tests.unit.recorder_support import settle, written
 
@@ -341,3 +342,10 @@ def test_the_writer_reads_progress_while_the_step_runs_without_a_flush(
         ]
     assert processor.force_flush(5000)
     assert recording.rows()[0].detail == {"pct": 2}
+
+
+def test_queue_items_built_without_their_constructor_have_their_arity() -> None:
+    """The hooks build SpanStarted / SpanEnded with tuple.__new__ (speed): a new field would
+    otherwise surface as an IndexError on the writer thread."""
+    assert SpanStarted._fields == ("span",)
+    assert SpanEnded._fields == ("span",)

@@ -115,7 +115,7 @@ def live_server(app: ASGIApp) -> Iterator[str]:
 def _chromium() -> str | None:
     configured = os.environ.get("OTEL_JOBSTEPS_CHROMIUM")
     if configured:
-        return configured
+        return configured if os.access(configured, os.X_OK) else None
     for name in ("chromium", "chromium-browser", "google-chrome"):
         found = shutil.which(name)
         if found:
@@ -129,7 +129,9 @@ def browser() -> Iterator[Browser]:
     executable = _chromium()
     missing = pytest.fail if REQUIRE_BROWSER else pytest.skip
     if executable is None:
-        missing("no Chromium found (apt-get install chromium, or set OTEL_JOBSTEPS_CHROMIUM)")
+        missing(
+            "no Chromium found: apt-get install chromium, or set OTEL_JOBSTEPS_CHROMIUM to its path"
+        )
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

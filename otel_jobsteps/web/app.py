@@ -39,7 +39,18 @@ from ..timeline import format_duration, format_time
 from .data import Reader
 from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
 
-__all__ = ["DEFAULT_LISTEN", "TOKEN_ENV", "create_app", "parse_listen", "serve"]
+__all__ = [
+    "CSP",
+    "DEFAULT_LISTEN",
+    "TOKEN_ENV",
+    "check_exposure",
+    "create_app",
+    "is_loopback",
+    "job_url",
+    "loopback_hosts",
+    "parse_listen",
+    "serve",
+]
 
 logger = logging.getLogger("otel_jobsteps.web")
 

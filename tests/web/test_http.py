@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from otel_jobsteps import ConfigurationError, job_attempt, job_detail, step
 from otel_jobsteps.cli import main
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import CSP, check_exposure, job_url, loopback_hosts
+from otel_jobsteps.web.app import CSP, check_exposure, job_url, loopback_hosts, parse_listen
 from otel_jobsteps.web.data import Reader
 from tests.conftest import TracingFactory
 from tests.faults.proxy import FaultProxy, Mode, Upstream
@@ -290,6 +290,26 @@ def test_exposure_rules(host: str, token: str | None, no_auth: bool, allowed: bo
     else:
         with pytest.raises(ConfigurationError):
             check_exposure(host, token, no_auth)
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        pytest.param("127.0.0.1:8080", ("127.0.0.1", 8080), id="ipv4"),
+        pytest.param("[::1]:9000", ("::1", 9000), id="ipv6"),
+        pytest.param("localhost:1", ("localhost", 1), id="name"),
+        pytest.param(":8080", None, id="no-host"),
+        pytest.param("127.0.0.1", None, id="no-port"),
+        pytest.param("127.0.0.1:65536", None, id="port-range"),
+        pytest.param("127.0.0.1:http", None, id="port-name"),
+    ],
+)
+def test_listen_address(text: str, parsed: tuple[str, int] | None) -> None:
+    if parsed is None:
+        with pytest.raises(ConfigurationError):
+            parse_listen(text)
+    else:
+        assert parse_listen(text) == parsed
 
 
 @pytest.mark.parametrize(

@@ -178,6 +178,17 @@ class Timeline:
     ticks: tuple[datetime, ...]
 
     @property
+    def tick_labels(self) -> tuple[str, ...]:
+        """The ticks as offsets from the start, precise enough that they differ."""
+        span_ms = (self.end - self.start).total_seconds() * 1000
+        if span_ms >= 1000:
+            return tuple(format_duration(tick - self.start) for tick in self.ticks)
+        decimals = 2 if span_ms < 10 else 1 if span_ms < 100 else 0
+        return tuple(
+            f"{(tick - self.start).total_seconds() * 1000:.{decimals}f}ms" for tick in self.ticks
+        )
+
+    @property
     def running(self) -> bool:
         """Whether anything is still open: the page keeps refreshing while it is."""
         return any(lane.summary.status == "RUNNING" for lane in self.lanes)

@@ -141,6 +141,16 @@ def test_attempts_share_one_axis_and_widths_follow_durations() -> None:
     assert second.log is None
     assert not timeline.running
     assert timeline.ticks[-1] == timeline.end
+    assert timeline.tick_labels == ("0ms", "2.50s", "5.00s", "7.50s", "10.00s")
+
+
+def test_ticks_of_a_short_axis_stay_apart() -> None:
+    attempts = (_summary(1, "COMPLETED", 0, 0.004),)
+    rows = [_step(1, "FETCH", 0, 0.004, "COMPLETED")]
+
+    timeline = build_timeline(attempts, rows, [], T0 + timedelta(seconds=1), None)
+
+    assert timeline.tick_labels == ("0.00ms", "1.00ms", "2.00ms", "3.00ms", "4.00ms")
 
 
 def test_a_running_step_reaches_the_time_of_the_read() -> None:

@@ -308,6 +308,7 @@ def _collect(args: argparse.Namespace) -> int:
         settle_after_s=args.settle_after.total_seconds(),
         mappings=[JobMapping.parse(text) for text in args.mapping],
         max_body_bytes=args.max_body_bytes,
+        retry_after_s=args.retry_after,
         announce=lambda line: print(line, flush=True),
     )
     return 0
@@ -490,6 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int_between(1024, 1 << 30),
         default=16 << 20,
         help="largest request body after gunzip; larger ones get 413 (16 MiB)",
+    )
+    collect.add_argument(
+        "--retry-after",
+        type=int_between(1, 3600),
+        default=2,
+        metavar="SECONDS",
+        help="Retry-After of 503 answers while the database is away (2)",
     )
     return parser
 

@@ -22,6 +22,7 @@ def serve_collect(
     settle_after_s: float = 600.0,
     mappings: Sequence[JobMapping] = (),
     max_body_bytes: int | None = None,
+    retry_after_s: int = 2,
     connections: int = 4,
     announce: Callable[[str], None] = lambda line: None,
 ) -> None:
@@ -47,6 +48,7 @@ def serve_collect(
         staging,
         max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         max_in_flight=4 * connections,
+        retry_after_s=retry_after_s,
         settle_every_s=min(60.0, max(1.0, settle_after_s / 4)),
     )
     config = uvicorn.Config(

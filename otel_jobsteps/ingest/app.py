@@ -89,7 +89,7 @@ def create_app(
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_in_flight: int = 16,
-    retry_after_s: int = 5,
+    retry_after_s: int = 2,
     settle_every_s: float = 60.0,
 ) -> Starlette:
     """The receiver as an ASGI app over ``staging`` (which it closes on shutdown)."""

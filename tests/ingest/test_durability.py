@@ -1,0 +1,125 @@
+"""A 200 means durable: a receiver killed after answering loses nothing; while the database is
+away the receiver answers 503 with Retry-After, and the exporter's retries land every span once."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from otel_jobsteps import JobStepsProcessor
+from otel_jobsteps.attributes import JOB_ID
+from tests.conftest import wait_until
+from tests.faults.proxy import FaultProxy, Mode, Upstream
+from tests.ingest.conftest import CollectorFactory, table_rows
+from tests.ingest.requests import post, request_of
+from tests.ingest.stories import Recording, seed_story, tell_all
+
+
+@pytest.fixture
+def proxy(second_dsn: str) -> Iterator[FaultProxy]:
+    with FaultProxy(Upstream.from_dsn(second_dsn)) as fault_proxy:
+        yield fault_proxy
+
+
+def test_spans_answered_200_survive_a_killed_receiver(
+    start_collect: CollectorFactory, recording: Recording, dsn: str, second_dsn: str
+) -> None:
+    spans = recording.spans(seed_story, "-kill")
+    steps = [s for s in spans if not any(kv.key == JOB_ID for kv in s.attributes)]
+    jobs = [s for s in spans if any(kv.key == JOB_ID for kv in s.attributes)]
+    first = start_collect(second_dsn)
+    assert post(first.traces_url, request_of(steps).SerializeToString()).status_code == 200
+    assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+
+    # What the killed receiver answered 200 for is in the staging table, waiting for its jobs.
+    with psycopg.connect(second_dsn) as conn:
+        (staged,) = conn.execute("SELECT count(*) FROM otlp_span").fetchone() or (0,)
+    assert staged == len(steps)
+    second = start_collect(second_dsn)
+    assert post(second.traces_url, request_of(jobs).SerializeToString()).status_code == 200
+    assert table_rows(second_dsn) == table_rows(dsn)
+
+
+def test_sigterm_finishes_the_requests_in_flight(
+    start_collect: CollectorFactory, proxy: FaultProxy, recording: Recording, dsn: str,
+    second_dsn: str
+) -> None:  # fmt: skip
+    collector = start_collect(proxy.dsn_for(second_dsn))
+    body = request_of(recording.spans(seed_story, "-term")).SerializeToString()
+    # The request's first statement reaches the server; its answer is held back...
+    proxy.blackhole_when(client_sends=b"otlp_trace")
+    replies: list[int] = []
+    sender = threading.Thread(
+        target=lambda: replies.append(post(collector.traces_url, body).status_code)
+    )
+    sender.start()
+    wait_until(lambda: proxy.mode is Mode.BLACKHOLE, what="the request to reach the database")
+    collector.process.send_signal(signal.SIGTERM)  # ...when the receiver is told to stop
+    proxy.set_mode(Mode.PASS)
+    sender.join()
+    assert replies == [200]
+    assert collector.process.wait(timeout=30) in (0, -signal.SIGTERM)
+    assert table_rows(second_dsn) == table_rows(dsn)
+
+
+def test_database_away_503_then_the_exporters_retries_land_once(
+    start_collect: CollectorFactory, proxy: FaultProxy, dsn: str, second_dsn: str
+) -> None:
+    collector = start_collect(proxy.dsn_for(second_dsn), "--retry-after", "1")
+    proxy.set_mode(Mode.REFUSE)
+    proxy.cut()
+    reply = post(collector.traces_url, request_of([]).SerializeToString())
+    assert reply.status_code == 200  # nothing to store needs no database
+    recording = Recording(dsn)
+    try:
+        spans = recording.spans(seed_story, "-down")
+    finally:
+        recording.close()
+    reply = post(collector.traces_url, request_of(spans).SerializeToString())
+    assert reply.status_code == 503
+    assert reply.headers["retry-after"] == "1"
+
+    processor = JobStepsProcessor(dsn)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    exporter = OTLPSpanExporter(endpoint=collector.traces_url, timeout=60)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tell_all(provider.get_tracer("tests"), "-retried")
+    flushed: list[bool] = []
+    flusher = threading.Thread(target=lambda: flushed.append(provider.force_flush(60_000)))
+    tried = proxy.accepted
+    flusher.start()
+    # The receiver keeps trying the database while the exporter retries; then it is back.
+    wait_until(lambda: proxy.accepted >= tried + 2, what="collect to try the database again")
+    proxy.set_mode(Mode.PASS)
+    flusher.join()
+    provider.shutdown()
+    assert flushed == [True]
+    assert table_rows(second_dsn, "%-retried%") == table_rows(dsn, "%-retried%")
+    assert len(table_rows(second_dsn, "%-retried%")[0]) == 9
+
+
+def test_a_commit_whose_answer_is_lost_is_not_applied_twice(
+    start_collect: CollectorFactory, proxy: FaultProxy, recording: Recording, dsn: str,
+    second_dsn: str
+) -> None:  # fmt: skip
+    collector = start_collect(proxy.dsn_for(second_dsn), "--retry-after", "1")
+    spans = recording.spans(seed_story, "-lost")
+    body = request_of(spans).SerializeToString()
+    # The server commits; the receiver never hears it, answers 503; the client sends again.
+    proxy.cut_when(server_sends=b"COMMIT\x00")
+    assert post(collector.traces_url, body).status_code == 503
+    assert proxy.cuts == 1
+    reply = wait_until(
+        lambda: (r := post(collector.traces_url, body)).status_code == 200 and r,
+        what="the retried request to be taken",
+    )
+    assert reply.status_code == 200
+    assert table_rows(second_dsn, "%-lost") == table_rows(dsn, "%-lost")

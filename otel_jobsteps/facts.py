@@ -35,9 +35,12 @@ class SpanEvent(NamedTuple):
     attributes: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SpanFacts:
-    """One span as a door saw it: ids, name, times, attributes, events, status."""
+    """One span as a door saw it: ids, name, times, attributes, events, status.
+
+    Read-only by convention (not frozen: a frozen dataclass costs a microsecond per span).
+    """
 
     trace_id: int
     span_id: int

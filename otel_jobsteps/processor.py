@@ -111,8 +111,10 @@ class _LiveSpans:
         if type(item) is SpanEnded:
             span = item.span
             watched = self._steps.pop(span.context.span_id, None)
-            if watched is not None:
-                self._poll(watched, span)  # events since the last poll ride with the close
+            if watched is not None and watched.newest is not None:
+                # Polled before: events since then ride with the close. Never polled: the
+                # translation takes the newest progress from the ended span's events.
+                self._poll(watched, span)
             for command in self.translator.ended(ended_facts(span)):
                 record(command)
             return

@@ -71,18 +71,10 @@ def started_facts(span: ReadableSpan) -> SpanFacts:
 
 def ended_facts(span: ReadableSpan) -> SpanFacts:
     """A live span once it has ended: its final attributes, events and status."""
-    context = span.context
-    parent = span.parent
+    facts = started_facts(span)
     status = span.status
-    return SpanFacts(
-        context.trace_id,
-        context.span_id,
-        0 if parent is None else parent.span_id,
-        span.name,
-        span.start_time or 0,
-        span.end_time or span.start_time or 0,
-        attribute_dict(span),
-        span.events,  # the SDK's own events: an ended span gets no more
-        status.status_code is StatusCode.ERROR,
-        status.description,
-    )
+    facts.end_ns = span.end_time or facts.start_ns
+    facts.events = span.events  # the SDK's own events: an ended span gets no more
+    facts.error = status.status_code is StatusCode.ERROR
+    facts.status_message = status.description
+    return facts

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .vocabulary import OUTCOME_TARGET_DELETED  # the outcome job code sets: public from here too
+
 __all__ = [
     "JOB_ATTEMPT",
     "JOB_DOMAIN",
@@ -44,5 +46,3 @@ JOB_EVENT_MESSAGE = "job.event.message"
 """Optional message of an ordinary job event."""
 JOB_EVENT_DETAIL = "job.event.detail"
 """Optional detail of an ordinary job event: a JSON object as a string."""
-
-OUTCOME_TARGET_DELETED = "target_deleted"

@@ -1,0 +1,61 @@
+"""The words written into the tables and read back: row types, statuses, reasons, outcomes.
+
+One definition each, used by the Python code; tests/unit/test_vocabulary.py checks that every
+such word the SQL files spell is one of these.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ABANDONED",
+    "CANCELLED",
+    "COMPLETED",
+    "ERROR",
+    "EVENT_RETRY_SCHEDULED",
+    "EVENT_STALLED",
+    "FAILED",
+    "OUTCOME_COMPLETED",
+    "OUTCOME_RECLAIMED",
+    "OUTCOME_RETRY",
+    "OUTCOME_TARGET_DELETED",
+    "OUTCOME_TIME_LIMIT",
+    "RUNNING",
+    "STATUSES",
+    "STEP",
+    "TIME_LIMIT",
+]
+
+# job_event.type of a step row; every other type is an ordinary event.
+STEP = "STEP"
+EVENT_STALLED = "STALLED"
+"""Ordinary event of an attempt whose worker the queue reported lost."""
+EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"
+"""Ordinary event of an attempt after which the queue scheduled another one."""
+
+# job_event.step_status, and job_log.status (which is never RUNNING).
+RUNNING = "RUNNING"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+STATUSES = (RUNNING, COMPLETED, FAILED)
+
+# job_log.reason (and a FAILED step's message) when the database or the model decides it.
+ABANDONED = "abandoned"
+"""A later attempt, another execution or `sweep` settled what a silent worker left open."""
+TIME_LIMIT = "time_limit"
+"""Finished after the attempt's ``job.time_limit``."""
+ERROR = "error"
+"""The job span ended with status ERROR."""
+CANCELLED = "cancelled"
+"""The job span ended with a CancelledError."""
+
+# job.outcome values: any other non-empty outcome is written as the reason of a FAILED attempt.
+OUTCOME_COMPLETED = "completed"
+"""``job.outcome`` that changes nothing: the span's status decides."""
+OUTCOME_TARGET_DELETED = "target_deleted"
+"""``job.outcome`` of the "target deleted" failure path."""
+OUTCOME_RETRY = "retry"
+"""``job.outcome`` of an attempt that failed and that the queue will run again."""
+OUTCOME_TIME_LIMIT = TIME_LIMIT
+"""``job.outcome`` of an attempt the queue's time limit interrupted."""
+OUTCOME_RECLAIMED = "reclaimed"
+"""``job.outcome`` of a run that finished after the queue had taken the job back."""

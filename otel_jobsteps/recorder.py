@@ -276,6 +276,7 @@ class StepRecorder:
         scope = command.scope
         self._attempt(scope).start_us = command.start_ns // 1000
         if scope.attempt > 1:
+            self._write_pending_progress_before(scope)
             job = (scope.domain, scope.job_id)
             # Closing earlier attempts must not overtake anything already queued for the job.
             segment = self._segment_for(scope, split=job in self._current_segment().touched_jobs)
@@ -283,6 +284,19 @@ class StepRecorder:
                 Abandon(scope.domain, scope.job_id, scope.attempt, command.start_ns // 1000)
             )
             segment.abandon_barriers[job] = scope.attempt
+
+    def _write_pending_progress_before(self, scope: Scope) -> None:
+        """The job's earlier attempts are about to be abandoned: their waiting trailing progress
+        is written first, as if its window had ended (however the commands are batched)."""
+        now = self._clock()
+        for due, _, step in list(self._timers):
+            earlier = step.attempt.scope
+            if (
+                step.due == due
+                and earlier.attempt < scope.attempt
+                and (earlier.domain, earlier.job_id) == (scope.domain, scope.job_id)
+            ):
+                self._write_trailing(step, now)
 
     def _step_started(self, command: StepStarted) -> None:
         state = self._attempt(command.scope)

@@ -41,7 +41,7 @@ WITH silent AS (
            max(e.created_at) AS started_at,
            max(GREATEST(e.created_at, e.ended_at, e.heartbeat_at)) AS last_seen_at,
            max(e.id) AS last_id
-    FROM {job_event} AS e
+    FROM ONLY {job_event} AS e  -- an attempt without a final row is never moved to the archive
     WHERE e.type = 'STEP'
       AND NOT EXISTS (SELECT 1 FROM {job_log} AS l
                       WHERE l.domain = e.domain AND l.job_id = e.job_id
@@ -53,7 +53,7 @@ WITH silent AS (
 ), quiet AS (
     SELECT a.*
     FROM between_steps AS a
-    JOIN {job_event} AS e ON e.id = a.last_id
+    JOIN ONLY {job_event} AS e ON e.id = a.last_id
     WHERE GREATEST(e.created_at, e.ended_at, e.heartbeat_at) < now() - %(older_than)s::interval
     FOR UPDATE OF e SKIP LOCKED
 ), settling AS (

@@ -3,12 +3,16 @@
 -- in with psycopg.sql; values are always %(name)s parameters. Rows arrive as parallel arrays
 -- (one statement per kind of operation and batch).
 --
--- Guarded writes find their row from the input: a LATERAL probe of job_event_one_open_step
--- (its predicate, type = 'STEP' AND ended_at IS NULL, named in full) per input row, then the
--- row by primary key, guarded again by ended_at IS NULL (re-checked on a row a concurrent
--- writer changed: a close that lost the race must not overwrite the winner). The probe's LIMIT
--- keeps it a per-row subquery: a prepared statement's generic plan, with the open-step index
--- estimated at one row, would otherwise walk every open step for every input row (issue 15).
+-- Guarded writes find their row from the input: per input row, a LATERAL probe of
+-- job_event_one_open_step (its predicate, type = 'STEP' AND ended_at IS NULL, named in full)
+-- that locks the row it finds, then the row by primary key. FOR UPDATE re-checks the guard on
+-- a row a concurrent writer changed (a close that lost the race must not overwrite the winner)
+-- and holds it until the update. The probe's LIMIT keeps it a per-row subquery, and the update
+-- names no other condition on the row: with the open steps estimated at a handful of rows
+-- (statistics taken on an empty table, no autovacuum), a prepared statement's generic plan
+-- would otherwise scan every open step once per input row (issue 15).
+-- ONLY: an attempt with an open step or without a final row is never moved out of job_event
+-- (partitioned layout), so the writer never reads the archive's children.
 -- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.
 
 -- name: abandon_earlier_attempts --
@@ -16,8 +20,7 @@
 -- its open step is closed FAILED abandoned, and it gets a FAILED abandoned job_log row dated no
 -- earlier than its last row. Open steps of earlier attempts that have a final row are closed too.
 WITH earlier AS (
-    SELECT t.domain, t.job_id, a.attempt, a.job_type, a.step_key, a.trace_id, a.open_id,
-           a.last_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond' AS next_start,
+    SELECT t.domain, t.job_id, a.attempt, a.job_type, a.step_key, a.trace_id, a.last_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond' AS next_start,
            NOT EXISTS (SELECT 1 FROM {job_log} AS l
                        WHERE l.domain = t.domain AND l.job_id = t.job_id
                          AND l.attempt = a.attempt) AS unsettled
@@ -31,19 +34,23 @@ WITH earlier AS (
                               FILTER (WHERE e.type = 'STEP'))[1] AS step_key,
                          (array_agg(e.trace_id ORDER BY e.id DESC)
                               FILTER (WHERE e.trace_id IS NOT NULL))[1] AS trace_id,
-                         max(GREATEST(e.created_at, e.ended_at)) AS last_at,
-                         max(e.id) FILTER (WHERE e.type = 'STEP' AND e.ended_at IS NULL)
-                             AS open_id
-                  FROM {job_event} AS e
+                         max(GREATEST(e.created_at, e.ended_at)) AS last_at
+                  FROM ONLY {job_event} AS e
                   WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt < t.attempt
                   GROUP BY e.attempt) AS a
 ), closed AS (
-    UPDATE {job_event} AS e
+    UPDATE ONLY {job_event} AS e
     SET step_status = 'FAILED',
         message = 'abandoned',
         ended_at = GREATEST(e.created_at, earlier.next_start)
-    FROM earlier
-    WHERE e.id = earlier.open_id AND e.ended_at IS NULL
+    FROM earlier,
+         LATERAL (SELECT o.id FROM ONLY {job_event} AS o
+                  WHERE o.domain = earlier.domain AND o.job_id = earlier.job_id
+                    AND o.attempt = earlier.attempt
+                    AND o.type = 'STEP' AND o.ended_at IS NULL
+                  LIMIT 1
+                  FOR UPDATE) AS open
+    WHERE e.id = open.id
 )
 INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_at)
 SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
@@ -54,38 +61,40 @@ ON CONFLICT (domain, job_id, attempt) DO NOTHING;
 
 -- name: close_foreign_steps --
 -- Close an attempt's open step owned by another execution (a stalled re-run or a zombie).
-UPDATE {job_event} AS e
+UPDATE ONLY {job_event} AS e
 SET step_status = 'FAILED',
     message = 'abandoned',
     ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond')
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[], %(at_us)b::bigint[])
      AS t (domain, job_id, attempt, execution_id, at_us),
-     LATERAL (SELECT o.id FROM {job_event} AS o
+     LATERAL (SELECT o.id FROM ONLY {job_event} AS o
               WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                 AND o.type = 'STEP' AND o.ended_at IS NULL
-              LIMIT 1) AS open
-WHERE e.id = open.id AND e.ended_at IS NULL
-  AND e.execution_id IS DISTINCT FROM t.execution_id;
+                AND o.execution_id IS DISTINCT FROM t.execution_id
+              LIMIT 1
+              FOR UPDATE) AS open
+WHERE e.id = open.id;
 
 -- name: write_progress --
 -- Replace the detail of an open step this execution owns; a closed row is left alone.
-UPDATE {job_event} AS e
+UPDATE ONLY {job_event} AS e
 SET detail = t.detail::jsonb
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[], %(step_key)b::text[], %(detail)b::text[])
      AS t (domain, job_id, attempt, execution_id, step_key, detail),
-     LATERAL (SELECT o.id FROM {job_event} AS o
+     LATERAL (SELECT o.id FROM ONLY {job_event} AS o
               WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                 AND o.type = 'STEP' AND o.ended_at IS NULL
-              LIMIT 1) AS open
-WHERE e.id = open.id AND e.ended_at IS NULL
-  AND e.execution_id = t.execution_id AND e.step_key = t.step_key;
+                AND o.execution_id = t.execution_id AND o.step_key = t.step_key
+              LIMIT 1
+              FOR UPDATE) AS open
+WHERE e.id = open.id;
 
 -- name: close_steps --
 -- Close an open step this execution owns (step_key NULL: whichever it is); guarded, so a close
 -- that lost a race changes nothing.
-UPDATE {job_event} AS e
+UPDATE ONLY {job_event} AS e
 SET step_status = t.status,
     ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.ended_us * interval '1 microsecond'),
     detail = COALESCE(t.detail::jsonb, e.detail),
@@ -94,12 +103,14 @@ FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[], %(step_key)b::text[], %(status)b::text[],
             %(detail)b::text[], %(message)b::text[], %(ended_us)b::bigint[])
      AS t (domain, job_id, attempt, execution_id, step_key, status, detail, message, ended_us),
-     LATERAL (SELECT o.id FROM {job_event} AS o
+     LATERAL (SELECT o.id FROM ONLY {job_event} AS o
               WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                 AND o.type = 'STEP' AND o.ended_at IS NULL
-              LIMIT 1) AS open
-WHERE e.id = open.id AND e.ended_at IS NULL
-  AND e.execution_id = t.execution_id AND e.step_key = COALESCE(t.step_key, e.step_key);
+                AND o.execution_id = t.execution_id
+                AND o.step_key = COALESCE(t.step_key, o.step_key)
+              LIMIT 1
+              FOR UPDATE) AS open
+WHERE e.id = open.id;
 
 -- name: insert_events --
 -- New job_event rows in command order; a second open step for an attempt is skipped, not an error.
@@ -139,12 +150,12 @@ ON CONFLICT (domain, job_id, attempt) DO NOTHING;
 -- Mark the attempts this process runs as alive, on the latest step row this execution wrote
 -- (open, or the last one closed while the attempt goes on between steps): one statement per
 -- interval, not per attempt. sweep reads it for open steps and for attempts between steps.
-UPDATE {job_event} AS e
+UPDATE ONLY {job_event} AS e
 SET heartbeat_at = now()
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[])
      AS t (domain, job_id, attempt, execution_id),
-     LATERAL (SELECT o.id FROM {job_event} AS o
+     LATERAL (SELECT o.id FROM ONLY {job_event} AS o
               WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                 AND o.type = 'STEP' AND o.execution_id = t.execution_id
               ORDER BY o.id DESC

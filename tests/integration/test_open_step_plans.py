@@ -1,0 +1,72 @@
+"""Guarded writes cost the same with thousands of open steps as with none, even on the plan a
+prepared statement falls back to (generic) and with statistics taken while the table was empty
+(a fresh install before autovacuum): each input row probes the open-step index, nothing walks it.
+
+Counted, not timed: the rows the statement read in its own transaction (by index or scan)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from otel_jobsteps.batch import Abandon, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from otel_jobsteps.sql import load_queries, qualified_queries
+from otel_jobsteps.store import _params
+
+OPEN_STEPS = 3_000
+INPUT_ROWS = 20
+AT_US = 1_900_000_000_000_000
+# A few rows per input row: the open-step probe, the row by primary key, an arbiter check.
+MAX_ROWS_READ = 5 * INPUT_ROWS
+
+
+def _operations(statement: str) -> dict[str, Any]:
+    """Parameters of ``statement`` for INPUT_ROWS attempts that each hold an open step."""
+    jobs = [f"open-{n}" for n in range(1, INPUT_ROWS + 1)]
+    ops: list[Any]
+    if statement == "refresh_heartbeats":
+        count = len(jobs)
+        return {"domain": ["d"] * count, "job_id": jobs, "attempt": [1] * count,
+                "execution_id": ["x"] * count}  # fmt: skip
+    if statement == "abandon_earlier_attempts":
+        ops = [Abandon("d", job, 2, AT_US) for job in jobs]
+    elif statement == "close_foreign_steps":
+        ops = [CloseForeign("d", job, 1, "y", AT_US) for job in jobs]
+    elif statement == "write_progress":
+        ops = [Progress("d", job, 1, "x", "A", {"n": 1}) for job in jobs]
+    elif statement == "close_steps":
+        ops = [CloseStep("d", job, 1, "x", "A", "COMPLETED", None, None, AT_US) for job in jobs]
+    elif statement == "insert_events":
+        ops = [
+            EventRow("d", job, "t", 2, "STEP", "A", "RUNNING", None, None, None, None, "x",
+                     AT_US, None)
+            for job in jobs
+        ]  # fmt: skip
+    else:
+        ops = [JobLogRow("d", job, "t", 1, "COMPLETED", None, None, None, AT_US) for job in jobs]
+    return _params(ops, 65_536)
+
+
+@pytest.mark.parametrize("statement", sorted(load_queries()))  # every statement of the writer
+def test_a_guarded_write_reads_a_few_rows_per_input_row(
+    conn: psycopg.Connection[Any], statement: str
+) -> None:
+    conn.execute("ANALYZE job_event")  # statistics of an empty table
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,"
+        " execution_id, created_at)"
+        " SELECT 'd', 'open-' || n, 't', 1, 'STEP', 'A', 'RUNNING', 'x', now()"
+        " FROM generate_series(1, %s) AS n",
+        (OPEN_STEPS,),
+    )
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    query = qualified_queries("queries.sql", "public")[statement]
+    with conn.transaction(force_rollback=True):
+        conn.execute(query, _operations(statement), prepare=True)
+        (read,) = conn.execute(
+            "SELECT COALESCE(sum(COALESCE(idx_tup_fetch, 0) + seq_tup_read), 0)"
+            " FROM pg_stat_xact_user_tables WHERE relname LIKE 'job%%'"
+        ).fetchone() or (0,)
+    assert read <= MAX_ROWS_READ, f"{statement} read {read} rows"

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bullmq import Job, Worker
@@ -52,6 +54,19 @@ TRACER_NAME = "otel_jobsteps.integrations.bullmq"
 Processor = Callable[..., Awaitable[Any]]
 
 
+@dataclass(frozen=True)
+class _Settings:
+    domain: str
+    tracer_provider: trace.TracerProvider | None
+    check_lock: bool
+
+    def tracer(self) -> trace.Tracer:
+        return trace.get_tracer(TRACER_NAME, tracer_provider=self.tracer_provider)
+
+
+_workers: weakref.WeakKeyDictionary[Worker, _Settings] = weakref.WeakKeyDictionary()
+
+
 def instrument(
     worker: Worker,
     domain: str,
@@ -62,20 +77,19 @@ def instrument(
     """Record every run of ``worker``'s processor as a job attempt in ``domain``; returns it.
 
     ``check_lock`` asks Redis once per run whether the run still owns the job's lock (the
-    late-completion check). Calling it twice wraps once.
+    late-completion check). Calling it again changes the settings (so code's own call wins over
+    the zero-code one made at construction), never wraps twice.
     """
     require_domain(domain)
+    _workers[worker] = _Settings(domain, tracer_provider, check_lock)
     processor = worker.processor
     if processor is None or is_wrapped(processor):
         return worker
-    tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
-    worker.processor = _wrapped_processor(
-        worker, processor, domain, tracer, check_lock, tracer_provider
-    )
+    worker.processor = _wrapped_processor(worker, processor)
     pending: set[asyncio.Task[None]] = set()
 
     def on_stalled(job_id: str, *_: Any) -> None:
-        task = asyncio.ensure_future(_record_stalled(worker, domain, str(job_id), tracer))
+        task = asyncio.ensure_future(_record_stalled(worker, _workers[worker], str(job_id)))
         pending.add(task)
         task.add_done_callback(pending.discard)
 
@@ -83,25 +97,20 @@ def instrument(
     return worker
 
 
-def _wrapped_processor(
-    worker: Worker,
-    processor: Processor,
-    domain: str,
-    tracer: trace.Tracer,
-    check_lock: bool,
-    tracer_provider: trace.TracerProvider | None,
-) -> Processor:
+def _wrapped_processor(worker: Worker, processor: Processor) -> Processor:
     @functools.wraps(processor)
     async def process(job: Job, token: str, *rest: Any) -> Any:
-        ensure_recording(tracer_provider)
+        settings = _workers[worker]
+        ensure_recording(settings.tracer_provider)
+        tracer = settings.tracer()
         attempts_made = int(job.attemptsMade or 0)
         async with context.job_attempt(
-            domain, job.id, job.name, attempts_made, execution=token, tracer=tracer
+            settings.domain, job.id, job.name, attempts_made, execution=token, tracer=tracer
         ) as span:
             try:
                 result = await processor(job, token, *rest)
             except Exception as error:
-                if check_lock and not await _owns_lock(worker, job, token):
+                if settings.check_lock and not await _owns_lock(worker, job, token):
                     span.set_attribute(JOB_OUTCOME, OUTCOME_RECLAIMED)
                 elif _will_retry(job, error):
                     attempts = job.opts.get("attempts")
@@ -109,7 +118,7 @@ def _wrapped_processor(
                         span, tracer, next_attempt=attempts_made + 2, attempts=attempts
                     )
                 raise
-            if check_lock and not await _owns_lock(worker, job, token):
+            if settings.check_lock and not await _owns_lock(worker, job, token):
                 span.set_attribute(JOB_OUTCOME, OUTCOME_RECLAIMED)
             return result
 
@@ -136,7 +145,7 @@ async def _owns_lock(worker: Worker, job: Job, token: str) -> bool:
     return answer not in (0, "0", b"0", None)
 
 
-async def _record_stalled(worker: Worker, domain: str, job_id: str, tracer: trace.Tracer) -> None:
+async def _record_stalled(worker: Worker, settings: _Settings, job_id: str) -> None:
     try:
         job = await Job.fromId(worker, job_id)  # the worker stands in for its queue here
     except Exception as error:  # noqa: BLE001 - the event is best effort
@@ -144,13 +153,13 @@ async def _record_stalled(worker: Worker, domain: str, job_id: str, tracer: trac
         job = None
     attempts_made = int(job.attemptsMade or 0) if job is not None else 0
     context.record_job_event(
-        domain,
+        settings.domain,
         job_id,
         EVENT_STALLED,
         "the stalled-job check found its lock expired and took it back",
         attempt=attempts_made + 1,
         job_type=None if job is None else job.name,
-        tracer=tracer,
+        tracer=settings.tracer(),
         source="bullmq.stalled",
         stalled_counter=None if job is None else job.stalledCounter,
     )

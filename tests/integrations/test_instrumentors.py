@@ -5,6 +5,7 @@ The real workers under ``opentelemetry-instrument`` are in test_zero_code.py.
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 import pytest
@@ -69,3 +70,33 @@ def test_celery_instrumentor_connects_and_disconnects_worker_init() -> None:
 
     assert connected
     assert _instrument_celery_worker not in _worker_init_receivers()
+
+
+def test_bullmq_worker_wrapped_at_construction_and_the_codes_own_call_wins(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("bullmq", reason="needs the bullmq extra")
+    import bullmq
+
+    from otel_jobsteps.instrumentation import JobStepsBullMQInstrumentor
+    from otel_jobsteps.integrations import bullmq as bullmq_integration
+
+    monkeypatch.delenv("OTEL_JOBSTEPS_DOMAIN", raising=False)
+
+    async def process(job: object, token: str) -> None:
+        return None
+
+    async def scenario() -> tuple[str, str, bool]:
+        instrumentor = JobStepsBullMQInstrumentor()
+        instrumentor.instrument(skip_dep_check=True)
+        try:
+            worker = bullmq.Worker("images", process, {"connection": redis_url, "autorun": False})
+        finally:
+            instrumentor.uninstrument()
+        zero_code = bullmq_integration._workers[worker].domain
+        bullmq_integration.instrument(worker, domain="mine")
+        wrapped_once = worker.processor.__wrapped__ is process
+        await worker.close()
+        return zero_code, bullmq_integration._workers[worker].domain, wrapped_once
+
+    assert asyncio.run(scenario()) == ("images", "mine", True)

@@ -17,6 +17,7 @@ from .errors import ConfigurationError
 from .query import Record, Target, fetch, session
 from .schema import is_partitioned
 from .sql import qualified_queries
+from .stats import logger
 from .store import borrowed_connection
 
 __all__ = ["PruneResult", "SweptStep", "prune", "sweep"]
@@ -124,10 +125,11 @@ def prune(
     abandoned ones). ``dry_run`` counts what would be deleted, in the same batches, all in
     one snapshot.
 
-    With the partitioned layout, finished attempts first move out of the current tables into
-    their interval's children, then the children of intervals that ended before the cutoff
-    are dropped whole, and only the interval at the edge is deleted in batches. A dry run
-    counts the same rows without moving or dropping anything.
+    With the partitioned layout, finished attempts' job_event rows first move out of the
+    current table into their interval's child, then the children of intervals that ended
+    before the cutoff are dropped whole; the batches then delete the job_log rows past the
+    cutoff and the job_event rows of the interval at the edge. A dry run counts the same rows
+    without moving or dropping anything.
     """
     _positive("older_than", older_than)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -151,7 +153,7 @@ def prune(
     partitions = 0
     with borrowed_connection(conninfo_or_connection) as conn:
         if is_partitioned(conn, schema=schema):
-            partitions, logs, events = _drop_partitions(conn, older_than, batch_size, schema)
+            partitions, events = _drop_partitions(conn, older_than, batch_size, schema)
         while True:
             # One transaction per batch: locks stay short, and what is done stays done.
             with session(conn, schema=schema):
@@ -168,17 +170,28 @@ def prune(
 
 def _drop_partitions(
     conn: psycopg.Connection[Any], older_than: timedelta, batch_size: int, schema: str
-) -> tuple[int, int, int]:
-    """Move finished attempts into their children, then drop the children past the cutoff.
+) -> tuple[int, int]:
+    """Create the children rows will move into, move finished attempts into them, then drop
+    the children past the cutoff.
 
     The work is done by functions of ``sql/partitioned.sql``. Returns (intervals dropped,
-    job_log rows, job_event rows they held).
+    job_event rows they held).
     """
+    prepare = sql.SQL("SELECT {}()").format(
+        sql.Identifier(schema, "otel_jobsteps_prepare_partitions")
+    )
     archive = sql.SQL("SELECT {}(%s)").format(sql.Identifier(schema, "otel_jobsteps_archive"))
     drop = sql.SQL(
-        "SELECT count(*), COALESCE(sum(job_logs), 0), COALESCE(sum(job_events), 0)"
-        " FROM {}(now() - %s::interval)"
+        "SELECT count(*), COALESCE(sum(job_events), 0) FROM {}(now() - %s::interval)"
     ).format(sql.Identifier(schema, "otel_jobsteps_drop_partitions"))
+    try:
+        # Its own transaction: creating a child waits for the transactions reading the
+        # children; a long reader makes it give up rather than queue everyone behind it.
+        with conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '2s'")
+            conn.execute(prepare)
+    except psycopg.errors.LockNotAvailable:
+        logger.warning("prune: children not created this time (readers held them); retry later")
     while True:
         # One transaction per batch, as the deletes: the mover's lock is held briefly.
         with session(conn, schema=schema):
@@ -188,4 +201,4 @@ def _drop_partitions(
     with session(conn, schema=schema):
         dropped = conn.execute(drop, (older_than,)).fetchone()
     assert dropped is not None  # an aggregate always returns its row
-    return int(dropped[0]), int(dropped[1]), int(dropped[2])
+    return int(dropped[0]), int(dropped[1])

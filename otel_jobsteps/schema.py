@@ -58,8 +58,9 @@ def migrate(
     Safe to run from several processes at once: a transaction-level advisory lock serialises
     them, and each version is recorded in the same transaction that applies it.
     ``partition_interval`` also installs (or refreshes) the opt-in partitioned layout
-    (``sql/partitioned.sql``): finished attempts move into one child table per interval, and
-    `prune` drops whole children. The interval of an installed layout cannot change.
+    (``sql/partitioned.sql``): finished attempts' job_event rows move into one child table per
+    interval, and `prune` drops whole children. The interval of an installed layout cannot
+    change.
     """
     _validate(schema)
     if partition_interval is not None:

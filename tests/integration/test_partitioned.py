@@ -1,6 +1,7 @@
 """The partitioned layout (``migrate --partitioned``) on a real PostgreSQL: the writer's
-guarantees hold while finished attempts move into their interval's children, intervals roll
-over under running jobs, prune drops whole intervals, and an existing install converts.
+guarantees hold while finished attempts' job_event rows move into their interval's child,
+intervals roll over under running jobs, prune drops whole intervals, and an existing install
+converts.
 
 Most tests use a one-second interval so that boundaries pass while jobs run.
 """
@@ -71,18 +72,12 @@ class Worker:
         return {k: v for k, v in stats.items() if k.startswith(PROBLEMS)}
 
 
-def where_rows_live(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-    """Attempts whose rows are not all in one place (the current tables or one interval)."""
+def split_attempts(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Attempts whose job_event rows are not all in one table (the current one or a child)."""
     return rows(
         conn,
-        "WITH placed AS ("
-        "  SELECT domain, job_id, attempt, regexp_replace(tableoid::regclass::text,"
-        "         '^job_(event|log)', '') AS place FROM job_event"
-        "  UNION ALL"
-        "  SELECT domain, job_id, attempt, regexp_replace(tableoid::regclass::text,"
-        "         '^job_(event|log)', '') FROM job_log)"
-        " SELECT job_id, attempt, array_agg(DISTINCT place) FROM placed"
-        " GROUP BY 1, 2 HAVING count(DISTINCT place) > 1",
+        "SELECT job_id, attempt, array_agg(DISTINCT tableoid::regclass::text) FROM job_event"
+        " GROUP BY 1, 2 HAVING count(DISTINCT tableoid) > 1",
     )
 
 
@@ -173,14 +168,13 @@ def test_jobs_keep_their_guarantees_while_intervals_roll_over(
         layout_conn, "SELECT count(DISTINCT (job_id, attempt)) FROM job_event WHERE type = 'STEP'"
     ) == [(attempts,)]
     assert rows(layout_conn, "SELECT count(*) FROM job_event WHERE ended_at IS NULL") == [(0,)]
-    assert where_rows_live(layout_conn) == []
+    assert split_attempts(layout_conn) == []
     # Everything finished moved; several intervals were filled along the way.
-    assert rows(layout_conn, "SELECT count(*) FROM ONLY job_log") == [(0,)]
     assert rows(layout_conn, "SELECT count(*) FROM ONLY job_event") == [(0,)]
-    assert rows(layout_conn, "SELECT count(DISTINCT tableoid) >= 2 FROM job_log") == [(True,)]
+    assert rows(layout_conn, "SELECT count(DISTINCT tableoid) >= 2 FROM job_event") == [(True,)]
 
 
-def test_a_moved_final_row_still_wins(
+def test_the_first_final_row_wins_after_its_attempt_moved(
     layout_dsn: str, layout_conn: psycopg.Connection[Any]
 ) -> None:
     worker = Worker(layout_dsn)
@@ -189,11 +183,12 @@ def test_a_moved_final_row_still_wins(
 
     def moved() -> bool:
         prune(layout_dsn, KEEP_ALL)
-        return rows(layout_conn, "SELECT count(*) FROM ONLY job_log")[0][0] == 0
+        return rows(layout_conn, "SELECT count(*) FROM ONLY job_event")[0][0] == 0
 
     wait_until(moved, what="the attempt moving into its interval")
-    # The same attempt run again by another execution, failing this time: the first final
-    # row, now in a child table, keeps winning.
+    # The same attempt run again by another execution, failing this time, after its steps
+    # moved: the first final row keeps winning, and the re-run's step stays with the current
+    # rows until it too moves.
     with pytest.raises(RuntimeError):
         with job_attempt("part", "once", "render", execution="again", tracer=worker.tracer):
             raise RuntimeError("second run")
@@ -258,7 +253,8 @@ def test_an_existing_install_converts_while_a_job_runs(empty_dsn: str) -> None:
 
                 def moved() -> bool:
                     prune(empty_dsn, KEEP_ALL)
-                    return rows(conn, "SELECT count(*) FROM ONLY job_log")[0][0] == 0
+                    old = "SELECT count(*) FROM ONLY job_event WHERE job_id LIKE 'before-%%'"
+                    return rows(conn, old)[0][0] == 0
 
                 wait_until(moved, what="the old attempts moving into their interval")
                 after = [job_detail(empty_dsn, "part", f"before-{n}") for n in range(5)]
@@ -271,7 +267,7 @@ def test_an_existing_install_converts_while_a_job_runs(empty_dsn: str) -> None:
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         assert rows(conn, "SELECT count(*) FROM job_log") == [(9,)]
         assert rows(conn, "SELECT count(*) FROM job_event WHERE ended_at IS NULL") == [(0,)]
-        assert where_rows_live(conn) == []
+        assert split_attempts(conn) == []
 
 
 def test_the_writer_reads_no_moved_step(
@@ -279,8 +275,7 @@ def test_the_writer_reads_no_moved_step(
 ) -> None:
     # The planner skips the job_event children in every statement that looks for open steps
     # (CHECK closed_steps_only): no row of theirs is read. (The writer's startup probe, LIMIT 0,
-    # counts a scan that reads nothing, hence rows read rather than scans. The job_log children
-    # are read once per INSERT of final rows, by the first-final-row trigger.)
+    # counts a scan that reads nothing, hence rows read rather than scans.)
     for job in range(20):
         finished_attempt(layout_conn, f"moved-{job}", 1, age="2 days")
     prune(layout_conn, KEEP_ALL)  # on this session, so its own reads are counted before ours

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import debounce, explain, fleet, hot_path, latency, memory, throughput, web
+from . import debounce, explain, fleet, hot_path, ingest, latency, memory, throughput, web
 from .common import (
     Databases,
     Row,
@@ -29,7 +29,7 @@ from .common import (
     server,
 )
 
-SECTIONS = ("hot", "throughput", "latency", "debounce", "memory", "fleet", "web")
+SECTIONS = ("hot", "throughput", "latency", "debounce", "memory", "fleet", "web", "ingest")
 CRASHED = "CRASHED"
 DEFAULT_BIG_ROWS = 5_000_000
 QUICK_BIG_ROWS = 200_000
@@ -173,6 +173,8 @@ def main() -> int:
                 _section("fleet", lambda: fleet.run(dbs, quick=args.quick), rows)
             if "web" in chosen:
                 _section("web", lambda: web.run(dbs, big_rows=big_rows, quick=args.quick), rows)
+            if "ingest" in chosen:
+                _section("OTLP ingest", lambda: ingest.run(dbs, quick=args.quick), rows)
         finally:
             dbs.close()
         if "memory" in chosen:

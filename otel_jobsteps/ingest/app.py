@@ -126,9 +126,21 @@ def create_app(
             with lock:
                 in_flight -= 1
 
+    def unavailable(media_type: str) -> Response:
+        return _status(
+            _UNAVAILABLE,
+            "the database cannot take spans now",
+            media_type,
+            503,
+            **{"Retry-After": str(retry_after_s)},
+        )
+
     async def _export(
         request: Request, decode: Callable[[bytes], Decoded], media_type: str
     ) -> Response:
+        if staging.resting():  # refused before the body is read or decoded: no work, no memory
+            staging.stats.add("unavailable_answers")
+            return unavailable(media_type)
         try:
             body = await _body(request, max_body_bytes)
             decoded = await run_in_threadpool(decode, body)
@@ -139,16 +151,10 @@ def create_app(
             staging.stats.add("bad_requests")
             return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
         try:
-            await run_in_threadpool(staging.receive, decoded.spans)
+            await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
         except StagingUnavailable as error:
             staging.stats.problem("database_unavailable", error)
-            return _status(
-                _UNAVAILABLE,
-                "the database cannot take spans now",
-                media_type,
-                503,
-                **{"Retry-After": str(retry_after_s)},
-            )
+            return unavailable(media_type)
         response = ExportTraceServiceResponse()
         if decoded.rejected:
             staging.stats.add("rejected_spans", decoded.rejected)

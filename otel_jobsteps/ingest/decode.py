@@ -33,6 +33,7 @@ __all__ = [
     "attribute_values",
     "decode_json",
     "decode_protobuf",
+    "decode_span",
 ]
 
 PARTIAL = "$span.partial"
@@ -52,6 +53,7 @@ class Decoded:
     """The usable spans of one request, and how many were rejected and why (the first reason)."""
 
     spans: list[SpanFacts] = field(default_factory=list)
+    wire: list[bytes] = field(default_factory=list)  # each span as received (protobuf Span)
     rejected: int = 0
     reason: str = ""
 
@@ -109,14 +111,25 @@ def _hex_ids_to_base64(node: Any) -> None:
 
 def _facts(request: ExportTraceServiceRequest) -> Decoded:
     decoded = Decoded()
-    spans = decoded.spans
+    spans, wire = decoded.spans, decoded.wire
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 facts = _span_facts(span, decoded)
                 if facts is not None:
                     spans.append(facts)
+                    wire.append(span.SerializeToString())
     return decoded
+
+
+def decode_span(body: bytes) -> SpanFacts:
+    """One span kept as received (`Decoded.wire`) -> its facts, exactly as when it arrived."""
+    span = Span()
+    span.ParseFromString(body)
+    facts = _span_facts(span, Decoded())
+    if facts is None:
+        raise ValueError("a staged span no longer decodes")
+    return facts
 
 
 def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
@@ -171,20 +184,20 @@ def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
 
 def attribute_values(pairs: Any) -> dict[str, Any]:
     """OTLP ``KeyValue`` list -> a plain dict (bytes as hex, maps as dicts, arrays as lists)."""
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        values[pair.key] = _value(pair.value)
-    return values
+    return {pair.key: _value(pair.value) for pair in pairs}
+
+
+_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})
 
 
 def _value(value: AnyValue) -> Any:
     kind = value.WhichOneof("value")
-    if kind is None:
-        return None
+    if kind in _SCALARS:
+        return getattr(value, kind)
     if kind == "array_value":
         return [_value(v) for v in value.array_value.values]
     if kind == "kvlist_value":
         return attribute_values(value.kvlist_value.values)
     if kind == "bytes_value":
         return binascii.hexlify(value.bytes_value).decode("ascii")
-    return getattr(value, kind)
+    return None

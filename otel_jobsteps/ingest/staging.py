@@ -25,13 +25,14 @@ import psycopg
 
 from ..batch import Batch
 from ..errors import SchemaNotMigratedError, describe
-from ..facts import SpanEvent, SpanFacts
+from ..facts import SpanFacts
 from ..recorder import JobEnded, JobStarted, StepRecorder
 from ..schema import check_writable_tables
 from ..sql import qualified_queries
 from ..stats import Stats
 from ..store import StepStore, rejects_row
 from ..translate import SpanTranslator
+from .decode import decode_span
 from .derive import trace_commands
 from .mapping import JobMapping
 
@@ -54,42 +55,11 @@ class Receipt:
     late: int
 
 
+_Row = tuple[str, int, int, SpanFacts, bytes]  # trace, signed span id, phase, facts, as received
+
+
 def _signed(span_id: int) -> int:
     return span_id - (1 << 64) if span_id >= 1 << 63 else span_id
-
-
-def _encode(span: SpanFacts) -> str:
-    events = [[e.name, getattr(e, "time_ns", 0), dict(e.attributes or {})] for e in span.events]
-    return json.dumps(
-        [
-            span.parent_span_id,
-            span.name,
-            span.start_ns,
-            span.end_ns,
-            span.attributes,
-            events,
-            span.error,
-            span.status_message,
-        ],
-        separators=(",", ":"),
-        default=str,
-    )
-
-
-def _decode(trace_hex: str, span_id: int, text: str) -> SpanFacts:
-    parent, name, start, end, attributes, events, error, message = json.loads(text)
-    return SpanFacts(
-        int(trace_hex, 16),
-        span_id & 0xFFFFFFFFFFFFFFFF,
-        parent,
-        name,
-        start,
-        end,
-        attributes,
-        [SpanEvent(n, t, a) for n, t, a in events],
-        error,
-        message,
-    )
 
 
 class Staging:
@@ -122,6 +92,10 @@ class Staging:
                 StepStore(conninfo, schema=schema, connect_timeout_s=connect_timeout_s)
             )
 
+    def resting(self) -> bool:
+        """Whether the database failed a moment ago: requests are refused without trying."""
+        return time.monotonic() < self._down_until
+
     @contextmanager
     def _store(self) -> Iterator[StepStore]:
         store = self._stores.get()
@@ -130,19 +104,20 @@ class Staging:
         finally:
             self._stores.put(store)
 
-    def receive(self, spans: Sequence[SpanFacts]) -> Receipt:
-        """Stage ``spans`` and derive their traces' rows; durable when this returns.
+    def receive(self, spans: Sequence[SpanFacts], wire: Sequence[bytes]) -> Receipt:
+        """Stage ``spans`` (``wire``: each as received) and derive their traces' rows; durable
+        when this returns.
 
         Raises `StagingUnavailable` when the database cannot be reached or keeps failing.
         """
         if not spans:
             return Receipt(0, 0, 0)
-        if time.monotonic() < self._down_until:
+        if self.resting():
             raise StagingUnavailable("the database was unreachable a moment ago")
         rows = sorted(
             (
-                (format(s.trace_id, "032x"), _signed(s.span_id), 1 if s.end_ns else 0, s)
-                for s in spans
+                (format(s.trace_id, "032x"), _signed(s.span_id), 1 if s.end_ns else 0, s, body)
+                for s, body in zip(spans, wire, strict=True)
             ),
             key=lambda row: row[:3],
         )
@@ -162,7 +137,7 @@ class Staging:
                     raise StagingUnavailable(str(error).strip() or type(error).__name__) from None
         raise AssertionError("unreachable")
 
-    def _receive(self, store: StepStore, rows: list[tuple[str, int, int, SpanFacts]]) -> Receipt:
+    def _receive(self, store: StepStore, rows: list[_Row]) -> Receipt:
         conn = store.connection()
         queries = self._queries
         with conn.transaction(), conn.cursor() as cur:
@@ -184,7 +159,7 @@ class Staging:
                         "trace_id": [r[0] for r in ordered],
                         "span_id": [r[1] for r in ordered],
                         "phase": [r[2] for r in ordered],
-                        "facts": [_encode(r[3]) for r in ordered],
+                        "body": [r[4] for r in ordered],
                     },
                 )
                 staged = {(t, s, p) for t, s, p in cur}
@@ -196,7 +171,7 @@ class Staging:
         self,
         store: StepStore,
         cur: psycopg.Cursor[Any],
-        rows: list[tuple[str, int, int, SpanFacts]],
+        rows: list[_Row],
         staged: set[tuple[str, int, int]],
         state: dict[str, tuple[bool, int, Any]],
     ) -> None:
@@ -204,16 +179,16 @@ class Staging:
         changed = sorted({key[0] for key in staged})
         spans: dict[str, list[SpanFacts]] = {trace: [] for trace in changed}
         added = Counter(key[0] for key in staged)
-        for trace, span_id, phase, facts in rows:
+        for trace, span_id, phase, facts, _ in rows:
             if (trace, span_id, phase) in staged:
                 spans[trace].append(facts)
         earlier = [trace for trace in changed if state[trace][1]]
         derived_before: dict[str, set[int]] = {trace: set() for trace in earlier}
         if earlier:
             cur.execute(self._queries["staged_spans"], {"trace_id": earlier})
-            for trace, span_id, phase, text in cur.fetchall():
+            for trace, span_id, phase, body in cur.fetchall():
                 if (trace, span_id, phase) not in staged:
-                    spans[trace].append(_decode(trace, span_id, text))
+                    spans[trace].append(decode_span(body))
                     derived_before[trace].add(span_id & 0xFFFFFFFFFFFFFFFF)
         recorder = StepRecorder(debounce_ms=0)
         written: dict[str, list[list[Any]]] = {}

@@ -5,35 +5,35 @@
 -- Register the request's traces and lock their rows, in the (sorted) order given: two receivers
 -- touching the same traces wait for each other instead of deriving the same rows twice.
 INSERT INTO {otlp_trace} AS o (trace_id)
-SELECT unnest(%(trace_id)s::text[])
+SELECT unnest(%(trace_id)b::text[])
 ON CONFLICT (trace_id) DO UPDATE SET touched_at = now()
 RETURNING o.trace_id, o.settled, o.span_count, o.written;
 
 -- name: stage_spans --
 -- Keep the request's spans; a span delivered before is skipped. Returns the ones that are new.
-INSERT INTO {otlp_span} (trace_id, span_id, phase, facts)
-SELECT * FROM unnest(%(trace_id)s::text[], %(span_id)s::bigint[], %(phase)s::smallint[],
-                     %(facts)s::text[])
+INSERT INTO {otlp_span} (trace_id, span_id, phase, body)
+SELECT * FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(phase)b::smallint[],
+                     %(body)b::bytea[])
 ON CONFLICT (trace_id, span_id, phase) DO NOTHING
 RETURNING trace_id, span_id, phase;
 
 -- name: staged_spans --
 -- Every span received so far of these traces (to derive their rows from all of them).
-SELECT trace_id, span_id, phase, facts FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)s::text[]);
+SELECT trace_id, span_id, phase, body FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)b::text[]);
 
 -- name: note_traces --
 -- After a derivation: how many spans each trace has, and which attempts its rows are in.
 UPDATE {otlp_trace} AS o
 SET span_count = o.span_count + t.added, written = t.written::jsonb
-FROM unnest(%(trace_id)s::text[], %(added)s::int[], %(written)s::text[])
+FROM unnest(%(trace_id)b::text[], %(added)b::int[], %(written)b::text[])
      AS t (trace_id, added, written)
 WHERE o.trace_id = t.trace_id;
 
 -- name: forget_derived_rows --
 -- Remove what an earlier derivation of these traces wrote, before writing the new derivation.
 WITH target AS (
-    SELECT * FROM unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[],
-                         %(trace_id)s::text[]) AS t (domain, job_id, attempt, trace_id)
+    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+                         %(trace_id)b::text[]) AS t (domain, job_id, attempt, trace_id)
 ), events AS (
     DELETE FROM {job_event} AS e USING target AS t
     WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
@@ -47,7 +47,7 @@ WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
 -- A later attempt's start wrote FAILED abandoned for an attempt whose end is only arriving now,
 -- and is dated after it: in span order the attempt ended first, so its own final row replaces it.
 DELETE FROM {job_log} AS l
-USING unnest(%(domain)s::text[], %(job_id)s::text[], %(attempt)s::int[], %(end_us)s::bigint[])
+USING unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(end_us)b::bigint[])
       AS t (domain, job_id, attempt, end_us)
 WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
   AND l.reason = 'abandoned'

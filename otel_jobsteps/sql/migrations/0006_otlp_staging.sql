@@ -22,6 +22,6 @@ CREATE TABLE otlp_span (
     trace_id  text     NOT NULL,
     span_id   bigint   NOT NULL,  -- the 64-bit id as a signed integer
     phase     smallint NOT NULL,  -- 0: start marker (running), 1: ended
-    facts     text     NOT NULL,  -- JSON: parent, name, times, attributes, events, status
+    body      bytea    NOT NULL,  -- the span as received: an OTLP protobuf Span
     PRIMARY KEY (trace_id, span_id, phase)
 );

@@ -1,0 +1,248 @@
+"""OTLP ingest (``otel-jobsteps collect``): spans per second into verified rows, request latency
+at a steady rate, and memory while the database is away.
+
+One ``collect`` process per measurement, started from the command line as a user would. The
+requests are encoded before the clock starts, by the OpenTelemetry exporter's own encoder: jobs
+of one job span and nine step spans (three progress events each), whole traces, 1,000 spans per
+request. "Decode alone" parses the same bodies into span facts in this process, in the same
+run: the ceiling the receiver's database work is compared with. Rows are counted afterwards:
+a span that did not become its row does not count.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_jobsteps.ingest.decode import decode_protobuf
+
+from .common import (
+    Databases,
+    Row,
+    closed_port_dsn,
+    count_closed_steps,
+    fmt_rate,
+    fmt_ratio,
+    run_jobs,
+    verdict,
+)
+
+SPANS_PER_REQUEST = 1_000
+STEPS_PER_JOB = 9
+SPANS_PER_JOB = STEPS_PER_JOB + 1
+HEADERS = {"content-type": "application/x-protobuf"}
+TARGET_SPANS_S = 25_000
+TARGET_RATIO = 0.5
+LATENCY_RATE = 5_000  # spans/s
+LATENCY_SPANS_PER_REQUEST = 100
+TARGET_P99_S = 0.050
+MiB = 2**20
+
+
+def encoded_requests(prefix: str, requests: int, spans_per_request: int) -> list[bytes]:
+    """Protobuf ``ExportTraceServiceRequest`` bodies of whole jobs, job ids ``prefix-N``."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("bench")
+    jobs_per_request = spans_per_request // SPANS_PER_JOB
+    bodies = []
+    for number in range(requests):
+        exporter.clear()
+        run_jobs(tracer, f"{prefix}-{number}", jobs_per_request, steps=STEPS_PER_JOB)
+        bodies.append(encode_spans(exporter.get_finished_spans()).SerializeToString())
+    provider.shutdown()
+    return bodies
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def collect(dsn: str) -> Iterator[tuple[str, int]]:
+    """A running ``otel-jobsteps collect``: (its /v1/traces URL, its pid); stopped after."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", dsn,
+         "--listen", f"127.0.0.1:{port}", "--retry-after", "1"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.post(url, content=b"", headers=HEADERS, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("collect did not start")
+            time.sleep(0.05)
+        yield url, process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _post_all(url: str, bodies: list[bytes], clients: int) -> list[int]:
+    """Send every body, ``clients`` connections at once; their status codes."""
+    statuses: list[int] = []
+    lock = threading.Lock()
+    work = iter(bodies)
+
+    def client() -> None:
+        with httpx.Client(timeout=120) as session:
+            while True:
+                with lock:
+                    body = next(work, None)
+                if body is None:
+                    return
+                code = session.post(url, content=body, headers=HEADERS).status_code
+                with lock:
+                    statuses.append(code)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return statuses
+
+
+def throughput(dbs: Databases, *, quick: bool) -> list[Row]:
+    requests = 8 if quick else 40
+    bodies = encoded_requests("otlp", requests, SPANS_PER_REQUEST)
+    spans = requests * SPANS_PER_REQUEST
+    started = time.perf_counter()
+    for body in bodies:
+        decode_protobuf(body)
+    decode_rate = spans / (time.perf_counter() - started)
+    dsn = dbs.fresh("ingest")
+    try:
+        with collect(dsn) as (url, _):
+            _post_all(url, bodies[:1], 1)  # warm: connections, caches
+            started = time.perf_counter()
+            statuses = _post_all(url, bodies[1:], clients=4)
+            elapsed = time.perf_counter() - started
+        steps, logs = count_closed_steps(dsn, "otlp")
+    finally:
+        dbs.drop(dsn)
+    jobs = spans // SPANS_PER_JOB
+    complete = statuses.count(200) == requests - 1 and (steps, logs) == (
+        jobs * STEPS_PER_JOB,
+        jobs,
+    )
+    rate = (requests - 1) * SPANS_PER_REQUEST / elapsed if complete else 0.0
+    ratio = rate / decode_rate
+    return [
+        Row(
+            "I1",
+            "collect: spans/s into verified rows (1,000-span protobuf requests, 4 clients)",
+            fmt_rate(rate, "spans/s"),
+            f"decode alone {fmt_rate(decode_rate, 'spans/s')}",
+            fmt_ratio(ratio),
+            f">= {TARGET_SPANS_S:,} and >= {TARGET_RATIO}x",
+            verdict(rate >= TARGET_SPANS_S and ratio >= TARGET_RATIO),
+        )
+    ]
+
+
+def latency(dbs: Databases, *, quick: bool) -> list[Row]:
+    seconds = 4 if quick else 20
+    per_second = LATENCY_RATE // LATENCY_SPANS_PER_REQUEST
+    bodies = encoded_requests("lat", per_second * seconds, LATENCY_SPANS_PER_REQUEST)
+    dsn = dbs.fresh("ingest_latency")
+    latencies: list[float] = []
+    try:
+        with collect(dsn) as (url, _), httpx.Client(timeout=30) as session:
+            session.post(url, content=b"", headers=HEADERS)
+            start = time.perf_counter()
+            for number, body in enumerate(bodies):
+                due = start + number / per_second  # open loop: a slow answer delays no schedule
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                sent = time.perf_counter()
+                if session.post(url, content=body, headers=HEADERS).status_code != 200:
+                    raise RuntimeError("a paced request was refused")
+                latencies.append(time.perf_counter() - sent)
+    finally:
+        dbs.drop(dsn)
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2]
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return [
+        Row(
+            "I2",
+            f"collect: request latency at a steady {LATENCY_RATE:,} spans/s "
+            f"({LATENCY_SPANS_PER_REQUEST}-span requests), p99",
+            f"{p99 * 1000:.1f} ms",
+            f"p50 {p50 * 1000:.1f} ms",
+            "",
+            f"< {TARGET_P99_S * 1000:.0f} ms",
+            verdict(p99 < TARGET_P99_S),
+        )
+    ]
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_while_down(*, quick: bool) -> list[Row]:
+    """Requests keep coming while the database is unreachable: all 503, RSS flat."""
+    bodies = encoded_requests("down", 4, SPANS_PER_REQUEST)
+    rounds = 4
+    per_round = 25 if quick else 100
+    samples: list[int] = []
+    statuses: list[int] = []
+    with collect(closed_port_dsn()) as (url, pid):
+        _post_all(url, bodies, 2)  # warm-up
+        samples.append(_rss(pid))
+        for _ in range(rounds):
+            statuses += _post_all(url, bodies * (per_round // len(bodies)), clients=4)
+            samples.append(_rss(pid))
+    growth = (samples[-1] - samples[0]) / MiB
+    last = (samples[-1] - samples[-2]) / MiB
+    refused = set(statuses) <= {503, 429}
+    return [
+        Row(
+            "I3",
+            f"collect: RSS growth over {len(statuses):,} requests while the database is down",
+            f"{growth:+.1f} MiB",
+            f"last quarter {last:+.1f} MiB, RSS {samples[-1] / MiB:.0f} MiB",
+            "",
+            "all 503/429, last quarter < 2 MiB",
+            verdict(refused and last < 2),
+        )
+    ]
+
+
+def run(dbs: Databases, *, quick: bool) -> list[Row]:
+    return [
+        *throughput(dbs, quick=quick),
+        *latency(dbs, quick=quick),
+        *memory_while_down(quick=quick),
+    ]

@@ -15,6 +15,7 @@ is skipped, as OpenTelemetry skips any instrumentor whose import fails.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable, Collection
 from typing import Any
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 
+logger = logging.getLogger("otel_jobsteps")
+
+
 def _domain(default: str) -> str:
     return os.environ.get(DOMAIN_VARIABLE) or default
 
@@ -48,13 +52,16 @@ class _Patch:
         setattr(owner, name, value)
 
     def wrap_init(self, cls: type, after: Callable[[Any], None]) -> None:
-        """Run ``after(instance)`` at the end of every ``cls(...)``."""
+        """Run ``after(instance)`` at the end of every ``cls(...)``; its failure is logged."""
         original = cls.__init__  # type: ignore[misc]
 
         @functools.wraps(original)
-        def init(self: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **kwargs)
-            after(self)
+        def init(instance: Any, *args: Any, **kwargs: Any) -> None:
+            original(instance, *args, **kwargs)
+            try:
+                after(instance)
+            except Exception as error:  # noqa: BLE001 - never break the queue's own constructor
+                logger.warning("instrumenting %s failed: %s", cls.__name__, error)
 
         self.replace(cls, "__init__", init)
 

@@ -21,9 +21,10 @@
 -- earlier than its last row. Open steps of earlier attempts that have a final row are closed too.
 WITH earlier AS (
     SELECT t.domain, t.job_id, a.attempt, a.job_type, a.step_key, a.trace_id, a.last_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond' AS next_start,
-           NOT EXISTS (SELECT 1 FROM {job_log} AS l
-                       WHERE l.domain = t.domain AND l.job_id = t.job_id
-                         AND l.attempt = a.attempt) AS unsettled
+           -- a scalar probe per attempt (NOT EXISTS could become a hash of all of job_log)
+           (SELECT l.id FROM {job_log} AS l
+            WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = a.attempt
+            LIMIT 1) IS NULL AS unsettled
     FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(at_us)b::bigint[])
          AS t (domain, job_id, attempt, at_us),
          -- grouped, so a per-input-row subquery over job_event_job: the earlier attempts' rows

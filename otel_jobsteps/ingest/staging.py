@@ -197,6 +197,7 @@ class Staging:
         for trace in sorted(changed, key=lambda t: min(s.start_ns for s in spans[t])):
             translator = SpanTranslator(problem=self.stats.problem)
             attempts: dict[tuple[str, str, int], None] = {}
+            produced = False
             for command in trace_commands(
                 spans[trace],
                 translator,
@@ -207,7 +208,9 @@ class Staging:
                     scope = command.scope
                     attempts[(scope.domain, scope.job_id, scope.attempt)] = None
                 recorder.handle(command)
-            written[trace] = [list(key) for key in attempts]
+                produced = True
+            if produced:  # NULL until the trace writes a row: then it is no orphan when settled
+                written[trace] = [list(key) for key in attempts]
         previous = [
             (*key, trace) for trace in earlier if state[trace][2] for key in state[trace][2]
         ]
@@ -242,7 +245,7 @@ class Staging:
                 "trace_id": changed,
                 "added": [added[trace] for trace in changed],
                 "written": [
-                    json.dumps(written[trace]) if written[trace] else None for trace in changed
+                    json.dumps(written[trace]) if trace in written else None for trace in changed
                 ],
             },
         )

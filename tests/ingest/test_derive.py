@@ -1,0 +1,196 @@
+"""The pure parts of the receiver: span order, mappings, and decoding edge cases."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from otel_jobsteps.errors import ConfigurationError
+from otel_jobsteps.facts import SpanEvent, SpanFacts
+from otel_jobsteps.ingest.decode import BadRequest, decode_json
+from otel_jobsteps.ingest.derive import trace_commands
+from otel_jobsteps.ingest.mapping import JobMapping, map_trace
+from otel_jobsteps.recorder import (
+    EventRecorded,
+    JobEnded,
+    JobStarted,
+    ProgressReported,
+)
+from otel_jobsteps.translate import SpanTranslator
+
+JOB = {"job.domain": "d", "job.id": "1", "job.type": "t", "job.attempt": 1}
+
+
+def span(span_id: int, parent: int, start: int, end: int, **attributes: Any) -> SpanFacts:
+    return SpanFacts(7, span_id, parent, f"s{span_id}", start, end, attributes)
+
+
+def commands(spans: list[SpanFacts], **options: Any) -> list[tuple[str, object]]:
+    problems: list[str] = []
+    found = trace_commands(
+        spans, SpanTranslator(problem=lambda k, _: problems.append(k)), **options
+    )
+    named = []
+    for command in found:
+        label = getattr(command, "key", None) or getattr(command, "type", None)
+        named.append((type(command).__name__, label))
+    return named
+
+
+ORDERED = [
+    ("JobStarted", None),
+    ("StepStarted", "A"),
+    ("StepEnded", "A"),
+    ("StepStarted", "B"),
+    ("StepEnded", "B"),
+    ("JobEnded", None),
+]
+
+
+@pytest.mark.parametrize(
+    "spans",
+    [
+        pytest.param(
+            [span(1, 0, 10, 40, **JOB), span(2, 1, 10, 20, **{"job.step.key": "A"}),
+             span(3, 1, 20, 40, **{"job.step.key": "B"})],
+            id="job first",
+        ),
+        pytest.param(
+            [span(3, 1, 20, 40, **{"job.step.key": "B"}), span(1, 0, 10, 40, **JOB),
+             span(2, 1, 10, 20, **{"job.step.key": "A"})],
+            id="shuffled; shared instants: a child starts with its parent, ends with it",
+        ),
+        pytest.param(
+            [span(2, 1, 10, 20, **{"job.step.key": "A"}),
+             span(3, 1, 20, 40, **{"job.step.key": "B"}), span(1, 0, 30, 35, **JOB)],
+            id="skewed clocks: the parent's times never put a child outside it",
+        ),
+    ],
+)  # fmt: skip
+def test_span_order_is_the_same_whatever_the_arrival(spans: list[SpanFacts]) -> None:
+    assert commands(spans) == ORDERED
+
+
+def test_a_marker_opens_and_the_ended_span_wins() -> None:
+    marker = span(2, 1, 10, 0, **{"job.step.key": "A"})
+    assert commands([span(1, 0, 10, 0, **JOB), marker]) == [
+        ("JobStarted", None),
+        ("StepStarted", "A"),
+    ]
+    ended = span(2, 1, 10, 20, **{"job.step.key": "A"})
+    assert commands([marker, span(1, 0, 10, 30, **JOB), ended])[-2:] == [
+        ("StepEnded", "A"),
+        ("JobEnded", None),
+    ]
+
+
+def test_a_parent_cycle_does_not_hang_and_starts_nothing_in_it() -> None:
+    assert commands([span(1, 2, 10, 20, **JOB), span(2, 1, 10, 20, **{"job.step.key": "A"})]) == []
+
+
+def test_progress_of_a_received_step_is_its_latest_event() -> None:
+    step = SpanFacts(
+        7, 2, 1, "a", 10, 20, {"job.step.key": "A"},
+        [SpanEvent("progress", 11, {"pct": 50}), SpanEvent("progress", 12, {"pct": 100}),
+         SpanEvent("exception", 13, {"exception.type": "E"})],
+    )  # fmt: skip
+    found = trace_commands([span(1, 0, 10, 30, **JOB), step], SpanTranslator(problem=print))
+    (progress,) = [c for c in found if isinstance(c, ProgressReported)]
+    assert progress.latest() == {"pct": 100}
+
+
+def test_an_event_outside_a_job_is_written_once() -> None:
+    event = span(5, 0, 10, 10, **{"job.event.type": "STALLED", "job.id": "1", "job.domain": "d",
+                                  "job.attempt": 1})  # fmt: skip
+    assert commands([event]) == [("EventRecorded", "STALLED")]
+    assert commands([event], derived_before={5}) == []
+
+
+def bullmq_trace(*, failed: bool, retried: bool, made: int | None = 1) -> list[SpanFacts]:
+    attributes: dict[str, Any] = {
+        "bullmq.queue.name": "render",
+        "bullmq.queue.operation": "process",
+        "bullmq.job.id": "42",
+        "bullmq.job.name": "thumbnail",
+    }
+    if made is not None:
+        attributes["bullmq.job.attempts.made"] = made
+    events = [SpanEvent("job failed", 30, {"bullmq.job.failed.reason": "disk full"})]
+    job = SpanFacts(7, 1, 0, "process render", 10, 40, attributes, events if failed else [])
+    spans = [job, span(2, 1, 10, 20, **{"job.step.key": "SAVE"})]
+    if retried:
+        spans.append(span(3, 1, 30, 31, **{"bullmq.queue.operation": "retry"}))
+    return spans
+
+
+def test_bullmq_failed_and_retried_is_failed_retry_with_its_event() -> None:
+    found = trace_commands(bullmq_trace(failed=True, retried=True), SpanTranslator(problem=print))
+    started = found[0]
+    assert isinstance(started, JobStarted)
+    assert started.scope[:4] == ("render", "42", "thumbnail", 1)
+    (event,) = [c for c in found if isinstance(c, EventRecorded)]
+    assert (event.type, event.detail) == ("RETRY_SCHEDULED", {"next_attempt": 2})
+    ended = found[-1]
+    assert isinstance(ended, JobEnded)
+    assert (ended.failed, ended.outcome, ended.error) == (True, "retry", "disk full")
+
+
+@pytest.mark.parametrize(
+    ("failed", "retried", "expected"),
+    [
+        pytest.param(False, False, (False, None), id="completed"),
+        pytest.param(True, False, (True, None), id="failed, no attempts left"),
+    ],
+)
+def test_bullmq_outcomes(failed: bool, retried: bool, expected: tuple[bool, object]) -> None:
+    found = trace_commands(
+        bullmq_trace(failed=failed, retried=retried), SpanTranslator(problem=print)
+    )
+    ended = found[-1]
+    assert isinstance(ended, JobEnded)
+    assert (ended.failed, ended.outcome) == expected
+
+
+def test_bullmq_span_without_its_attempt_count_is_not_a_job_span() -> None:
+    assert commands(bullmq_trace(failed=False, retried=False, made=None)) == []
+
+
+def test_a_configured_mapping_names_other_libraries_jobs() -> None:
+    mapping = JobMapping.parse(
+        "id=celery.task_id,domain=celery.queue,type=celery.task,attempt=celery.retries+1"
+    )
+    job = span(1, 0, 10, 40, **{"celery.task_id": "x", "celery.queue": "q", "celery.task": "t",
+                                "celery.retries": 2})  # fmt: skip
+    (mapped,) = map_trace([job], [mapping])
+    assert {k: mapped.attributes[k] for k in JOB} == {
+        "job.domain": "q", "job.id": "x", "job.type": "t", "job.attempt": 3,
+    }  # fmt: skip
+    explicit = span(1, 0, 10, 40, **{"celery.task_id": "x", "celery.queue": "q", "job.id": "own"})
+    assert map_trace([explicit], [mapping])[0].attributes["job.id"] == "own"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "id=a", "domain=a", "id=a,domain=b,id=c", "id=a+1,domain=b", "id=a,colour=b"]
+)
+def test_a_bad_mapping_is_a_configuration_error(text: str) -> None:
+    with pytest.raises(ConfigurationError):
+        JobMapping.parse(text)
+
+
+@pytest.mark.parametrize(
+    "body", [b"\xff", b"[]", b'{"resourceSpans": [{"scopeSpans": 3}]}', b"[" * 100_000]
+)
+def test_json_that_is_not_a_trace_request_is_a_bad_request(body: bytes) -> None:
+    with pytest.raises(BadRequest):
+        decode_json(body)
+
+
+def test_json_ids_that_are_not_hex_reject_that_span_only() -> None:
+    good = {"traceId": "01" * 16, "spanId": "02" * 8, "name": "a", "startTimeUnixNano": "5"}
+    bad = {**good, "spanId": "zz" * 8}
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [good, bad]}]}]}).encode()
+    decoded = decode_json(body)
+    assert (len(decoded.spans), decoded.rejected) == (1, 1)
+    assert decoded.spans[0].end_ns == 0  # no end time: a start marker

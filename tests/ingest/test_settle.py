@@ -1,0 +1,39 @@
+"""Spans whose job span never arrives are kept for the settle time, then dropped (counted);
+late copies of a settled trace are ignored."""
+
+from __future__ import annotations
+
+import psycopg
+
+from otel_jobsteps.attributes import JOB_EVENT_TYPE, JOB_ID
+from otel_jobsteps.ingest.decode import decode_protobuf
+from otel_jobsteps.ingest.staging import Staging
+from tests.ingest.conftest import table_rows
+from tests.ingest.requests import request_of
+from tests.ingest.stories import Recording, seed_story
+
+
+def test_orphans_are_dropped_when_settled_and_late_copies_ignored(
+    recording: Recording, dsn: str, second_dsn: str
+) -> None:
+    spans = recording.spans(seed_story, "-orphan")
+    keys = [{kv.key for kv in s.attributes} for s in spans]
+    steps = [s for s, k in zip(spans, keys, strict=True) if not k & {JOB_ID, JOB_EVENT_TYPE}]
+    jobs = [s for s, k in zip(spans, keys, strict=True) if JOB_ID in k and JOB_EVENT_TYPE not in k]
+    decoded = decode_protobuf(request_of(steps).SerializeToString())
+    staging = Staging(second_dsn, settle_after_s=0.0, connections=1)
+    try:
+        assert staging.receive(decoded.spans, decoded.wire).staged == len(steps)
+        assert staging.settle() == (2, len(steps))  # two attempts' traces, nothing of them kept
+        assert staging.stats.get("orphan_spans") == 1
+        with psycopg.connect(second_dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM otlp_span").fetchone() == (0,)
+
+        late = decode_protobuf(request_of(steps + jobs).SerializeToString())
+        receipt = staging.receive(late.spans, late.wire)
+        assert (receipt.staged, receipt.late) == (0, len(steps) + len(jobs))
+        assert table_rows(second_dsn, "%-orphan") == ([], [])
+        assert staging.settle() == (0, 0)
+    finally:
+        staging.close()
+    assert len(table_rows(dsn, "%-orphan")[0]) == 5  # what the processor recorded meanwhile

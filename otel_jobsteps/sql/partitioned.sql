@@ -45,6 +45,14 @@ CREATE OR REPLACE FUNCTION otel_jobsteps_move_lock_key() RETURNS bigint
 LANGUAGE sql STABLE AS $$ SELECT hashtextextended('otel_jobsteps:move:' || current_schema(), 0) $$
 SET search_path FROM CURRENT;
 
+-- The start of the interval holding ``at``: intervals are aligned to UTC from 2000-01-01.
+CREATE OR REPLACE FUNCTION otel_jobsteps_interval_start(at timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT date_bin(partition_interval, at, timestamptz '2000-01-01 00:00:00+00')
+    FROM otel_jobsteps_layout
+$$
+SET search_path FROM CURRENT;
+
 -- The child of the interval holding ``at``, created when missing; returns its lower bound.
 -- Run it in a transaction of its own (prune does): it waits for every transaction that has
 -- read the children so far. A statement planned within a transaction keeps its list of
@@ -61,7 +69,7 @@ DECLARE
     v_event  text;
 BEGIN
     SELECT partition_interval INTO STRICT v_step FROM otel_jobsteps_layout;
-    v_lower := date_bin(v_step, at, timestamptz '2000-01-01 00:00:00+00');
+    v_lower := otel_jobsteps_interval_start(at);
     IF EXISTS (SELECT 1 FROM otel_jobsteps_partition WHERE lower_bound = v_lower) THEN
         RETURN v_lower;
     END IF;
@@ -94,13 +102,12 @@ DECLARE
     v_at      timestamptz;
 BEGIN
     SELECT partition_interval INTO STRICT v_step FROM otel_jobsteps_layout;
-    v_before := COALESCE(ended_before,
-                         date_bin(v_step, now(), timestamptz '2000-01-01 00:00:00+00'));
+    v_before := COALESCE(ended_before, otel_jobsteps_interval_start(now()));
     PERFORM pg_advisory_xact_lock(otel_jobsteps_move_lock_key());
     FOR v_at IN
         SELECT now() UNION ALL SELECT now() + v_step
         UNION ALL
-        SELECT DISTINCT date_bin(v_step, l.created_at, timestamptz '2000-01-01 00:00:00+00')
+        SELECT DISTINCT otel_jobsteps_interval_start(l.created_at)
         FROM ONLY job_event AS e
         JOIN job_log AS l ON l.domain = e.domain AND l.job_id = e.job_id AND l.attempt = e.attempt
         WHERE COALESCE(e.ended_at, e.created_at) < v_before AND l.created_at < v_before
@@ -126,7 +133,6 @@ CREATE OR REPLACE FUNCTION otel_jobsteps_archive(batch_size integer,
                                                  ended_before timestamptz DEFAULT NULL)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    v_step    interval;
     v_before  timestamptz;
     v_domain  text[];
     v_job_id  text[];
@@ -134,9 +140,7 @@ DECLARE
     v_ended   timestamptz[];
     v_part    otel_jobsteps_partition;
 BEGIN
-    SELECT partition_interval INTO STRICT v_step FROM otel_jobsteps_layout;
-    v_before := COALESCE(ended_before,
-                         date_bin(v_step, now(), timestamptz '2000-01-01 00:00:00+00'));
+    v_before := COALESCE(ended_before, otel_jobsteps_interval_start(now()));
     -- One mover at a time: two never move the same rows.
     PERFORM pg_advisory_xact_lock(otel_jobsteps_move_lock_key());
     SELECT array_agg(a.domain), array_agg(a.job_id), array_agg(a.attempt), array_agg(a.ended)

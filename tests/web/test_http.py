@@ -189,6 +189,10 @@ def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: Traci
     assert sorted(seen) == [f"job-{n}" for n in range(7)]
     assert len(seen) == len(set(seen))
 
+    first_page = client.get("/").text
+    assert "<td>1 of 1</td>" in first_page  # attempt 1 of the failed ones
+    assert "<td>2 (1 recorded)</td>" in first_page  # attempt 2 started with attempts_made=1
+
     failed = job_ids(client.get("/?status=failed").text)
     assert sorted(failed) == ["job-0", "job-3", "job-6"]
     assert job_ids(client.get("/?status=completed&type=thumbnail").text) != []

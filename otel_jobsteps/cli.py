@@ -19,14 +19,13 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
 from . import __version__
-from .errors import ConfigurationError, JobStepsError
+from .db import borrowed_connection, check_dsn
+from .errors import ConfigurationError, JobStepsError, describe
 from .maintenance import prune, sweep
 from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
 from .schema import migrate
-from .store import borrowed_connection
 from .timeline import Style, format_duration, format_time, printable, render_detail, render_jobs
 
 __all__ = ["main", "parse_duration"]
@@ -115,11 +114,7 @@ def _dsn(args: argparse.Namespace, *, read: bool = False) -> str:
     )
     if not dsn:
         raise ConfigurationError("no database: pass --dsn or set OTEL_JOBSTEPS_DSN")
-    try:
-        conninfo_to_dict(dsn)
-    except psycopg.Error:  # its message could echo the password
-        raise ConfigurationError("the DSN is not a valid PostgreSQL connection string") from None
-    return dsn
+    return check_dsn(dsn)
 
 
 def _schema(args: argparse.Namespace) -> str:
@@ -511,11 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return EXIT_ERROR
     except psycopg.Error as error:
-        lines = str(error).strip().splitlines()
-        print(
-            f"{PROG}: database error: {lines[0] if lines else type(error).__name__}",
-            file=sys.stderr,
-        )
+        print(f"{PROG}: database error: {describe(error)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -13,12 +13,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from .db import Record, Target, borrowed_connection, fetch, session
 from .errors import ConfigurationError
-from .query import Record, Target, fetch, session
 from .schema import is_partitioned
 from .sql import qualified_queries
 from .stats import logger
-from .store import borrowed_connection
 
 __all__ = ["PruneResult", "SweptStep", "prune", "sweep"]
 

@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from psycopg.conninfo import conninfo_to_dict
 
 from .attributes import JOB_EVENT_TYPE, JOB_ID
 from .batch import Batch
+from .db import check_dsn
 from .detail import DEFAULT_MAX_DETAIL_BYTES
 from .errors import ConfigurationError
 from .facts import ended_facts, started_facts
@@ -209,10 +209,7 @@ class JobStepsProcessor(SpanProcessor):
         dsn = dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
         if not dsn:
             raise ConfigurationError("no database: pass dsn= or set OTEL_JOBSTEPS_DSN")
-        try:
-            conninfo_to_dict(dsn)
-        except Exception:  # noqa: BLE001 - the message would echo the password
-            raise ConfigurationError("dsn is not a valid PostgreSQL connection string") from None
+        check_dsn(dsn)
         self._schema = schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public"
         self._debounce_ms = (
             debounce_ms if debounce_ms is not None else _env_int("OTEL_JOBSTEPS_DEBOUNCE_MS", 1000)

@@ -9,22 +9,20 @@ rows lag the primary by the replay delay), else $OTEL_JOBSTEPS_DSN.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import dict_row
 
 if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
-from .errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from .db import Record, Target, fetch, session
+from .errors import ConfigurationError
 from .sql import qualified_queries
-from .store import borrowed_connection
 
 __all__ = [
     "STATUSES",
@@ -35,43 +33,14 @@ __all__ = [
     "JobDetail",
     "JobLogEntry",
     "JobSummary",
-    "Record",
     "StepRecord",
-    "Target",
-    "fetch",
     "job_detail",
     "list_jobs",
     "read_target",
-    "session",
 ]
 
 STATUSES = ("RUNNING", "COMPLETED", "FAILED")
 """Statuses of an attempt (and of a step): running, or how it ended."""
-
-Target = str | psycopg.Connection[Any]
-_R = TypeVar("_R")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Record):
-        return value.to_dict()
-    if isinstance(value, tuple):
-        return [_jsonable(item) for item in value]
-    return value
-
-
-class Record:
-    """Base of the result dataclasses: ``to_dict()`` for JSON output."""
-
-    __slots__ = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-ready dict: ISO 8601 timestamps, durations in seconds."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,50 +137,6 @@ class JobDetail(Record):
     def attempt(self) -> AttemptSummary:
         """The summary of ``current_attempt``."""
         return next(a for a in self.attempts if a.attempt == self.current_attempt)
-
-
-def _schema_error(schema: str) -> SchemaNotMigratedError:
-    return SchemaNotMigratedError(
-        f"schema {schema!r} lacks the otel_jobsteps tables or views: run `otel-jobsteps migrate`"
-    )
-
-
-@contextmanager
-def session(
-    target: Target, *, schema: str, snapshot: bool = False
-) -> Iterator[psycopg.Connection[Any]]:
-    """A connection in a transaction (a savepoint inside the caller's transaction).
-
-    ``snapshot`` makes a fresh transaction REPEATABLE READ, so several queries see one state.
-    Missing tables become `SchemaNotMigratedError`, a lost connection
-    `DatabaseUnavailableError`.
-    """
-    if not schema:
-        raise ConfigurationError("schema must be a non-empty name")
-    with borrowed_connection(target) as conn:
-        try:
-            fresh = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            with conn.transaction():
-                if snapshot and fresh:
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                yield conn
-        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-            raise _schema_error(schema) from None
-        except psycopg.OperationalError as error:
-            lines = str(error).strip().splitlines()
-            reason = lines[-1] if lines else type(error).__name__
-            raise DatabaseUnavailableError(f"database error: {reason}") from None
-
-
-def fetch(
-    conn: psycopg.Connection[Any],
-    query: sql.Composed,
-    params: Mapping[str, Any],
-    record: type[_R],
-) -> list[_R]:
-    """Run a read query whose columns are the fields of ``record``; one instance per row."""
-    with conn.cursor(row_factory=class_row(record)) as cur:
-        return cur.execute(query, params).fetchall()
 
 
 def _queries(schema: str, *, in_domain: bool = False) -> dict[str, sql.Composed]:

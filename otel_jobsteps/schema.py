@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from .db import borrowed_connection
 from .errors import ConfigurationError, SchemaNotMigratedError
 from .sql import migrations
-from .store import borrowed_connection
 
 if TYPE_CHECKING:
     from typing_extensions import LiteralString

@@ -11,27 +11,23 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import fields
 from operator import attrgetter
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.abc import PQGen
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress, Segment
+from .db import check_schema_name, connection_kwargs, redact
 from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
-from .errors import ConfigurationError, DatabaseUnavailableError, describe
 from .sql import qualified_queries
 
 __all__ = [
     "SQLSTATE_CLASSES",
     "StepStore",
-    "borrowed_connection",
-    "connection_kwargs",
-    "redact",
     "rejects_row",
 ]
 
@@ -73,34 +69,6 @@ _STATEMENTS: tuple[tuple[str, str], ...] = (
 _forgotten: list[psycopg.Connection[Any]] = []
 _DETAIL_FIELDS = frozenset({"detail"})
 _SKIPPED_FIELDS = frozenset({"segment"})
-
-
-def redact(conninfo: str) -> str:
-    """The connection string with its password masked, for messages and logs."""
-    try:
-        params = conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        return "<unparsable connection string>"
-    if "password" in params:
-        params["password"] = "***"
-    return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
-
-
-def connection_kwargs(
-    *, connect_timeout_s: float, tcp_user_timeout_s: float = 30.0
-) -> dict[str, Any]:
-    """Settings every connection of ours uses: bounded connect, a visible name, and a peer that
-    went silent detected by TCP (keepalives while idle, tcp_user_timeout for unacknowledged
-    data) instead of after the kernel's retransmissions, about 15 minutes."""
-    return {
-        "connect_timeout": max(1, round(connect_timeout_s)),
-        "application_name": "otel_jobsteps",
-        "keepalives": 1,
-        "keepalives_idle": 10,
-        "keepalives_interval": 5,
-        "keepalives_count": 3,
-        "tcp_user_timeout": max(1, round(tcp_user_timeout_s * 1000)),
-    }
 
 
 def rejects_row(error: BaseException) -> bool:
@@ -199,8 +167,7 @@ class StepStore:
         on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
         reply_timeout_s: float | None = None,
     ) -> None:
-        if not schema:
-            raise ConfigurationError("schema must be a non-empty name")
+        check_schema_name(schema)
         self._conninfo = conninfo
         self._connect_timeout_s = connect_timeout_s
         self._statement_timeout_ms = statement_timeout_ms
@@ -351,23 +318,3 @@ class StepStore:
     @staticmethod
     def _statements(segment: Segment) -> list[tuple[str, Sequence[Any]]]:
         return [(name, ops) for name, attr in _STATEMENTS if (ops := getattr(segment, attr))]
-
-
-@contextmanager
-def borrowed_connection(
-    target: str | psycopg.Connection[Any], *, connect_timeout_s: float = 5.0
-) -> Iterator[psycopg.Connection[Any]]:
-    """Use the caller's connection as is, or open (and later close) one from a conninfo."""
-    if isinstance(target, psycopg.Connection):
-        yield target
-        return
-    try:
-        conn = psycopg.connect(
-            target, autocommit=True, **connection_kwargs(connect_timeout_s=connect_timeout_s)
-        )
-    except psycopg.OperationalError as error:
-        raise DatabaseUnavailableError(
-            f"cannot connect to {redact(target)}: {describe(error)}"
-        ) from None
-    with conn:
-        yield conn

@@ -30,7 +30,7 @@ def serve_collect(
     flight (their spans are committed before they are answered) and return."""
     import uvicorn
 
-    from ..store import redact
+    from ..db import redact
     from ..web.app import parse_listen
     from .app import DEFAULT_MAX_BODY_BYTES, create_app
     from .staging import Staging

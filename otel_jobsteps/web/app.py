@@ -32,9 +32,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
-from ..query import STATUSES, Record
-from ..store import redact
+from ..query import STATUSES
 from ..timeline import format_duration, format_time
 from .data import Reader
 from .layout import WINDOWS, Cursor, TraceLinks, build_timeline

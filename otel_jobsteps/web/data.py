@@ -16,20 +16,17 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ..errors import DatabaseUnavailableError
+from ..db import Record, connection_kwargs, fetch, session
+from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     AttemptSummary,
     JobDetail,
     JobLogEntry,
     JobSummary,
-    Record,
-    fetch,
     job_detail,
     list_jobs,
-    session,
 )
 from ..sql import qualified_queries
-from ..store import connection_kwargs
 from .layout import Cursor
 
 __all__ = [
@@ -136,9 +133,7 @@ class Reader:
         try:
             conn = psycopg.connect(self.dsn, **options)
         except psycopg.OperationalError as error:
-            lines = str(error).strip().splitlines()
-            reason = lines[-1] if lines else type(error).__name__
-            raise DatabaseUnavailableError(f"database unreachable: {reason}") from None
+            raise DatabaseUnavailableError(f"database unreachable: {describe(error)}") from None
         with conn:
             conn.read_only = True  # every transaction begins READ ONLY
             yield conn

@@ -10,8 +10,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from otel_jobsteps.db import borrowed_connection
 from otel_jobsteps.errors import DatabaseUnavailableError, describe
-from otel_jobsteps.store import SQLSTATE_CLASSES, StepStore, borrowed_connection, rejects_row
+from otel_jobsteps.store import SQLSTATE_CLASSES, StepStore, rejects_row
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TABLE_ROW = re.compile(r"^\s*\| `(\w\w)` \| (row|retry) \| (.+) \|$", re.MULTILINE)

@@ -21,7 +21,7 @@ from otel_jobsteps import (
     progress,
     step,
 )
-from otel_jobsteps.store import borrowed_connection, redact
+from otel_jobsteps.db import borrowed_connection, redact
 from tests.conftest import rows
 
 PASSWORD = "s3cret-pw"

@@ -1,0 +1,169 @@
+"""Database helpers every part shares: connections, redaction, names, reads into dataclasses.
+
+The writer's statements live in `store`; the read side's in `query` and `maintenance`. What they
+all need to open, borrow and describe a connection, to validate a DSN or a schema name, and to
+read rows into frozen dataclasses is here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import fields
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import class_row
+
+from .errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    SchemaNotMigratedError,
+    describe,
+)
+
+__all__ = [
+    "Record",
+    "Target",
+    "borrowed_connection",
+    "check_dsn",
+    "check_schema_name",
+    "connection_kwargs",
+    "fetch",
+    "redact",
+    "session",
+]
+
+Target = str | psycopg.Connection[Any]
+"""A connection string (a connection is opened and closed) or the caller's open connection."""
+_R = TypeVar("_R")
+
+
+def check_dsn(dsn: str) -> str:
+    """``dsn`` if libpq can parse it; else a ConfigurationError that does not echo it."""
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error:  # its message could echo the password
+        raise ConfigurationError("the DSN is not a valid PostgreSQL connection string") from None
+    return dsn
+
+
+def check_schema_name(schema: str) -> str:
+    """``schema`` if it can name a schema (it is always quoted as an identifier, never spliced)."""
+    if not schema or "\x00" in schema or len(schema.encode()) > 63:
+        raise ConfigurationError("schema must be a non-empty name of at most 63 bytes without NUL")
+    return schema
+
+
+def redact(conninfo: str) -> str:
+    """The connection string with its password masked, for messages and logs."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "<unparsable connection string>"
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
+
+
+def connection_kwargs(
+    *, connect_timeout_s: float, tcp_user_timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """Settings every connection of ours uses: bounded connect, a visible name, and a peer that
+    went silent detected by TCP (keepalives while idle, tcp_user_timeout for unacknowledged
+    data) instead of after the kernel's retransmissions, about 15 minutes."""
+    return {
+        "connect_timeout": max(1, round(connect_timeout_s)),
+        "application_name": "otel_jobsteps",
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": max(1, round(tcp_user_timeout_s * 1000)),
+    }
+
+
+@contextmanager
+def borrowed_connection(
+    target: Target, *, connect_timeout_s: float = 5.0
+) -> Iterator[psycopg.Connection[Any]]:
+    """Use the caller's connection as is, or open (and later close) one from a conninfo."""
+    if isinstance(target, psycopg.Connection):
+        yield target
+        return
+    try:
+        conn = psycopg.connect(
+            target, autocommit=True, **connection_kwargs(connect_timeout_s=connect_timeout_s)
+        )
+    except psycopg.OperationalError as error:
+        raise DatabaseUnavailableError(
+            f"cannot connect to {redact(target)}: {describe(error)}"
+        ) from None
+    with conn:
+        yield conn
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+class Record:
+    """Base of the result dataclasses: ``to_dict()`` for JSON output."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict: ISO 8601 timestamps, durations in seconds."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+def _schema_error(schema: str) -> SchemaNotMigratedError:
+    return SchemaNotMigratedError(
+        f"schema {schema!r} lacks the otel_jobsteps tables or views: run `otel-jobsteps migrate`"
+    )
+
+
+@contextmanager
+def session(
+    target: Target, *, schema: str, snapshot: bool = False
+) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a transaction (a savepoint inside the caller's transaction).
+
+    ``snapshot`` makes a fresh transaction REPEATABLE READ, so several queries see one state.
+    Missing tables become `SchemaNotMigratedError`, a lost connection
+    `DatabaseUnavailableError`.
+    """
+    check_schema_name(schema)
+    with borrowed_connection(target) as conn:
+        try:
+            fresh = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            with conn.transaction():
+                if snapshot and fresh:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield conn
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            raise _schema_error(schema) from None
+        except psycopg.OperationalError as error:
+            raise DatabaseUnavailableError(f"database error: {describe(error)}") from None
+
+
+def fetch(
+    conn: psycopg.Connection[Any],
+    query: sql.Composed,
+    params: Mapping[str, Any],
+    record: type[_R],
+) -> list[_R]:
+    """Run a read query whose columns are the fields of ``record``; one instance per row."""
+    with conn.cursor(row_factory=class_row(record)) as cur:
+        return cur.execute(query, params).fetchall()

@@ -304,6 +304,7 @@ def _collect(args: argparse.Namespace) -> int:
         mappings=[JobMapping.parse(text) for text in args.mapping],
         max_body_bytes=args.max_body_bytes,
         retry_after_s=args.retry_after,
+        workers=args.workers,
         announce=lambda line: print(line, flush=True),
     )
     return 0
@@ -493,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         metavar="SECONDS",
         help="Retry-After of 503 answers while the database is away (2)",
+    )
+    collect.add_argument(
+        "--workers",
+        type=int_between(1, 64),
+        default=1,
+        help="processes sharing the port; each decodes and derives on its own core (1)",
     )
     return parser
 

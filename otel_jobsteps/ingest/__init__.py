@@ -7,11 +7,44 @@ order) -> translate (shared with the processor) -> recorder -> store.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .mapping import JobMapping
 
-__all__ = ["JobMapping", "serve_collect"]
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+__all__ = ["JobMapping", "app_from_environment", "serve_collect"]
+
+# How uvicorn's worker processes receive the receiver's settings (they import the app anew).
+SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
+
+
+def app_from_environment() -> Starlette:
+    """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
+    (uvicorn's factory for each worker process)."""
+    from .app import create_app
+    from .staging import Staging
+
+    settings: dict[str, Any] = json.loads(os.environ[SETTINGS_ENV])
+    staging = Staging(
+        settings["dsn"],
+        schema=settings["schema"],
+        connections=settings["connections"],
+        settle_after_s=settings["settle_after_s"],
+        mappings=[JobMapping(**mapping) for mapping in settings["mappings"]],
+    )
+    return create_app(
+        staging,
+        max_body_bytes=settings["max_body_bytes"],
+        max_in_flight=4 * settings["connections"],
+        retry_after_s=settings["retry_after_s"],
+        settle_every_s=min(60.0, max(1.0, settings["settle_after_s"] / 4)),
+    )
 
 
 def serve_collect(
@@ -24,35 +57,43 @@ def serve_collect(
     max_body_bytes: int | None = None,
     retry_after_s: int = 2,
     connections: int = 4,
+    workers: int = 1,
     announce: Callable[[str], None] = lambda line: None,
 ) -> None:
     """Run the receiver until SIGTERM or SIGINT: then stop accepting, finish the requests in
-    flight (their spans are committed before they are answered) and return."""
+    flight (their spans are committed before they are answered) and return.
+
+    ``workers`` processes share the port (they lock per trace, as separate receivers do).
+    """
     import uvicorn
 
     from ..db import redact
     from ..web.app import parse_listen
-    from .app import DEFAULT_MAX_BODY_BYTES, create_app
+    from .app import DEFAULT_MAX_BODY_BYTES
     from .staging import Staging
 
     host, port = parse_listen(listen)
-    staging = Staging(
-        dsn,
-        schema=schema,
-        connections=connections,
-        settle_after_s=settle_after_s,
-        mappings=mappings,
+    checker = Staging(dsn, schema=schema, connections=1)
+    try:
+        checker.check()
+    finally:
+        checker.close()
+    os.environ[SETTINGS_ENV] = json.dumps(
+        {
+            "dsn": dsn,
+            "schema": schema,
+            "connections": connections,
+            "settle_after_s": settle_after_s,
+            "mappings": [dataclasses.asdict(mapping) for mapping in mappings],
+            "max_body_bytes": max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+            "retry_after_s": retry_after_s,
+        }
     )
-    staging.check()
-    app = create_app(
-        staging,
-        max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-        max_in_flight=4 * connections,
-        retry_after_s=retry_after_s,
-        settle_every_s=min(60.0, max(1.0, settle_after_s / 4)),
-    )
-    config = uvicorn.Config(
-        app,
+    announce(f"collect: http://{listen}/v1/traces -> {redact(dsn)} (schema {schema})")
+    uvicorn.run(
+        f"{__name__}:app_from_environment",
+        factory=True,
+        workers=workers,
         host=host,
         port=port,
         log_level="warning",
@@ -60,6 +101,3 @@ def serve_collect(
         timeout_graceful_shutdown=30,
         server_header=False,
     )
-    server = uvicorn.Server(config)
-    announce(f"collect: http://{listen}/v1/traces -> {redact(dsn)} (schema {schema})")
-    server.run()

@@ -17,6 +17,7 @@ import pytest
 
 from otel_jobsteps import migrate
 from tests.conftest import wait_until
+from tests.faults.proxy import FaultProxy, Upstream
 from tests.ingest.stories import Recording
 
 # Every column but the identity and the heartbeat (the processor refreshes it while a step is
@@ -127,3 +128,9 @@ def recording(dsn: str) -> Iterator[Recording]:
     recorded = Recording(dsn)
     yield recorded
     recorded.close()
+
+
+@pytest.fixture
+def proxy(second_dsn: str) -> Iterator[FaultProxy]:
+    with FaultProxy(Upstream.from_dsn(second_dsn)) as fault_proxy:
+        yield fault_proxy

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -16,16 +14,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps.attributes import JOB_ID
 from tests.conftest import wait_until
-from tests.faults.proxy import FaultProxy, Mode, Upstream
+from tests.faults.proxy import FaultProxy, Mode
 from tests.ingest.conftest import CollectorFactory, table_rows
 from tests.ingest.requests import post, request_of
 from tests.ingest.stories import Recording, seed_story, tell_all
-
-
-@pytest.fixture
-def proxy(second_dsn: str) -> Iterator[FaultProxy]:
-    with FaultProxy(Upstream.from_dsn(second_dsn)) as fault_proxy:
-        yield fault_proxy
 
 
 def test_spans_answered_200_survive_a_killed_receiver(

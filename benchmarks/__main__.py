@@ -19,7 +19,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import debounce, explain, fleet, hot_path, ingest, latency, memory, throughput, web
+from . import (
+    debounce,
+    explain,
+    fleet,
+    hot_path,
+    ingest,
+    latency,
+    memory,
+    open_steps,
+    throughput,
+    web,
+)
 from .common import (
     Databases,
     Row,
@@ -29,7 +40,17 @@ from .common import (
     server,
 )
 
-SECTIONS = ("hot", "throughput", "latency", "debounce", "memory", "fleet", "web", "ingest")
+SECTIONS = (
+    "hot",
+    "throughput",
+    "open-steps",
+    "latency",
+    "debounce",
+    "memory",
+    "fleet",
+    "web",
+    "ingest",
+)
 CRASHED = "CRASHED"
 DEFAULT_BIG_ROWS = 5_000_000
 QUICK_BIG_ROWS = 200_000
@@ -165,6 +186,8 @@ def main() -> int:
                     ),
                     rows,
                 )
+            if "open-steps" in chosen:
+                _section("open steps", lambda: open_steps.run(dbs, quick=args.quick), rows)
             if "latency" in chosen:
                 _section("latency", lambda: latency.run(dbs, quick=args.quick), rows)
             if "debounce" in chosen:

@@ -117,6 +117,52 @@ def test_sweep_dry_run_changes_nothing(dsn: str, conn: psycopg.Connection[Any]) 
     assert sweep(dsn, HOUR) == preview  # the preview said exactly what the sweep does
 
 
+def closed_step(
+    conn: psycopg.Connection[Any], job_id: str, *, age: str, heartbeat_age: str | None = None
+) -> None:
+    """A STEP row closed ``age`` ago (its attempt going on between steps, or dead)."""
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,"
+        " execution_id, created_at, ended_at, heartbeat_at)"
+        " VALUES ('render', %s, 'thumbnail', 1, 'STEP', 'FETCH', 'COMPLETED', 'worker-1',"
+        " now() - %s::interval - interval '1 minute', now() - %s::interval,"
+        " now() - %s::interval)",
+        (job_id, age, age, heartbeat_age),
+    )
+
+
+def test_sweep_settles_attempts_silent_between_steps(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    closed_step(conn, "died-between", age="3 hours")
+    closed_step(conn, "pausing", age="3 hours", heartbeat_age="1 minute")  # alive, beating
+    closed_step(conn, "just-closed", age="1 minute")
+    closed_step(conn, "finished", age="3 hours")
+    conn.execute(
+        "INSERT INTO job_log (domain, job_id, attempt, status) VALUES ('render', 'finished', 1,"
+        " 'COMPLETED')"
+    )
+    preview = sweep(dsn, HOUR, dry_run=True)
+    assert log_rows(conn, "died-between") == []
+    swept = sweep(dsn, HOUR)
+
+    assert swept == preview
+    assert [(s.job_id, s.step_key, s.closes_step, s.writes_job_log) for s in swept] == [
+        ("died-between", "FETCH", False, True)
+    ]
+    assert log_rows(conn, "died-between") == [(1, "FAILED", "abandoned", {"step": "FETCH"})]
+    # Dated at its last sign of life: the step's end.
+    assert rows(
+        conn,
+        "SELECT l.created_at = e.ended_at FROM job_log l JOIN job_event e USING (job_id)"
+        " WHERE job_id = 'died-between'",
+    ) == [(True,)]
+    for job_id in ("pausing", "just-closed"):
+        assert log_rows(conn, job_id) == []
+    assert log_rows(conn, "finished") == [(1, "COMPLETED", None, None)]
+    assert sweep(dsn, HOUR) == []
+
+
 @pytest.mark.parametrize("older_than", [timedelta(0), timedelta(seconds=-5)])
 def test_sweep_needs_a_positive_duration(dsn: str, older_than: timedelta) -> None:
     with pytest.raises(ConfigurationError):

@@ -23,6 +23,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from ..facts import SpanEvent, SpanFacts
+from .mapping import BULLMQ_FAILED_EVENT
 
 __all__ = [
     "LOGFIRE_PENDING_PARENT",
@@ -173,13 +174,28 @@ def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
         start_ns,
         end_ns,
         attributes,
-        [
-            SpanEvent(event.name, event.time_unix_nano, attribute_values(event.attributes))
-            for event in span.events
-        ],
+        _events(span),
         error,
         status.message or None,
     )
+
+
+def _events(span: Span) -> list[SpanEvent]:
+    """The span's events; of the events that are neither ``exception`` nor BullMQ's ``job
+    failed`` (progress snapshots), only the newest keeps its attributes: a snapshot replaces
+    the one before, so the translation reads no other, and decoding them is work for nothing."""
+    events = []
+    newest_seen = False
+    for event in reversed(span.events):
+        name = event.name
+        if name == "exception" or name == BULLMQ_FAILED_EVENT or not newest_seen:
+            attributes = attribute_values(event.attributes)
+            newest_seen = newest_seen or name != "exception"
+        else:
+            attributes = {}
+        events.append(SpanEvent(name, event.time_unix_nano, attributes))
+    events.reverse()
+    return events
 
 
 def attribute_values(pairs: Any) -> dict[str, Any]:

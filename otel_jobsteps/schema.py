@@ -9,26 +9,17 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from .db import borrowed_connection
+from .db import borrowed_connection, check_schema_name
 from .errors import ConfigurationError, SchemaNotMigratedError
 from .sql import migrations
 
 if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
-__all__ = ["check_schema", "check_writable_tables", "is_partitioned", "latest_version", "migrate"]
+__all__ = ["check_writable_tables", "is_partitioned", "migrate"]
 
 VERSION_TABLE = "otel_jobsteps_migration"
 LAYOUT_TABLE = "otel_jobsteps_layout"  # present when the partitioned layout is installed
-
-
-def latest_version() -> int:
-    return migrations()[-1][0]
-
-
-def _validate(schema: str) -> None:
-    if not schema or "\x00" in schema or len(schema) > 63:
-        raise ConfigurationError(f"invalid schema name {schema!r} (1-63 characters, no NUL)")
 
 
 def _partitioned_layout() -> LiteralString:
@@ -62,7 +53,7 @@ def migrate(
     interval, and `prune` drops whole children. The interval of an installed layout cannot
     change.
     """
-    _validate(schema)
+    check_schema_name(schema)
     if partition_interval is not None:
         _validate_interval(partition_interval)
     table = sql.Identifier(schema, VERSION_TABLE)
@@ -126,25 +117,6 @@ def is_partitioned(conn: psycopg.Connection[Any], *, schema: str = "public") -> 
         (sql.Identifier(schema, LAYOUT_TABLE).as_string(conn),),
     ).fetchone()
     return bool(row and row[0])
-
-
-def check_schema(conn: psycopg.Connection[Any], *, schema: str = "public") -> None:
-    """Raise `SchemaNotMigratedError` unless every migration of this version is applied."""
-    row = conn.execute(
-        "SELECT to_regclass(%s) IS NOT NULL",
-        (sql.Identifier(schema, VERSION_TABLE).as_string(conn),),
-    ).fetchone()
-    current = 0
-    if row and row[0]:
-        found = conn.execute(
-            sql.SQL("SELECT max(version) FROM {}").format(sql.Identifier(schema, VERSION_TABLE))
-        ).fetchone()
-        current = (found[0] if found else None) or 0
-    if current < latest_version():
-        raise SchemaNotMigratedError(
-            f"schema {schema!r} is at version {current}, this otel_jobsteps needs "
-            f"{latest_version()}: run `otel-jobsteps migrate`"
-        )
 
 
 def check_writable_tables(conn: psycopg.Connection[Any], *, schema: str = "public") -> None:

@@ -21,7 +21,7 @@ import psycopg
 from psycopg.abc import PQGen
 
 from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress, Segment
-from .db import check_schema_name, connection_kwargs, redact
+from .db import check_schema_name, connection_kwargs
 from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
 from .sql import qualified_queries
 
@@ -183,10 +183,6 @@ class StepStore:
         self._on_connect = on_connect
         self._conn: psycopg.Connection[Any] | None = None
         self.last_transaction: int | None = None
-
-    @property
-    def dsn_for_display(self) -> str:
-        return redact(self._conninfo)
 
     def connection(self) -> psycopg.Connection[Any]:
         """The open connection, connecting first if there is none or it broke."""

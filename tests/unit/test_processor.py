@@ -303,14 +303,6 @@ def test_configuration_errors_are_raised_at_construction(monkeypatch: pytest.Mon
         JobStepsProcessor(UNUSED_DSN)
 
 
-class _no_raise:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def test_progress_with_nested_values_keeps_them_as_json_objects(
     setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
 ) -> None:

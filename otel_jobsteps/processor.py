@@ -290,8 +290,8 @@ class JobStepsProcessor(SpanProcessor):
                 span_id = span.context.span_id
                 in_scope[span_id] = True
                 if len(in_scope) > self._max_open_spans:
+                    # The translation forgets (and counts) the same oldest span.
                     del in_scope[next(iter(in_scope))]
-                    self._stats.problem("evicted_spans", "a job or step span never ended")
             self._submit(_new(SpanStarted, (span,)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
@@ -328,7 +328,13 @@ class JobStepsProcessor(SpanProcessor):
     # -- internals ----------------------------------------------------------------------------
 
     def _live_spans(self) -> _LiveSpans:
-        recorder = StepRecorder(debounce_ms=self._debounce_ms, clock=self._clock)
+        recorder = StepRecorder(
+            debounce_ms=self._debounce_ms,
+            clock=self._clock,
+            on_evict=lambda scope: self._stats.problem(
+                "evicted_attempts", "a job span never ended: its attempt is forgotten"
+            ),
+        )
         translator = SpanTranslator(
             problem=self._stats.problem, received=False, max_open_spans=self._max_open_spans
         )

@@ -341,3 +341,18 @@ def test_queue_items_built_without_their_constructor_have_their_arity() -> None:
     otherwise surface as an IndexError on the writer thread."""
     assert SpanStarted._fields == ("span",)
     assert SpanEnded._fields == ("span",)
+
+
+def test_job_spans_that_never_end_are_bounded_and_counted() -> None:
+    processor = JobStepsProcessor(UNUSED_DSN, max_open_spans=5)
+    Recording(processor)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    for n in range(8):
+        tracer.start_span("job", attributes={**job_attributes(), JOB_ID: str(n)})  # never ended
+    assert processor.force_flush(5000)
+    stats = processor.stats()
+    assert stats["evicted_spans"] == 3  # counted once, by the translation
+    assert stats["open_spans"] == 5
+    provider.shutdown()

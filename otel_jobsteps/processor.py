@@ -31,7 +31,7 @@ from .stats import Stats
 from .store import StepStore
 from .telemetry import register_metrics
 from .translate import DEFAULT_MAX_OPEN_SPANS, SpanTranslator
-from .writer import Writer
+from .writer import RowStore, Writer
 
 __all__ = ["JobStepsProcessor"]
 
@@ -203,13 +203,13 @@ class JobStepsProcessor(SpanProcessor):
         max_detail_bytes: int = DEFAULT_MAX_DETAIL_BYTES,
         max_open_spans: int | None = None,
         auto_migrate: bool = False,
+        store: RowStore | None = None,
         meter_provider: MeterProvider | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         dsn = dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
-        if not dsn:
+        if store is None and not dsn:
             raise ConfigurationError("no database: pass dsn= or set OTEL_JOBSTEPS_DSN")
-        check_dsn(dsn)
         self._schema = schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public"
         self._debounce_ms = (
             debounce_ms if debounce_ms is not None else _env_int("OTEL_JOBSTEPS_DEBOUNCE_MS", 1000)
@@ -245,8 +245,8 @@ class JobStepsProcessor(SpanProcessor):
         self._auto_migrate = auto_migrate
         self._clock = clock
         self._stats = Stats()
-        self._store = StepStore(
-            dsn,
+        self._store = store or StepStore(
+            check_dsn(dsn or ""),
             schema=self._schema,
             connect_timeout_s=connect_timeout_s,
             statement_timeout_ms=statement_timeout_ms,

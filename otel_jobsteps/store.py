@@ -55,9 +55,9 @@ SQLSTATE_CLASSES: dict[str, tuple[str, str]] = {
 }
 RV = TypeVar("RV")
 
-# Statement kind, the segment list it reads, and the operation fields it sends, in write order:
-# updates first (they never touch a row inserted in the same segment), then inserts.
-_STATEMENTS: tuple[tuple[str, str], ...] = (
+# Each statement and the segment list it reads, in write order: updates first (they never touch
+# a row inserted in the same segment), then inserts. testing.InMemoryStore applies this order.
+STATEMENTS: tuple[tuple[str, str], ...] = (
     ("abandon_earlier_attempts", "abandons"),
     ("close_foreign_steps", "foreign_closes"),
     ("write_progress", "progress"),
@@ -313,4 +313,4 @@ class StepStore:
 
     @staticmethod
     def _statements(segment: Segment) -> list[tuple[str, Sequence[Any]]]:
-        return [(name, ops) for name, attr in _STATEMENTS if (ops := getattr(segment, attr))]
+        return [(name, ops) for name, attr in STATEMENTS if (ops := getattr(segment, attr))]

@@ -12,15 +12,16 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 
 from .batch import Batch
 from .stats import Stats
-from .store import StepStore, rejects_row
+from .store import rejects_row
 
-__all__ = ["CommandHandler", "Writer"]
+__all__ = ["CommandHandler", "RowStore", "Writer"]
 
 
 class CommandHandler(Protocol):
@@ -33,6 +34,21 @@ class CommandHandler(Protocol):
     def flush_timers(self) -> None: ...
     def pending_operations(self) -> int: ...
     def open_steps(self) -> list[tuple[str, str, int, str]]: ...
+
+
+class RowStore(Protocol):
+    """What the writer needs from a store: `store.StepStore`, or `testing.InMemoryStore`."""
+
+    last_transaction: int | None
+
+    def write(self, batch: Batch) -> None: ...
+    def write_one_by_one(
+        self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
+    ) -> None: ...
+    def transaction_status(self, transaction: int) -> str | None: ...
+    def refresh_heartbeats(self, open_steps: Sequence[tuple[str, str, int, str]]) -> None: ...
+    def close(self) -> None: ...
+    def forget_after_fork(self) -> None: ...
 
 
 class _FlushRequest:
@@ -54,7 +70,7 @@ class Writer:
     def __init__(
         self,
         handler: CommandHandler,
-        store: StepStore,
+        store: RowStore,
         stats: Stats,
         *,
         max_queue_size: int,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from otel_jobsteps.batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, Progress
 from otel_jobsteps.recorder import (
     JobEnded,
     JobStarted,
@@ -15,7 +14,7 @@ from otel_jobsteps.recorder import (
     StepRecorder,
     StepStarted,
 )
-from otel_jobsteps.store import _STATEMENTS
+from otel_jobsteps.testing import apply, operations
 
 MS = 1_000_000  # nanoseconds
 
@@ -37,16 +36,7 @@ def scope(attempt: int = 1, *, span_id: int = 0xA1, deadline_ns: int | None = No
     return Scope("render", "42", "thumbnail", attempt, None, 0xBEEF, span_id, deadline_ns)
 
 
-def written(batch: Batch | None) -> list[tuple[str, Any]]:
-    """(statement, operation) pairs in the order the store executes them."""
-    if batch is None:
-        return []
-    return [
-        (name, op)
-        for segment in batch.segments
-        for name, attr in _STATEMENTS
-        for op in getattr(segment, attr)
-    ]
+written = operations  # (statement, operation) pairs in the order the store executes them
 
 
 @dataclass
@@ -84,42 +74,4 @@ class Driver:
         self.recorder.handle(JobEnded(self.scope, at_ms * MS, failed, outcome, error))
 
 
-def settle(ops: list[tuple[str, Any]]) -> list[EventRow]:
-    """Apply operations the way the SQL does (guards included) and return the final rows.
-
-    A close's time is kept at or after its row's start, as every statement does.
-    """
-    rows: list[EventRow] = []
-
-    def open_rows(domain: str, job_id: str) -> list[EventRow]:
-        return [
-            r
-            for r in rows
-            if r.type == "STEP" and r.ended_us is None and (r.domain, r.job_id) == (domain, job_id)
-        ]
-
-    for _, op in ops:
-        if isinstance(op, EventRow):
-            rows.append(replace(op))
-        elif isinstance(op, (CloseStep, Progress)):
-            for row in open_rows(op.domain, op.job_id):
-                if (row.attempt, row.execution_id) != (op.attempt, op.execution_id) or (
-                    op.step_key is not None and row.step_key != op.step_key
-                ):
-                    continue
-                if isinstance(op, Progress):
-                    row.detail = op.detail
-                    continue
-                row.step_status, row.message = op.status, op.message
-                row.ended_us = max(row.created_us, op.ended_us)
-                row.detail = op.detail if op.detail is not None else row.detail
-        elif isinstance(op, (CloseForeign, Abandon)):
-            for row in open_rows(op.domain, op.job_id):
-                foreign = isinstance(op, CloseForeign) and (
-                    row.attempt == op.attempt and row.execution_id != op.execution_id
-                )
-                earlier = isinstance(op, Abandon) and row.attempt < op.attempt
-                if foreign or earlier:
-                    row.step_status, row.message = "FAILED", "abandoned"
-                    row.ended_us = max(row.created_us, op.at_us)
-    return rows
+settle = apply  # the final rows, as the SQL leaves them, however the operations were batched

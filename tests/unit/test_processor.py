@@ -30,31 +30,35 @@ from otel_jobsteps import (
 )
 from otel_jobsteps.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
 from otel_jobsteps.processor import SpanEnded, SpanStarted
+from otel_jobsteps.testing import InMemoryStore
 from tests.conftest import wait_until
-from tests.unit.recorder_support import settle, written
+from tests.unit.recorder_support import written
 
 UNUSED_DSN = "postgresql://nobody:secret@127.0.0.1:1/never"
 
 
 class Recording:
-    """Stands in for the database: keeps every batch the writer hands to the store."""
+    """Stands in for the database: the public in-memory store, and the batches it was given."""
 
-    def __init__(self, processor: JobStepsProcessor) -> None:
-        self.batches: list[Batch] = []
-        processor._store.write = self.batches.append  # type: ignore[method-assign]
+    def __init__(self) -> None:
+        self.store = InMemoryStore()
+
+    @property
+    def batches(self) -> list[Batch]:
+        return self.store.batches
 
     def ops(self) -> list[tuple[str, Any]]:
         return [pair for batch in self.batches for pair in written(batch)]
 
     def rows(self) -> list[EventRow]:
         """The final rows, however the writer happened to batch the operations."""
-        return settle(self.ops())
+        return self.store.events()
 
 
 @pytest.fixture
 def setup() -> Iterator[tuple[trace.Tracer, JobStepsProcessor, Recording]]:
-    processor = JobStepsProcessor(UNUSED_DSN)
-    recording = Recording(processor)
+    recording = Recording()
+    processor = JobStepsProcessor(store=recording.store)
     provider = TracerProvider()
     provider.add_span_processor(processor)
     yield provider.get_tracer("test"), processor, recording
@@ -344,8 +348,7 @@ def test_queue_items_built_without_their_constructor_have_their_arity() -> None:
 
 
 def test_job_spans_that_never_end_are_bounded_and_counted() -> None:
-    processor = JobStepsProcessor(UNUSED_DSN, max_open_spans=5)
-    Recording(processor)
+    processor = JobStepsProcessor(store=InMemoryStore(), max_open_spans=5)
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("test")

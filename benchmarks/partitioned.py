@@ -142,6 +142,9 @@ def fill(dsn: str, rows: int) -> dict[str, float]:
         conn.execute(FILL_CURRENT_LOGS, current)
         filled = time.perf_counter() - started
         started = time.perf_counter()
+        # As autovacuum would: the children too (a VACUUM of a parent does not recurse).
+        for _lower, child in _children(conn):
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(child)))
         conn.execute("VACUUM (ANALYZE) job_event")
         conn.execute("VACUUM (ANALYZE) job_log")
     return {"fill_s": filled, "vacuum_s": time.perf_counter() - started, "per_day": per_day}
@@ -198,10 +201,14 @@ def measure(dbs: Databases, *, rows: int, jobs: int, repetitions: int) -> dict[s
         with psycopg.connect(big, autocommit=True) as conn:
             before = current_rows(conn)
             started = time.perf_counter()
+            cursor: tuple[Any, int] = ("-infinity", 0)
             while True:
-                found = conn.execute("SELECT otel_jobsteps_archive(1000, now())").fetchone()
-                if not found or not found[0]:
+                found = conn.execute(
+                    "SELECT * FROM otel_jobsteps_archive(1000, now(), %s, %s)", cursor
+                ).fetchone()
+                if not found or not found[3]:
                     break
+                cursor = (found[0], found[1])
             result["move_s"] = time.perf_counter() - started
             result["moved_rows"] = before - current_rows(conn)
             oldest = _children(conn)[0][0]

@@ -7,7 +7,7 @@ open psycopg connection (used as is, never closed).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -179,7 +179,9 @@ def _drop_partitions(
     prepare = sql.SQL("SELECT {}()").format(
         sql.Identifier(schema, "otel_jobsteps_prepare_partitions")
     )
-    archive = sql.SQL("SELECT {}(%s)").format(sql.Identifier(schema, "otel_jobsteps_archive"))
+    archive = sql.SQL("SELECT * FROM {}(%s, NULL, %s, %s)").format(
+        sql.Identifier(schema, "otel_jobsteps_archive")
+    )
     drop = sql.SQL(
         "SELECT count(*), COALESCE(sum(job_events), 0) FROM {}(now() - %s::interval)"
     ).format(sql.Identifier(schema, "otel_jobsteps_drop_partitions"))
@@ -191,12 +193,14 @@ def _drop_partitions(
             conn.execute(prepare)
     except psycopg.errors.LockNotAvailable:
         logger.warning("prune: children not created this time (readers held them); retry later")
+    after_at, after_id = datetime.min.replace(tzinfo=timezone.utc), 0
     while True:
-        # One transaction per batch, as the deletes: the mover's lock is held briefly.
+        # One transaction per window of rows, as the deletes: the mover's lock is held briefly.
         with session(conn, schema=schema):
-            moved = conn.execute(archive, (batch_size,)).fetchone()
-        if not moved or not moved[0]:
+            moved = conn.execute(archive, (batch_size, after_at, after_id)).fetchone()
+        if not moved or not moved[3]:  # no row left to look at
             break
+        after_at, after_id = moved[0], moved[1]
     with session(conn, schema=schema):
         dropped = conn.execute(drop, (older_than,)).fetchone()
     assert dropped is not None  # an aggregate always returns its row

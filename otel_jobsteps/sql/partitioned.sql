@@ -122,18 +122,28 @@ BEGIN
 END $$
 SET search_path FROM CURRENT;
 
--- Move one batch of finished attempts' rows out of the current job_event; returns how many
--- attempts. Finished: a job_log row dated before ``ended_before`` (default: the start of the
--- current interval), no open step, and the interval of that job_log row has its child. The
--- current table's rows last changed before ``ended_before`` are the candidates
--- (job_event_recent finds them; once moved, little old is left there), so rows that arrive
--- after their attempt moved (a late step, closed since) follow it on a later run. Rows of an
--- attempt with an open step never move.
-CREATE OR REPLACE FUNCTION otel_jobsteps_archive(batch_size integer,
-                                                 ended_before timestamptz DEFAULT NULL)
-RETURNS integer LANGUAGE plpgsql AS $$
+-- Move the finished attempts among the next ``batch_size`` rows of the current job_event, in
+-- the order of when they last changed, after the cursor (after_at, after_id): all of an
+-- attempt's rows go together, into the child of the interval in which it ended. Finished: a
+-- job_log row dated before ``ended_before`` (default: the start of the current interval), no
+-- open step, and that interval's child exists (otel_jobsteps_prepare_partitions). Returns the
+-- attempts moved, the rows looked at (0: done) and the cursor to continue after. The cursor
+-- walks job_event_recent, so rows that stay (open attempts, attempts without a final row) are
+-- passed once per prune, not once per batch; a row that arrives after its attempt moved (a
+-- late step, closed since) follows it on a later prune.
+DROP FUNCTION IF EXISTS otel_jobsteps_archive(integer, timestamptz);
+CREATE OR REPLACE FUNCTION otel_jobsteps_archive(
+    batch_size integer,
+    ended_before timestamptz,
+    INOUT after_at timestamptz,
+    INOUT after_id bigint,
+    OUT attempts integer,
+    OUT scanned integer)
+LANGUAGE plpgsql AS $$
 DECLARE
     v_before  timestamptz;
+    v_seen_at timestamptz[];
+    v_seen_id bigint[];
     v_domain  text[];
     v_job_id  text[];
     v_attempt integer[];
@@ -143,23 +153,41 @@ BEGIN
     v_before := COALESCE(ended_before, otel_jobsteps_interval_start(now()));
     -- One mover at a time: two never move the same rows.
     PERFORM pg_advisory_xact_lock(otel_jobsteps_move_lock_key());
+    -- The window: the next rows in job_event_recent's order, as arrays.
+    SELECT array_agg(r.at ORDER BY r.at, r.id), array_agg(r.id ORDER BY r.at, r.id),
+           array_agg(r.domain ORDER BY r.at, r.id), array_agg(r.job_id ORDER BY r.at, r.id),
+           array_agg(r.attempt ORDER BY r.at, r.id)
+    INTO v_seen_at, v_seen_id, v_domain, v_job_id, v_attempt
+    FROM (SELECT COALESCE(e.ended_at, e.created_at) AS at, e.id, e.domain, e.job_id, e.attempt
+          FROM ONLY job_event AS e
+          WHERE COALESCE(e.ended_at, e.created_at) < v_before
+            AND (COALESCE(e.ended_at, e.created_at), e.id) > (after_at, after_id)
+          ORDER BY COALESCE(e.ended_at, e.created_at), e.id
+          LIMIT batch_size) AS r;
+    scanned := COALESCE(cardinality(v_seen_id), 0);
+    attempts := 0;
+    IF scanned = 0 THEN
+        RETURN;
+    END IF;
+    -- The last row of the window is where the next one starts.
+    after_at := v_seen_at[scanned];
+    after_id := v_seen_id[scanned];
     SELECT array_agg(a.domain), array_agg(a.job_id), array_agg(a.attempt), array_agg(a.ended)
     INTO v_domain, v_job_id, v_attempt, v_ended
-    FROM (SELECT DISTINCT e.domain, e.job_id, e.attempt, l.created_at AS ended
-          FROM ONLY job_event AS e
+    FROM (SELECT DISTINCT w.domain, w.job_id, w.attempt, l.created_at AS ended
+          FROM unnest(v_domain, v_job_id, v_attempt) AS w (domain, job_id, attempt)
           JOIN job_log AS l
-            ON l.domain = e.domain AND l.job_id = e.job_id AND l.attempt = e.attempt
-          WHERE COALESCE(e.ended_at, e.created_at) < v_before
-            AND l.created_at < v_before
+            ON l.domain = w.domain AND l.job_id = w.job_id AND l.attempt = w.attempt
+          WHERE l.created_at < v_before
             AND NOT EXISTS (SELECT 1 FROM ONLY job_event AS o
-                            WHERE o.domain = e.domain AND o.job_id = e.job_id
-                              AND o.attempt = e.attempt
+                            WHERE o.domain = w.domain AND o.job_id = w.job_id
+                              AND o.attempt = w.attempt
                               AND o.type = 'STEP' AND o.ended_at IS NULL)
             AND EXISTS (SELECT 1 FROM otel_jobsteps_partition AS p
-                        WHERE l.created_at >= p.lower_bound AND l.created_at < p.upper_bound)
-          LIMIT batch_size) AS a;
+                        WHERE l.created_at >= p.lower_bound AND l.created_at < p.upper_bound))
+         AS a;
     IF v_domain IS NULL THEN
-        RETURN 0;
+        RETURN;
     END IF;
     FOR v_part IN
         SELECT * FROM otel_jobsteps_partition AS p
@@ -176,7 +204,7 @@ BEGIN
             ' INSERT INTO %s SELECT * FROM moved', 'STEP', v_part.job_event)
         USING v_domain, v_job_id, v_attempt, v_ended, v_part.lower_bound, v_part.upper_bound;
     END LOOP;
-    RETURN cardinality(v_domain);
+    attempts := cardinality(v_domain);
 END $$
 SET search_path FROM CURRENT;
 

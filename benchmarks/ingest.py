@@ -88,8 +88,11 @@ def collect(dsn: str, *options: str) -> Iterator[tuple[str, int]]:
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.post(url, content=b"", headers=HEADERS, timeout=2).status_code == 200:
-                    break
+                if httpx.post(url, content=b"", headers=HEADERS, timeout=2).status_code in (
+                    200,
+                    503,
+                ):
+                    break  # it answers (503: as it should while the database is away)
             except httpx.TransportError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:

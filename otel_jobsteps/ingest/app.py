@@ -138,7 +138,11 @@ def create_app(
     async def _export(
         request: Request, decode: Callable[[bytes], Decoded], media_type: str
     ) -> Response:
-        if staging.resting():  # refused before the body is read or decoded: no work, no memory
+        try:  # before the body is read and decoded: a database that is away costs no memory
+            if staging.resting():
+                raise StagingUnavailable("resting")
+            await run_in_threadpool(staging.ready)
+        except StagingUnavailable:
             staging.stats.add("unavailable_answers")
             return unavailable(media_type)
         try:

@@ -131,11 +131,25 @@ class Staging:
                             f"gave up after {attempt + 1} tries: {error}"
                         ) from None
                 except psycopg.OperationalError as error:
-                    store.close()
-                    # Answer at once for a moment instead of every request waiting to connect.
-                    self._down_until = time.monotonic() + self._pause_s
-                    raise StagingUnavailable(str(error).strip() or type(error).__name__) from None
+                    raise self._unavailable(store, error) from None
         raise AssertionError("unreachable")
+
+    def ready(self) -> None:
+        """Raise `StagingUnavailable` unless a connection is open or opens now: checked before
+        a request's body is decoded, so a database that is away costs no decoding memory."""
+        if self.resting():
+            raise StagingUnavailable("the database was unreachable a moment ago")
+        with self._store() as store:
+            try:
+                store.connection()
+            except psycopg.OperationalError as error:
+                raise self._unavailable(store, error) from None
+
+    def _unavailable(self, store: StepStore, error: BaseException) -> StagingUnavailable:
+        store.close()
+        # Answer at once for a moment instead of every request waiting to connect.
+        self._down_until = time.monotonic() + self._pause_s
+        return StagingUnavailable(describe(error))
 
     def _receive(self, store: StepStore, rows: list[_Row]) -> Receipt:
         conn = store.connection()
@@ -290,8 +304,7 @@ class Staging:
                         {"after_s": self._settle_after_s, "limit": limit},
                     ).fetchall()
             except psycopg.OperationalError as error:
-                store.close()
-                raise StagingUnavailable(str(error).strip() or type(error).__name__) from None
+                raise self._unavailable(store, error) from None
         orphans = sum(count for count, had_rows in found if not had_rows)
         if orphans:
             self.stats.problem(

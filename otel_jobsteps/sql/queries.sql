@@ -4,13 +4,13 @@
 -- (one statement per kind of operation and batch).
 --
 -- Guarded writes find their row from the input: per input row, a LATERAL probe of
--- job_event_one_open_step (its predicate, type = 'STEP' AND ended_at IS NULL, named in full)
--- that locks the row it finds, then the row by primary key. FOR UPDATE re-checks the guard on
--- a row a concurrent writer changed (a close that lost the race must not overwrite the winner)
--- and holds it until the update. The probe's LIMIT keeps it a per-row subquery, and the update
--- names no other condition on the row: with the open steps estimated at a handful of rows
--- (statistics taken on an empty table, no autovacuum), a prepared statement's generic plan
--- would otherwise scan every open step once per input row (issue 15).
+-- job_event_one_open_step (its predicate, type = 'STEP' AND ended_at IS NULL, named in full),
+-- then the row by primary key, guarded again by ended_at IS NULL (re-checked on a row a
+-- concurrent writer changed: a close that lost the race must not overwrite the winner). The
+-- probe's LIMIT keeps it a per-row subquery, and the updated row names only ended_at IS NULL,
+-- so the open-step index can serve the probe alone: with the open steps estimated at a handful
+-- of rows (statistics taken on an empty table, no autovacuum), a generic plan that could scan
+-- that index for the updated row would walk every open step once per input row (issue 15).
 -- ONLY: an attempt with an open step or without a final row is never moved out of job_event
 -- (partitioned layout), so the writer never reads the archive's children.
 -- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.
@@ -49,9 +49,8 @@ WITH earlier AS (
                   WHERE o.domain = earlier.domain AND o.job_id = earlier.job_id
                     AND o.attempt = earlier.attempt
                     AND o.type = 'STEP' AND o.ended_at IS NULL
-                  LIMIT 1
-                  FOR UPDATE) AS open
-    WHERE e.id = open.id
+                  LIMIT 1) AS open
+    WHERE e.id = open.id AND e.ended_at IS NULL
 )
 INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_at)
 SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
@@ -72,10 +71,9 @@ FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
      LATERAL (SELECT o.id FROM ONLY {job_event} AS o
               WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                 AND o.type = 'STEP' AND o.ended_at IS NULL
-                AND o.execution_id IS DISTINCT FROM t.execution_id
-              LIMIT 1
-              FOR UPDATE) AS open
-WHERE e.id = open.id;
+              LIMIT 1) AS open
+WHERE e.id = open.id AND e.ended_at IS NULL
+  AND e.execution_id IS DISTINCT FROM t.execution_id;
 
 -- name: write_progress --
 -- Replace the detail of an open step this execution owns; a closed row is left alone.
@@ -87,10 +85,9 @@ FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
      LATERAL (SELECT o.id FROM ONLY {job_event} AS o
               WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                 AND o.type = 'STEP' AND o.ended_at IS NULL
-                AND o.execution_id = t.execution_id AND o.step_key = t.step_key
-              LIMIT 1
-              FOR UPDATE) AS open
-WHERE e.id = open.id;
+              LIMIT 1) AS open
+WHERE e.id = open.id AND e.ended_at IS NULL
+  AND e.execution_id = t.execution_id AND e.step_key = t.step_key;
 
 -- name: close_steps --
 -- Close an open step this execution owns (step_key NULL: whichever it is); guarded, so a close
@@ -107,11 +104,9 @@ FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
      LATERAL (SELECT o.id FROM ONLY {job_event} AS o
               WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                 AND o.type = 'STEP' AND o.ended_at IS NULL
-                AND o.execution_id = t.execution_id
-                AND o.step_key = COALESCE(t.step_key, o.step_key)
-              LIMIT 1
-              FOR UPDATE) AS open
-WHERE e.id = open.id;
+              LIMIT 1) AS open
+WHERE e.id = open.id AND e.ended_at IS NULL
+  AND e.execution_id = t.execution_id AND e.step_key = COALESCE(t.step_key, e.step_key);
 
 -- name: insert_events --
 -- New job_event rows in command order; a second open step for an attempt is skipped, not an error.

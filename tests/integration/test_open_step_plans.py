@@ -1,4 +1,4 @@
-"""Guarded writes cost the same with thousands of open steps as with none, even on the plan a
+"""Guarded writes cost the same with 50,000 open steps as with none, even on the plan a
 prepared statement falls back to (generic) and with statistics taken while the table was empty
 (a fresh install before autovacuum): each input row probes the open-step index, nothing walks it.
 
@@ -15,7 +15,7 @@ from otel_jobsteps.batch import Abandon, CloseForeign, CloseStep, EventRow, JobL
 from otel_jobsteps.sql import load_queries, qualified_queries
 from otel_jobsteps.store import _params
 
-OPEN_STEPS = 3_000
+OPEN_STEPS = 50_000
 INPUT_ROWS = 20
 AT_US = 1_900_000_000_000_000
 # A few rows per input row: the open-step probe, the row by primary key, an arbiter check.

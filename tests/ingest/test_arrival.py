@@ -18,7 +18,8 @@ from tests.ingest.stories import Recording, tell_all
 
 @pytest.fixture
 def receivers(start_collect: CollectorFactory, second_dsn: str) -> list[Collector]:
-    return [start_collect(second_dsn), start_collect(second_dsn)]
+    """Two receivers on one database; the second runs two worker processes itself."""
+    return [start_collect(second_dsn), start_collect(second_dsn, "--workers", "2")]
 
 
 def _send(collector: Collector, requests: list[bytes], failures: list[str]) -> None:

@@ -155,15 +155,16 @@ def create_app(
             staging.stats.add("bad_requests")
             return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
         try:
-            await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
+            receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
         except StagingUnavailable as error:
             staging.stats.problem("database_unavailable", error)
             return unavailable(media_type)
         response = ExportTraceServiceResponse()
-        if decoded.rejected:
-            staging.stats.add("rejected_spans", decoded.rejected)
-            response.partial_success.rejected_spans = decoded.rejected
-            response.partial_success.error_message = decoded.reason
+        rejected = decoded.rejected + receipt.rejected
+        if rejected:
+            staging.stats.add("rejected_spans", rejected)
+            response.partial_success.rejected_spans = rejected
+            response.partial_success.error_message = decoded.reason or "a trace over its span limit"
         return Response(_encoded(response, media_type), media_type=media_type)
 
     async def settle_forever() -> None:

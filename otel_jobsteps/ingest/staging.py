@@ -36,8 +36,9 @@ from .decode import decode_span
 from .derive import trace_commands
 from .mapping import JobMapping
 
-__all__ = ["Receipt", "Staging", "StagingUnavailable"]
+__all__ = ["DEFAULT_MAX_SPANS_PER_TRACE", "Receipt", "Staging", "StagingUnavailable"]
 
+DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 _RETRIED = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 _TRANSACTION_ATTEMPTS = 5
 
@@ -48,11 +49,13 @@ class StagingUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """What a request changed: spans new to the staging table, and late copies dropped."""
+    """What a request changed: spans new to the staging table, copies of spans staged before,
+    late copies of settled traces (dropped), and spans over their trace's limit (rejected)."""
 
     staged: int
     duplicates: int
     late: int
+    rejected: int = 0
 
 
 _Row = tuple[str, int, int, SpanFacts, bytes]  # trace, signed span id, phase, facts, as received
@@ -77,11 +80,13 @@ class Staging:
         settle_after_s: float = 600.0,
         mappings: Sequence[JobMapping] = (),
         connect_timeout_s: float = 5.0,
+        max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE,
         stats: Stats | None = None,
     ) -> None:
         self._schema = schema
         self._queries = qualified_queries("ingest.sql", schema)
         self._settle_after_s = settle_after_s
+        self._max_spans_per_trace = max_spans_per_trace
         self._pause_s = min(1.0, connect_timeout_s)
         self._down_until = 0.0
         self._mappings = tuple(mappings)
@@ -163,10 +168,14 @@ class Staging:
             if late:
                 self.stats.problem("late_spans", f"{late} spans of settled traces dropped")
             staged: set[tuple[str, int, int]] = set()
+            over = 0
             if live:
                 # Deduplicated within the request too: the first copy of a span wins.
                 unique = {row[:3]: row for row in reversed(live)}
-                ordered = sorted(unique.values(), key=lambda row: row[:3])
+                ordered = self._within_limit(
+                    sorted(unique.values(), key=lambda row: row[:3]), state
+                )
+                over = len(unique) - len(ordered)
                 cur.execute(
                     queries["stage_spans"],
                     {
@@ -179,7 +188,24 @@ class Staging:
                 staged = {(t, s, p) for t, s, p in cur}
             if staged:
                 self._derive(store, cur, rows, staged, state)
-        return Receipt(len(staged), len(live) - len(staged), late)
+        return Receipt(len(staged), len(live) - len(staged) - over, late, over)
+
+    def _within_limit(self, rows: list[_Row], state: dict[str, Any]) -> list[_Row]:
+        """The rows that fit under the per-trace span limit (every request re-derives its traces
+        from all their spans: an unbounded trace would make each request dearer than the last)."""
+        room = {trace: self._max_spans_per_trace - count for trace, (_, count, _) in state.items()}
+        kept = []
+        for row in rows:
+            if room[row[0]] > 0:
+                room[row[0]] -= 1
+                kept.append(row)
+        if len(kept) < len(rows):
+            self.stats.problem(
+                "spans_over_trace_limit",
+                f"{len(rows) - len(kept)} spans rejected: their trace has "
+                f"{self._max_spans_per_trace} spans already",
+            )
+        return kept
 
     def _derive(
         self,

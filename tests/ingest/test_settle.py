@@ -4,6 +4,7 @@ late copies of a settled trace are ignored."""
 from __future__ import annotations
 
 import psycopg
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otel_jobsteps.attributes import JOB_EVENT_TYPE, JOB_ID
 from otel_jobsteps.ingest.decode import decode_protobuf
@@ -37,3 +38,21 @@ def test_orphans_are_dropped_when_settled_and_late_copies_ignored(
     finally:
         staging.close()
     assert len(table_rows(dsn, "%-orphan")[0]) == 5  # what the processor recorded meanwhile
+
+
+def test_a_trace_stops_taking_spans_at_its_limit(recording: Recording, second_dsn: str) -> None:
+    spans = recording.spans(seed_story, "-limit")
+    by_trace: dict[bytes, list[Span]] = {}
+    for span in spans:
+        by_trace.setdefault(span.trace_id, []).append(span)
+    trace = max(by_trace.values(), key=len)  # attempt 1: job span, RENDER, plain, SAVE
+    staging = Staging(second_dsn, max_spans_per_trace=3, connections=1)
+    try:
+        first = decode_protobuf(request_of(trace[:2]).SerializeToString())
+        assert staging.receive(first.spans, first.wire).rejected == 0
+        rest = decode_protobuf(request_of(trace[2:]).SerializeToString())
+        receipt = staging.receive(rest.spans, rest.wire)
+        assert (receipt.staged, receipt.rejected) == (1, len(trace) - 3)
+        assert staging.stats.get("spans_over_trace_limit") == 1
+    finally:
+        staging.close()

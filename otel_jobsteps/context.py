@@ -230,7 +230,16 @@ def progress(detail: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
     if all(_is_attribute_value(v) for v in values.values()):
         span.add_event("progress", values)
     else:
-        span.add_event("progress", {JOB_STEP_DETAIL: json.dumps(values, default=str)})
+        span.add_event("progress", {JOB_STEP_DETAIL: _json_text(values)})
+
+
+def _json_text(values: Mapping[str, Any]) -> str:
+    """JSON of a detail; one that JSON cannot hold (nested thousands deep, a cycle) becomes a
+    marker instead of an exception in the job."""
+    try:
+        return json.dumps(values, default=str)
+    except (RecursionError, ValueError, TypeError) as error:
+        return json.dumps({"value": f"<not JSON: {type(error).__name__}>"})
 
 
 def _event_attributes(
@@ -240,7 +249,7 @@ def _event_attributes(
     if message is not None:
         attributes[JOB_EVENT_MESSAGE] = message
     if detail:
-        attributes[JOB_EVENT_DETAIL] = json.dumps(dict(detail), default=str)
+        attributes[JOB_EVENT_DETAIL] = _json_text(dict(detail))
     return attributes
 
 

@@ -94,6 +94,7 @@ class _LiveSpans:
         clock: Callable[[], float],
         count: Callable[[str, int], None],
         problem: Callable[[str, object], None],
+        max_steps: int,
     ) -> None:
         self.recorder = recorder
         self.translator = translator
@@ -103,6 +104,7 @@ class _LiveSpans:
         self._count = count
         self._problem = problem
         self._steps: dict[int, _WatchedStep] = {}
+        self._max_steps = max_steps
         self._next_poll = 0.0
         self.backlogged: Callable[[], bool] = lambda: False  # the writer's, once it exists
 
@@ -122,9 +124,12 @@ class _LiveSpans:
         for command in commands:
             record(command)
             if type(command) is StepStarted:
-                if not self._steps:
+                steps = self._steps
+                if not steps:
                     self._next_poll = self._clock() + self._poll_interval
-                self._steps[command.span_id] = _WatchedStep(item.span)
+                steps[command.span_id] = _WatchedStep(item.span)
+                if len(steps) > self._max_steps:  # the translation forgot it too
+                    del steps[next(iter(steps))]
 
     def _poll(self, watched: _WatchedStep, span: ReadableSpan) -> None:
         added = events_added(span)
@@ -159,7 +164,8 @@ class _LiveSpans:
     def fire_due(self, now: float | None = None) -> None:
         now = self._clock() if now is None else now
         if self._steps and now >= self._next_poll:
-            self._next_poll = now + self._poll_interval
+            # A poll costs about a microsecond per running step: with very many, look less often.
+            self._next_poll = now + max(self._poll_interval, len(self._steps) * 5e-6)
             self._poll_all()
         self.recorder.fire_due(now)
 
@@ -345,6 +351,7 @@ class JobStepsProcessor(SpanProcessor):
             clock=self._clock,
             count=self._stats.add,
             problem=self._stats.problem,
+            max_steps=self._max_open_spans,
         )
 
     def _prepare_connection(self, conn: Any) -> None:

@@ -359,3 +359,18 @@ def test_job_spans_that_never_end_are_bounded_and_counted() -> None:
     assert stats["evicted_spans"] == 3  # counted once, by the translation
     assert stats["open_spans"] == 5
     provider.shutdown()
+
+
+def test_progress_too_deep_for_json_is_a_marker_not_an_exception_in_the_job(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    tracer, processor, recording = setup
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(5000):
+        inner["x"] = inner = {}
+    with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        progress(deep=deep)
+        record_event("LOG", "deep", deep=deep)
+    assert processor.force_flush(5000)
+    assert recording.rows()[0].detail == {"value": "<not JSON: RecursionError>"}

@@ -146,7 +146,7 @@ def rows(result: dict[str, dict[str, float]], repetitions: int, steps: int) -> l
             f"BatchSpanProcessor {batch_cpu:.1f} us",
             fmt_ratio(cpu_ratio),
             "<= 1.00x",
-            "info",
+            verdict(cpu_ratio <= 1.0),
         ),
     ]
 

@@ -309,14 +309,14 @@ class Staging:
             except psycopg.OperationalError as error:
                 self.stats.problem("database_unavailable", describe(error))
                 return
-            check_writable_tables(conn, schema=self._schema)
             try:
+                check_writable_tables(conn, schema=self._schema)
                 with conn.transaction():
                     conn.execute(self._queries["staged_spans"], {"trace_id": []})
-            except psycopg.errors.UndefinedTable:
+            except (SchemaNotMigratedError, psycopg.errors.UndefinedTable):
                 raise SchemaNotMigratedError(
-                    f"schema {self._schema!r} lacks the OTLP staging tables:"
-                    " run `otel-jobsteps migrate`"
+                    f"schema {self._schema!r} lacks the otel_jobsteps tables or the OTLP staging"
+                    " tables: run `otel-jobsteps migrate`"
                 ) from None
 
     def settle(self, *, limit: int = 1000) -> tuple[int, int]:

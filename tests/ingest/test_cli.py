@@ -1,0 +1,45 @@
+"""``otel-jobsteps collect``'s bad input: one line on stderr, exit code 2, nothing started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        pytest.param(["--mapping", "id=a,colour=b"], "invalid mapping part", id="mapping"),
+        pytest.param(["--listen", "nowhere"], "--listen must be HOST:PORT", id="listen"),
+        pytest.param(["--workers", "0"], "--workers", id="workers"),
+        pytest.param(["--settle-after", "soon"], "invalid duration", id="settle-after"),
+        pytest.param(["--max-body-bytes", "12"], "--max-body-bytes", id="body-limit"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(empty_dsn: str, options: list[str], says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", empty_dsn, *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_unmigrated_database_is_refused_in_one_line(empty_dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", empty_dsn,
+         "--listen", "127.0.0.1:4397"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "otel-jobsteps: error: schema 'public' lacks the otel_jobsteps tables or the OTLP"
+        " staging tables: run `otel-jobsteps migrate`"
+    ]

@@ -66,9 +66,12 @@ SELECT
     (SELECT count(*) FROM attempts WHERE open_steps > 1) AS two_open_steps,
     (SELECT count(*) FROM attempts WHERE open_steps > 0 OR not_completed > 0) AS not_closed,
     (SELECT count(*) FROM attempts WHERE keys <> %(keys)s::text[]) AS wrong_steps,
-    (SELECT count(*) FROM steps AS a JOIN steps AS b
-         ON b.job_id = a.job_id AND b.attempt = a.attempt AND b.created_at > a.created_at
-     WHERE b.created_at < a.ended_at) AS overlapping_steps,
+    (SELECT count(*)
+     FROM (SELECT created_at,
+                  lag(ended_at) OVER (PARTITION BY job_id, attempt
+                                      ORDER BY created_at, id) AS previous_end
+           FROM steps) AS s
+     WHERE s.created_at < s.previous_end) AS overlapping_steps,
     (SELECT count(*) FROM logs AS l JOIN attempts AS a USING (job_id, attempt)
      WHERE l.created_at < a.last_close OR l.status <> 'COMPLETED') AS log_before_close,
     (SELECT count(*) FROM (SELECT job_id, attempt FROM logs

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import zlib
 from collections.abc import AsyncIterator, Callable
 
@@ -93,8 +92,7 @@ def create_app(
     settle_every_s: float = 60.0,
 ) -> Starlette:
     """The receiver as an ASGI app over ``staging`` (which it closes on shutdown)."""
-    in_flight = 0
-    lock = threading.Lock()
+    in_flight = 0  # changed on the event loop only
 
     async def traces(request: Request) -> Response:
         nonlocal in_flight
@@ -107,11 +105,7 @@ def create_app(
                 JSON,
                 415,
             )
-        with lock:
-            busy = in_flight >= max_in_flight
-            if not busy:
-                in_flight += 1
-        if busy:
+        if in_flight >= max_in_flight:
             staging.stats.add("busy_answers")
             return _status(
                 _RESOURCE_EXHAUSTED,
@@ -120,11 +114,11 @@ def create_app(
                 429,
                 **{"Retry-After": "1"},
             )
+        in_flight += 1
         try:
             return await _export(request, decode, media_type)
         finally:
-            with lock:
-                in_flight -= 1
+            in_flight -= 1
 
     def unavailable(media_type: str) -> Response:
         return _status(

@@ -231,29 +231,37 @@ class Staging:
                     spans[trace].append(decode_span(body))
                     derived_before[trace].add(span_id & 0xFFFFFFFFFFFFFFFF)
         recorder = StepRecorder(debounce_ms=0)
-        written: dict[str, list[list[Any]]] = {}
+        replaced: list[str] = []  # traces derived anew: their earlier rows go
+        written: dict[str, list[list[Any]] | None] = {}
         # Traces in the order they began: one job's attempts in different traces then meet in
         # the batch as they happened (attempt 1's end before attempt 2's start settles it).
         for trace in sorted(changed, key=lambda t: min(s.start_ns for s in spans[t])):
             translator = SpanTranslator(problem=self.stats.problem)
+            try:
+                commands = trace_commands(
+                    spans[trace],
+                    translator,
+                    mappings=self._mappings,
+                    derived_before=derived_before.get(trace, ()),
+                )
+            except Exception as error:  # noqa: BLE001 - one trace must not fail the request
+                # Its spans stay staged (the 200 holds) and its rows as they were; a later span
+                # of it derives it again.
+                self.stats.problem("derive_failed", error)
+                written[trace] = state[trace][2]
+                continue
             attempts: dict[tuple[str, str, int], None] = {}
             produced = False
-            for command in trace_commands(
-                spans[trace],
-                translator,
-                mappings=self._mappings,
-                derived_before=derived_before.get(trace, ()),
-            ):
+            for command in commands:
                 if isinstance(command, (JobStarted, JobEnded)):
                     scope = command.scope
                     attempts[(scope.domain, scope.job_id, scope.attempt)] = None
                 recorder.handle(command)
                 produced = True
-            if produced:  # NULL until the trace writes a row: then it is no orphan when settled
-                written[trace] = [list(key) for key in attempts]
-        previous = [
-            (*key, trace) for trace in earlier if state[trace][2] for key in state[trace][2]
-        ]
+            # NULL until the trace writes a row: then it is no orphan when settled.
+            written[trace] = [list(key) for key in attempts] if produced else None
+            replaced.append(trace)
+        previous = [(*key, trace) for trace in replaced for key in state[trace][2] or ()]
         if previous:
             columns = list(zip(*previous, strict=True))
             cur.execute(
@@ -285,7 +293,8 @@ class Staging:
                 "trace_id": changed,
                 "added": [added[trace] for trace in changed],
                 "written": [
-                    json.dumps(written[trace]) if trace in written else None for trace in changed
+                    None if written[trace] is None else json.dumps(written[trace])
+                    for trace in changed
                 ],
             },
         )

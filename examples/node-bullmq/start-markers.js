@@ -5,8 +5,9 @@
 //
 // A marker is a copy of the span with `$span.partial = true` and its end time equal to its start
 // (the convention collect accepts, with Logfire's pending spans and an end time of 0). A job span's
-// marker is sent just before its first step's: by then the worker has set `job.attempt` on it
-// (BullMQ only sets its own attempt count when the run is over).
+// marker, and those of any span between it and the step, are sent just before its first step's:
+// by then the worker has set `job.attempt` on it (BullMQ only counts the attempt when the run is
+// over).
 //
 // Markers go out through their own exporter, one small request each; the ended spans keep going
 // through the usual BatchSpanProcessor.
@@ -60,12 +61,17 @@ class StartMarkerProcessor {
     }
     this._open.set(id, span);
     if (!(STEP_KEY in span.attributes)) return;
-    const job = this._jobOf(span);
-    if (!job) return; // not a step of a job: collect would ignore it
+    const chain = this._chainToJob(span);
+    if (!chain) return; // not a step of a job: collect would ignore it
+    // The job span and any span between it and the step, once each: collect needs the whole
+    // chain to place the step in its job.
     const markers = [];
-    if (!this._marked.has(job.spanContext().spanId)) {
-      this._marked.add(job.spanContext().spanId);
-      markers.push(marker(job));
+    for (const ancestor of chain) {
+      const id = ancestor.spanContext().spanId;
+      if (!this._marked.has(id)) {
+        this._marked.add(id);
+        markers.push(marker(ancestor));
+      }
     }
     markers.push(marker(span));
     this._send(markers);
@@ -77,10 +83,13 @@ class StartMarkerProcessor {
     this._marked.delete(id);
   }
 
-  _jobOf(span) {
+  /** The open spans from the step's job span down to its parent, or undefined outside a job. */
+  _chainToJob(span) {
+    const chain = [];
     let parent = span.parentSpanContext && this._open.get(span.parentSpanContext.spanId);
     for (let depth = 0; parent && depth < 64; depth += 1) {
-      if (isJobSpan(parent)) return parent;
+      chain.unshift(parent);
+      if (isJobSpan(parent)) return chain;
       parent = parent.parentSpanContext && this._open.get(parent.parentSpanContext.spanId);
     }
     return undefined;

@@ -18,8 +18,6 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_jobsteps.attributes import JOB_ID, JOB_STEP_KEY
-
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
 
@@ -35,11 +33,9 @@ def proto_spans(spans: Sequence[ReadableSpan]) -> list[Span]:
 
 
 def start_markers(spans: Iterable[Span]) -> list[Span]:
-    """A start marker of every job and step span, in turns of the three accepted forms."""
+    """A start marker of every span, in turns of the three accepted forms."""
     markers = []
-    for number, span in enumerate(
-        s for s in spans if any(kv.key in (JOB_ID, JOB_STEP_KEY) for kv in s.attributes)
-    ):
+    for number, span in enumerate(spans):
         marker = Span()
         marker.CopyFrom(span)
         marker.ClearField("events")

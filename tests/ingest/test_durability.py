@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from datetime import timedelta
 
 import psycopg
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -13,10 +14,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps.attributes import JOB_ID
+from otel_jobsteps.maintenance import sweep
 from tests.conftest import wait_until
 from tests.faults.proxy import FaultProxy, Mode
 from tests.ingest.conftest import CollectorFactory, table_rows
-from tests.ingest.requests import post, request_of
+from tests.ingest.requests import post, request_of, start_markers
 from tests.ingest.stories import Recording, seed_story, tell_all
 
 
@@ -113,3 +115,16 @@ def test_a_commit_whose_answer_is_lost_is_not_applied_twice(
     )
     assert reply.status_code == 200
     assert table_rows(second_dsn, "%-lost") == table_rows(dsn, "%-lost")
+
+
+def test_a_step_swept_as_abandoned_takes_its_own_outcome_when_its_span_arrives(
+    start_collect: CollectorFactory, recording: Recording, dsn: str, second_dsn: str
+) -> None:
+    spans = recording.spans(seed_story, "-swept")
+    collector = start_collect(second_dsn)
+    markers = start_markers(spans)
+    assert post(collector.traces_url, request_of(markers).SerializeToString()).status_code == 200
+    swept = sweep(second_dsn, timedelta(microseconds=1))
+    assert {s.step_key for s in swept} == {"SAVE"}  # attempt 2's SAVE was open: its worker "died"
+    assert post(collector.traces_url, request_of(spans).SerializeToString()).status_code == 200
+    assert table_rows(second_dsn, "%-swept") == table_rows(dsn, "%-swept")

@@ -40,6 +40,22 @@ test('a step start sends its job span marker once, then its own', async () => {
   await provider.shutdown();
 });
 
+test('a step under a plain span sends the chain from its job span', async () => {
+  const markers = new InMemorySpanExporter();
+  const provider = new TracerProvider({ spanProcessors: [new StartMarkerProcessor(markers)] });
+  const tracer = provider.getTracer('test');
+  await tracer.startActiveSpan('job', { attributes: { 'job.id': '1' } }, async (job) => {
+    await tracer.startActiveSpan('plain', async (plain) => {
+      tracer.startSpan('SAVE', { attributes: { 'job.step.key': 'SAVE' } }).end();
+      plain.end();
+    });
+    job.end();
+  });
+  await provider.forceFlush();
+  assert.deepEqual(markers.getFinishedSpans().map((s) => s.name), ['job', 'plain', 'SAVE']);
+  await provider.shutdown();
+});
+
 test('spans outside a job send no marker', async () => {
   const markers = new InMemorySpanExporter();
   const provider = new TracerProvider({ spanProcessors: [new StartMarkerProcessor(markers)] });

@@ -7,13 +7,12 @@ and return when ``force_flush`` does. The fleet's rate is all steps over the tim
 barrier to the last worker's flush (``time.monotonic`` is one clock for every process here).
 Afterwards every row is verified in SQL: counts exact, no attempt with two open steps, steps
 of an attempt one after the other, each job_log row dated at or after its attempt's last step
-close. "Saturates" is the first N whose rate is less than 10% above the previous N's.
+close. "Saturates" at the smallest N that no larger N beats by 10% or more.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import multiprocessing
 import time
 from dataclasses import dataclass
@@ -166,10 +165,11 @@ def run_fleet(dsn: str, processes: int, jobs_per_process: int) -> dict[str, Any]
 
 
 def saturation(rounds: list[dict[str, Any]]) -> int | None:
-    """The first process count that gains less than 10% over the one before (None: none did)."""
-    for before, after in itertools.pairwise(rounds):
-        if after["rate"] < SATURATION_GAIN * before["rate"]:
-            return int(before["processes"])
+    """The smallest process count that no larger count beats by 10% (None: the largest run
+    still gained, so the fleet did not saturate within the counts run)."""
+    for index, result in enumerate(rounds[:-1]):
+        if max(later["rate"] for later in rounds[index + 1 :]) < SATURATION_GAIN * result["rate"]:
+            return int(result["processes"])
     return None
 
 
@@ -212,7 +212,7 @@ def rows(rounds: list[dict[str, Any]]) -> list[Row]:
             "13",
             "fleet: saturation",
             f"peak {fmt_rate(peak['rate'])} at {peak['processes']} processes",
-            "next count gains < 10%",
+            "no larger count gains 10%",
             "",
             "",
             f"saturates at {knee}" if knee else "not saturated",

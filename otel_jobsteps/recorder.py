@@ -1,38 +1,38 @@
-"""The sequential step model and the progress debounce, as pure logic with an injectable clock.
+"""The sequential step model, as pure logic with an injectable clock.
 
 The recorder runs on the writer thread. It turns span facts (commands) into row operations in
 a `Batch`: one open step per attempt and execution, a new step closes the previous one, the same
-step reuses its row, progress is debounced, and a job's end closes its step before its log row.
-Operations on a row that is still unwritten are folded into that row, so a step opened,
-updated and closed within one batch costs one insert. Impossible times follow one rule: a step
-never ends before it starts, and an attempt's final row is never dated before its start or
-its last step close. At most ``max_open_attempts`` attempts are kept: beyond that the oldest
-is forgotten (job spans that never end must not grow memory without bound).
+step reuses its row, progress is debounced (`debounce.Debounce`), and a job's end closes its
+step before its log row. Operations on a row that is still unwritten are folded into that row
+(`batch.BatchBuilder` says which are), so a step opened, updated and closed within one batch
+costs one insert. Impossible times follow one rule: a step never ends before it starts, and an
+attempt's final row is never dated before its start or its last step close. At most
+``max_open_attempts`` attempts are kept: beyond that the oldest is forgotten (job spans that
+never end must not grow memory without bound).
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .attributes import JOB_STEP_DETAIL
-from .batch import (
-    Abandon,
-    Batch,
-    CloseForeign,
-    CloseStep,
-    Detail,
-    EventRow,
-    JobLogRow,
-    Progress,
-    Segment,
-)
+from .batch import Abandon, Batch, BatchBuilder, CloseStep, Detail, EventRow, JobLogRow
+from .debounce import Debounce, Window
 from .detail import clean_text, parse_detail
 from .errors import ConfigurationError
+from .vocabulary import (
+    CANCELLED,
+    COMPLETED,
+    ERROR,
+    FAILED,
+    OUTCOME_COMPLETED,
+    RUNNING,
+    STEP,
+    TIME_LIMIT,
+)
 
 __all__ = [
     "EventRecorded",
@@ -45,15 +45,8 @@ __all__ = [
     "StepStarted",
 ]
 
-STEP = "STEP"
-RUNNING = "RUNNING"
-COMPLETED = "COMPLETED"
-FAILED = "FAILED"
-ABANDONED = "abandoned"
-TIME_LIMIT = "time_limit"
 MAX_STEP_KEY_CHARS = 256
 MAX_REASON_CHARS = 64
-COMPLETED_OUTCOME = "completed"
 DEFAULT_MAX_OPEN_ATTEMPTS = 10_000
 
 
@@ -117,21 +110,19 @@ Command = JobStarted | StepStarted | ProgressReported | StepEnded | JobEnded | E
 
 
 @dataclass(slots=True, eq=False)
-class _OpenStep:
+class _OpenStep(Window):
+    """A step's row while it is open; its progress is debounced (the `Window` fields)."""
+
     key: str
     row: EventRow
     attempt: _Attempt
-    holders: int = 1
-    last_write: float | None = None
-    pending_detail: Detail | None = None
-    due: float | None = None
-    closed: bool = False
-    progress_op: Progress | None = None
-    progress_segment: int = -1
+    holders: int = 1  # step spans of this key open at once: the last one to end closes it
 
 
 @dataclass(slots=True, eq=False)
 class _Attempt:
+    """One execution of one attempt: its open step, and the times its final row must follow."""
+
     scope: Scope
     execution_id: str
     trace_hex: str
@@ -163,18 +154,15 @@ class StepRecorder:
             raise ConfigurationError(
                 f"max_open_attempts must be a positive integer, got {max_open_attempts!r}"
             )
-        self._debounce = debounce_ms / 1000.0
-        self._clock = clock
+        self._debounce: Debounce[_OpenStep] = Debounce(
+            window_seconds=debounce_ms / 1000.0, clock=clock
+        )
+        self._batch = BatchBuilder()
         self._max_attempts = max_open_attempts
         self._on_evict = on_evict
         self._attempts: dict[int, _Attempt] = {}
         # Span ids of forgotten attempts, as bounded as the attempts themselves.
         self._forgotten: dict[int, None] = {}
-        self._timers: list[tuple[float, int, _OpenStep]] = []
-        self._timer_seq = itertools.count()
-        self._segment_numbers = itertools.count()
-        self._batch = Batch()
-        self._segment: Segment | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             JobStarted: self._job_started,
             StepStarted: self._step_started,
@@ -192,10 +180,7 @@ class StepRecorder:
 
     def take_batch(self) -> Batch | None:
         """Hand over the pending operations (None if there are none) and start a new batch."""
-        batch = self._batch
-        self._batch = Batch()
-        self._segment = None
-        return batch if batch.segments else None
+        return self._batch.take()
 
     def pending_operations(self) -> int:
         """Operations waiting in the batch being built (the writer bounds memory with it)."""
@@ -215,27 +200,19 @@ class StepRecorder:
 
     def next_due(self) -> float | None:
         """Clock time of the earliest trailing progress write, if any is waiting."""
-        timers = self._timers
-        while timers and timers[0][2].due != timers[0][0]:
-            heapq.heappop(timers)
-        return timers[0][0] if timers else None
+        return self._debounce.next_due()
 
     def fire_due(self, now: float | None = None) -> None:
         """Write the trailing progress of every window that has ended by ``now``."""
-        now = self._clock() if now is None else now
-        timers = self._timers
-        while timers and timers[0][0] <= now:
-            due, _, step = heapq.heappop(timers)
-            if step.due == due:
-                self._write_trailing(step, now)
+        now = self._debounce.now() if now is None else now
+        for step, detail in self._debounce.expired(now):
+            self._write_progress(step, detail, now)
 
     def flush_timers(self) -> None:
         """Write every waiting trailing progress now (force_flush must not wait for windows)."""
-        now = self._clock()
-        while self._timers:
-            due, _, step = heapq.heappop(self._timers)
-            if step.due == due:
-                self._write_trailing(step, now)
+        now = self._debounce.now()
+        for step, detail in self._debounce.expired(None):
+            self._write_progress(step, detail, now)
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -261,11 +238,8 @@ class StepRecorder:
         del self._attempts[span_id]
         step = state.open
         if step is not None:
-            step.due = None  # its trailing progress is dropped with it
-            step.closed = True
-            if self._is_current(step.row.segment):
-                # A later close of this row must not run before its insert (closes go first).
-                self._new_segment()
+            self._debounce.cancel(step)  # its trailing progress is dropped with it
+            self._batch.seal(step.row)
         self._forgotten[span_id] = None
         if len(self._forgotten) > self._max_attempts:
             del self._forgotten[next(iter(self._forgotten))]
@@ -277,26 +251,21 @@ class StepRecorder:
         self._attempt(scope).start_us = command.start_ns // 1000
         if scope.attempt > 1:
             self._write_pending_progress_before(scope)
-            job = (scope.domain, scope.job_id)
-            # Closing earlier attempts must not overtake anything already queued for the job.
-            segment = self._segment_for(scope, split=job in self._current_segment().touched_jobs)
-            segment.abandons.append(
+            self._batch.add_abandon(
                 Abandon(scope.domain, scope.job_id, scope.attempt, command.start_ns // 1000)
             )
-            segment.abandon_barriers[job] = scope.attempt
 
     def _write_pending_progress_before(self, scope: Scope) -> None:
         """The job's earlier attempts are about to be abandoned: their waiting trailing progress
         is written first, as if its window had ended (however the commands are batched)."""
-        now = self._clock()
-        for due, _, step in list(self._timers):
+        now = self._debounce.now()
+        job = (scope.domain, scope.job_id)
+        for step in self._debounce.waiting():
             earlier = step.attempt.scope
-            if (
-                step.due == due
-                and earlier.attempt < scope.attempt
-                and (earlier.domain, earlier.job_id) == (scope.domain, scope.job_id)
-            ):
-                self._write_trailing(step, now)
+            if earlier.attempt < scope.attempt and (earlier.domain, earlier.job_id) == job:
+                detail = self._debounce.cancel(step)
+                if detail is not None:
+                    self._write_progress(step, detail, now)
 
     def _step_started(self, command: StepStarted) -> None:
         state = self._attempt(command.scope)
@@ -310,18 +279,13 @@ class StepRecorder:
         elif state.forgotten:
             self._close_unknown_step(state, COMPLETED, None, command.start_ns // 1000)
         scope = state.scope
-        segment = self._segment_for(scope, state.execution_id)
-        foreign = (scope.domain, scope.job_id, scope.attempt, state.execution_id)
-        if foreign not in segment.foreign_closed:
-            segment.foreign_closes.append(CloseForeign(*foreign, at_us=command.start_ns // 1000))
-            segment.foreign_closed.add(foreign)
         # Positional (EventRow's field order): this runs once per step on the writer thread.
         row = EventRow(
             scope.domain, scope.job_id, scope.job_type, scope.attempt, STEP, key, RUNNING,
             None, None, state.trace_hex, format(command.span_id, "016x"), state.execution_id,
-            command.start_ns // 1000, None, segment.number,
+            command.start_ns // 1000, None,
         )  # fmt: skip
-        segment.rows.append(row)
+        self._batch.add_step(row, state.execution_id)
         state.open = _OpenStep(key, row, state)
         state.last_step = key
 
@@ -335,22 +299,16 @@ class StepRecorder:
             detail = parse_detail(attributes[JOB_STEP_DETAIL]) or {}
         else:
             detail = attributes if type(attributes) is dict else dict(attributes)
-        now = self._clock()
-        if self._is_current(step.row.segment):
+        debounce = self._debounce
+        now = debounce.now()
+        if self._batch.is_unwritten(step.row):
             # The row itself is not written yet: it carries the latest detail, no timer needed.
             step.row.detail = detail
-            if step.last_write is None:
-                step.last_write = now
+            debounce.coalesced(step, now)
             return
-        if step.last_write is None or now - step.last_write >= self._debounce:
-            step.pending_detail = None
-            step.due = None
-            self._write_progress(state, step, detail, now)
-            return
-        step.pending_detail = detail
-        if step.due is None:
-            step.due = step.last_write + self._debounce
-            heapq.heappush(self._timers, (step.due, next(self._timer_seq), step))
+        due_now = debounce.offer(step, detail, now)
+        if due_now is not None:
+            self._write_progress(step, due_now, now)
 
     def _step_ended(self, command: StepEnded) -> None:
         state = self._attempts.get(command.scope.span_id)
@@ -383,8 +341,7 @@ class StepRecorder:
             detail = {"step": failed_step or state.last_step}
             if command.error:
                 detail["error"] = clean_text(command.error)
-        segment = self._segment_for(scope)
-        segment.job_logs.append(
+        self._batch.add_job_log(
             JobLogRow(
                 domain=scope.domain,
                 job_id=scope.job_id,
@@ -401,8 +358,7 @@ class StepRecorder:
 
     def _event(self, command: EventRecorded) -> None:
         scope = command.scope
-        segment = self._segment_for(scope)
-        segment.rows.append(
+        self._batch.add_event(
             EventRow(
                 domain=scope.domain,
                 job_id=scope.job_id,
@@ -418,7 +374,6 @@ class StepRecorder:
                 execution_id=scope.execution,
                 created_us=command.time_ns // 1000,
                 ended_us=None,
-                segment=segment.number,
             )
         )
 
@@ -433,14 +388,14 @@ class StepRecorder:
 
     def _failure_reason(self, command: JobEnded) -> str | None:
         outcome = command.outcome
-        if isinstance(outcome, str) and outcome and outcome != COMPLETED_OUTCOME:
+        if isinstance(outcome, str) and outcome and outcome != OUTCOME_COMPLETED:
             # target_deleted, or what a queue adapter knows: retry, time_limit, reclaimed...
             return clean_text(outcome, MAX_REASON_CHARS)
         if command.failed:
             error = command.error
             if isinstance(error, str) and error.split(":", 1)[0].endswith("CancelledError"):
-                return "cancelled"
-            return "error"
+                return CANCELLED
+            return ERROR
         if self._is_late(command.scope, command.end_ns):
             return TIME_LIMIT
         return None
@@ -456,15 +411,13 @@ class StepRecorder:
     ) -> None:
         ended_us = max(ended_us, step.row.created_us)  # never before its start, on every path
         # Cancel the trailing write first: its detail rides with the close instead.
-        step.due = None
-        step.closed = True
-        detail = explicit if explicit is not None else step.pending_detail
-        step.pending_detail = None
+        pending = self._debounce.cancel(step)
+        detail = explicit if explicit is not None else pending
         state.open = None
         state.last_close_us = max(state.last_close_us, ended_us)
         message = None if message is None else clean_text(message)
         row = step.row
-        if self._is_current(row.segment):
+        if self._batch.is_unwritten(row):
             row.step_status = status
             row.ended_us = ended_us
             if detail is not None:
@@ -472,7 +425,7 @@ class StepRecorder:
             row.message = message
             return
         scope = state.scope
-        self._segment_for(scope, state.execution_id).closes.append(
+        self._batch.add_close(
             CloseStep(
                 scope.domain,
                 scope.job_id,
@@ -497,64 +450,12 @@ class StepRecorder:
             scope.domain, scope.job_id, scope.attempt, state.execution_id, None, status,
             None, message, ended_us,
         )  # fmt: skip
-        self._segment_for(scope, state.execution_id).closes.append(close)
+        self._batch.add_close(close)
 
-    def _write_progress(self, state: _Attempt, step: _OpenStep, detail: Detail, now: float) -> None:
-        step.last_write = now
-        if self._is_current(step.row.segment):
+    def _write_progress(self, step: _OpenStep, detail: Detail, now: float) -> None:
+        self._debounce.written(step, now)
+        if self._batch.is_unwritten(step.row):
             step.row.detail = detail
             return
-        op = step.progress_op
-        if op is not None and self._is_current(step.progress_segment):
-            op.detail = detail  # still unwritten: the latest snapshot replaces it
-            return
-        scope = state.scope
-        op = Progress(
-            scope.domain, scope.job_id, scope.attempt, state.execution_id, step.key, detail
-        )
-        segment = self._segment_for(scope, state.execution_id)
-        segment.progress.append(op)
-        step.progress_op = op
-        step.progress_segment = segment.number
-
-    def _write_trailing(self, step: _OpenStep, now: float) -> None:
-        step.due = None
-        detail = step.pending_detail
-        step.pending_detail = None
-        if detail is not None and not step.closed:
-            self._write_progress(step.attempt, step, detail, now)
-
-    def _is_current(self, segment_number: int) -> bool:
-        return self._segment is not None and self._segment.number == segment_number
-
-    def _current_segment(self) -> Segment:
-        if self._segment is None:
-            return self._new_segment()
-        return self._segment
-
-    def _new_segment(self) -> Segment:
-        self._segment = Segment(next(self._segment_numbers))
-        self._batch.segments.append(self._segment)
-        return self._segment
-
-    def _segment_for(
-        self, scope: Scope, execution_id: str | None = None, *, split: bool = False
-    ) -> Segment:
-        """The segment an operation of this attempt may join without reordering writes.
-
-        Statements run grouped by kind, which keeps command order only while (1) no operation
-        on an attempt follows an abandon of that attempt and (2) the steps of an attempt are
-        touched by one execution; otherwise the operation starts a new segment.
-        """
-        segment = self._new_segment() if split else self._current_segment()
-        job = (scope.domain, scope.job_id)
-        attempt = (scope.domain, scope.job_id, scope.attempt)
-        if scope.attempt < segment.abandon_barriers.get(job, 0) or (
-            execution_id is not None
-            and segment.step_owners.setdefault(attempt, execution_id) != execution_id
-        ):
-            segment = self._new_segment()
-            if execution_id is not None:
-                segment.step_owners[attempt] = execution_id
-        segment.touched_jobs.add(job)
-        return segment
+        state = step.attempt
+        self._batch.add_progress(step, state.scope, state.execution_id, step.key, detail)

@@ -30,16 +30,18 @@ __all__ = [
 BAR_WIDTH = 40
 _STATUS_COLORS = {"COMPLETED": "32", "FAILED": "1;31", "RUNNING": "33"}
 _DETAIL_CHARS = 60
-# C0 controls except newline, DEL and C1 controls: what a terminal may act on.
-_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+# C0 controls (newline included: every field is printed inside one line), DEL and C1 controls.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def printable(text: str) -> str:
-    """``text`` with each terminal control character shown as its escape, e.g. ``\\x1b``.
+    """``text`` with each control character shown as its escape (``\\n``, ``\\x1b``).
 
-    Newlines stay; everything else a terminal would interpret becomes visible and inert.
+    Job data can neither act on the terminal nor forge a line of output: a step key with a
+    newline stays on its row, shown as ``\\n``.
     """
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group()) or f"\\x{ord(m.group()):02x}", text)
 
 
 class Style:

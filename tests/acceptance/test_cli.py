@@ -369,6 +369,7 @@ def test_demo_without_dsn_uses_an_embedded_server(run: Run) -> None:
 
 # Clear screen, retitle the window (OSC ... BEL), a C1 CSI, DEL: what job data must not send.
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31m\x7f"
+FORGED_ROW = "\n2026-11-30 23:59:59.000+00:00  billing  pay-7  charge  1  COMPLETED  CHARGE"
 _OUR_COLOURS = re.compile("\x1b\\[[0-9;]*m")
 _CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # newline excepted
 
@@ -381,7 +382,7 @@ def _insert_hostile_job(conn: psycopg.Connection[Any]) -> None:
         "  %(message)s, now() - interval '2 s', now() - interval '1 s'),"
         " ('render', 'evil', %(text)s, 1, %(text)s, NULL, NULL, NULL, %(text)s, now(), NULL)",
         {
-            "text": f"KEY{HOSTILE}",
+            "text": f"KEY{HOSTILE}{FORGED_ROW}",
             "detail": Jsonb({f"k{HOSTILE}": HOSTILE}),
             "message": f"boom{HOSTILE}\nsecond line",
         },
@@ -389,7 +390,7 @@ def _insert_hostile_job(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
         "INSERT INTO job_log (domain, job_id, job_type, attempt, status, reason)"
         " VALUES ('render', 'evil', %(text)s, 1, 'FAILED', %(text)s)",
-        {"text": f"KEY{HOSTILE}"},
+        {"text": f"KEY{HOSTILE}{FORGED_ROW}"},
     )
 
 
@@ -398,10 +399,11 @@ def _assert_inert(out: str) -> None:
     visible = _OUR_COLOURS.sub("", out).replace("\r\n", "\n")  # a pty's line ends
     assert not _CONTROLS.search(visible)
     assert "KEY\\x1b[2J\\x1b]0;pwned\\x07\\x9b31m\\x7f" in visible  # readable, not dropped
+    assert "pay-7" not in "".join(line for line in visible.splitlines() if "KEY" not in line)
 
 
 def test_printable_escapes_terminal_controls_only() -> None:
-    assert printable("a\tb\nc\x00\x1b\x7f\x9f\xa0é█") == "a\\x09b\nc\\x00\\x1b\\x7f\\x9f\xa0é█"
+    assert printable("a\tb\nc\x00\x1b\x7f\x9f\xa0é█") == "a\\tb\\nc\\x00\\x1b\\x7f\\x9f\xa0é█"
 
 
 @pytest.mark.parametrize("args", [("show", "render", "evil"), ("jobs",)], ids=["show", "jobs"])
@@ -421,8 +423,8 @@ def test_json_output_keeps_job_data_exact(run: Run, conn: psycopg.Connection[Any
 
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["job_type"] == f"KEY{HOSTILE}"
-    assert data["steps"][0]["key"] == f"KEY{HOSTILE}"
+    assert data["job_type"] == f"KEY{HOSTILE}{FORGED_ROW}"
+    assert data["steps"][0]["key"] == f"KEY{HOSTILE}{FORGED_ROW}"
     assert data["steps"][0]["message"] == f"boom{HOSTILE}\nsecond line"
     assert data["steps"][0]["detail"] == {f"k{HOSTILE}": HOSTILE}
     assert not _CONTROLS.search(result.stdout)  # DEL and C1 escaped as \\u00XX, like C0

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from otel_jobsteps import migrate
-from tests.conftest import wait_until
+from tests.conftest import PARTITION_INTERVAL, wait_until
 from tests.faults.proxy import FaultProxy, Upstream
 from tests.ingest.stories import Recording
 
@@ -75,8 +75,10 @@ CollectorFactory = Callable[..., Collector]
 
 @pytest.fixture
 def second_dsn(empty_dsn: str) -> str:
-    """Another fresh, migrated database (the processor writes one, the receiver the other)."""
-    migrate(empty_dsn)
+    """Another fresh, migrated database (the processor writes one, the receiver the other), in
+    the layout the test run uses."""
+    partitioned = os.environ.get("OTEL_JOBSTEPS_TEST_LAYOUT") == "partitioned"
+    migrate(empty_dsn, partition_interval=PARTITION_INTERVAL if partitioned else None)
     return empty_dsn
 
 

@@ -39,6 +39,20 @@ __all__ = ["job_attempt", "progress", "record_event", "record_job_event", "step"
 TRACER_NAME = "otel_jobsteps"
 _JOB_SPAN = otel_context.create_key("otel_jobsteps.job_span")
 _STEP_SPAN = otel_context.create_key("otel_jobsteps.step_span")
+# The tracer job_attempt() was given: steps and events inside it use it unless given their own.
+_JOB_TRACER = otel_context.create_key("otel_jobsteps.job_tracer")
+
+
+def _tracer(given: trace.Tracer | None) -> trace.Tracer:
+    """``given``, else the enclosing job's tracer, else the global provider's."""
+    if given is not None:
+        return given
+    inherited = otel_context.get_value(_JOB_TRACER)
+    if isinstance(inherited, trace.Tracer):
+        return inherited
+    return trace.get_tracer(TRACER_NAME)
+
+
 _PRIMITIVES = (str, bool, int, float)
 _SETUP = (
     "add JobStepsProcessor() to the TracerProvider, or set OTEL_JOBSTEPS_DSN and run the worker "
@@ -102,7 +116,7 @@ class _SpanScope:
         self._name = name
         self._attributes = attributes
         self._tracer_given = tracer is not None
-        self._tracer = tracer or trace.get_tracer(TRACER_NAME)
+        self._tracer = tracer
         self._marks = marks  # the context key this span is made the value of
         self._manager: AbstractContextManager[trace.Span] | None = None
         self._token: object = None
@@ -115,12 +129,16 @@ class _SpanScope:
                 "recorded: run it inside job_attempt() (or a span with the job.* attributes), "
                 "or instrument the queue (otel_jobsteps.integrations)",
             )
-        self._manager = self._tracer.start_as_current_span(self._name, attributes=self._attributes)
+        tracer = _tracer(self._tracer)
+        self._manager = tracer.start_as_current_span(self._name, attributes=self._attributes)
         span = self._manager.__enter__()
         if self._marks is _JOB_SPAN:
             _check_recorded(span, self._tracer_given)
         if self._marks is not None:
-            self._token = otel_context.attach(otel_context.set_value(self._marks, span))  # type: ignore[arg-type]
+            marked = otel_context.set_value(self._marks, span)  # type: ignore[arg-type]
+            if self._marks is _JOB_SPAN:
+                marked = otel_context.set_value(_JOB_TRACER, tracer, marked)
+            self._token = otel_context.attach(marked)
         return span
 
     def __exit__(
@@ -266,7 +284,7 @@ def record_event(
     It becomes a ``job_event`` row of that type, written in order with the steps; it never
     touches the open step. Outside a job scope it does nothing.
     """
-    tracer = tracer or trace.get_tracer(TRACER_NAME)
+    tracer = _tracer(tracer)
     attributes = _event_attributes(event_type, message, detail)
     tracer.start_span(f"job event {event_type}", attributes=attributes).end()
 
@@ -286,7 +304,7 @@ def record_job_event(
 
     Needs a `JobStepsProcessor` on the tracer's provider, like every other record.
     """
-    tracer = tracer or trace.get_tracer(TRACER_NAME)
+    tracer = _tracer(tracer)
     attributes = _event_attributes(event_type, message, detail)
     attributes.update({JOB_DOMAIN: domain, JOB_ID: str(job_id), JOB_ATTEMPT: attempt})
     if job_type is not None:

@@ -374,3 +374,20 @@ def test_progress_too_deep_for_json_is_a_marker_not_an_exception_in_the_job(
         record_event("LOG", "deep", deep=deep)
     assert processor.force_flush(5000)
     assert recording.rows()[0].detail == {"value": "<not JSON: RecursionError>"}
+
+
+def test_steps_and_events_inside_a_job_use_its_tracer(
+    setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
+) -> None:
+    """job_attempt(tracer=...) with no global provider: step(), progress() and record_event()
+    given no tracer record through the job's (the README's quickstart shape)."""
+    tracer, processor, recording = setup
+    with job_attempt("render", "42", "thumbnail", tracer=tracer), step("RENDER"):
+        progress(pct=5)
+        record_event("STALLED", "lost worker")
+    assert processor.force_flush(5000)
+    rows = recording.rows()
+    assert [(r.type, r.step_key, r.detail) for r in rows] == [
+        ("STEP", "RENDER", {"pct": 5}),
+        ("STALLED", None, None),
+    ]

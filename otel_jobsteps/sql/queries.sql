@@ -76,9 +76,11 @@ WHERE e.id = open.id AND e.ended_at IS NULL
   AND e.execution_id IS DISTINCT FROM t.execution_id;
 
 -- name: write_progress --
--- Replace the detail of an open step this execution owns; a closed row is left alone.
+-- Replace the detail of an open step this execution owns; a closed row is left alone. A
+-- progress write is a sign of life too: it moves heartbeat_at (not indexed: a HOT update).
 UPDATE ONLY {job_event} AS e
-SET detail = t.detail::jsonb
+SET detail = t.detail::jsonb,
+    heartbeat_at = now()
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
             %(execution_id)b::text[], %(step_key)b::text[], %(detail)b::text[])
      AS t (domain, job_id, attempt, execution_id, step_key, detail),

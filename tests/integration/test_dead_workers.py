@@ -15,7 +15,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, step
+from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.maintenance import sweep
 from tests.conftest import TracingFactory, rows, wait_until
 
@@ -192,3 +192,20 @@ def test_heartbeats_keep_coming_while_other_jobs_keep_the_writer_busy(
                     break
     assert len(beats - {None}) >= 3, "the long step's heartbeat stopped advancing"
     assert processor.force_flush(10_000)
+
+
+def test_a_progress_write_is_a_sign_of_life(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    """Between two heartbeats, a written progress moves heartbeat_at: `sweep`, `/running` and
+    "silent for" see the step alive."""
+    tracer, processor = tracing(heartbeat_interval_s=3600)
+    with job_attempt("render", "alive", "t", tracer=tracer), step("RENDER", tracer=tracer):
+        assert processor.force_flush(10_000)
+        assert rows(conn, "SELECT heartbeat_at FROM job_event WHERE job_id = 'alive'") == [(None,)]
+        progress(pct=10)
+        assert processor.force_flush(10_000)
+        ((seen,),) = rows(
+            conn, "SELECT heartbeat_at > created_at FROM job_event WHERE job_id = 'alive'"
+        )
+        assert seen is True

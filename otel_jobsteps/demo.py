@@ -9,6 +9,7 @@ attempt, followed by the `show` timeline.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 import uuid
@@ -109,12 +110,16 @@ def _demo(dsn: str, schema: str, out: TextIO, *, keep_hint: bool) -> None:
         detail = job_detail(dsn, DOMAIN, job_id, attempt, schema=schema)
         if detail is not None:
             _print_rows(detail, out)
+    # The same database and schema are needed to find the rows again (the DSN is not echoed:
+    # it may hold a password).
+    where = "" if schema == "public" else f" --schema {shlex.quote(schema)}"
+    show = f"otel-jobsteps show{where} {DOMAIN} {job_id}"
     latest = job_detail(dsn, DOMAIN, job_id, schema=schema)
     if latest is not None:
-        print(f"\n$ otel-jobsteps show {DOMAIN} {job_id}\n", file=out)
+        print(f"\n$ {show}\n", file=out)
         print(render_detail(latest, Style.for_stream(out)), file=out)
     if keep_hint:
-        print(f"\nthe rows stay: otel-jobsteps show {DOMAIN} {job_id}", file=out)
+        print(f"\nthe rows stay: {show} --dsn <the same DSN>", file=out)
 
 
 def run_demo(dsn: str | None, *, schema: str = "public", out: TextIO | None = None) -> None:

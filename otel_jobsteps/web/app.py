@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote_to_bytes, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -28,7 +28,7 @@ from starlette.responses import (
     RedirectResponse,
     Response,
 )
-from starlette.routing import Mount, Route
+from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -72,6 +72,8 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
 }
 _STATUS_WORDS = {s.lower(): s for s in STATUSES}
+# Path segments a browser (or proxy) drops or resolves away, %2E spellings included.
+_FRAGILE_SEGMENTS = {"", ".", ".."}
 _LOOPBACK_NAMES = {"localhost"}
 
 
@@ -111,9 +113,14 @@ def check_exposure(host: str, token: str | None, no_auth: bool) -> None:
 
 
 def job_url(domain: str, job_id: str, attempt: int | None = None) -> str:
-    """The permalink of a job (every part percent-encoded: ids come from job code)."""
-    url = f"/jobs/{quote(domain, safe='')}/{quote(job_id, safe='')}"
-    return url + (f"?attempt={attempt}" if attempt is not None else "")
+    """The permalink of a job: ``/jobs/{domain}/{job_id}``, each part one percent-encoded segment
+    (ids come from job code; a ``/`` in them is ``%2F``). A part a browser would normalise away
+    (``.``, ``..``, also as ``%2E``; or empty) takes the query form ``/job?domain=&job_id=``."""
+    query = {} if attempt is None else {"attempt": str(attempt)}
+    domain_part, id_part = quote(domain, safe=""), quote(job_id, safe="")
+    if domain_part in _FRAGILE_SEGMENTS or id_part in _FRAGILE_SEGMENTS:
+        return "/job?" + urlencode({"domain": domain, "job_id": job_id, **query})
+    return f"/jobs/{domain_part}/{id_part}" + ("?" + urlencode(query) if query else "")
 
 
 def compact_json(value: Any) -> str:
@@ -181,6 +188,21 @@ def _attempt(request: Request) -> int | None:
     return int(text)
 
 
+def _job_key(request: Request) -> tuple[str, str]:
+    """The domain and job id a request names: path parameters, or the query of ``/job``."""
+    named = request.path_params or request.query_params
+    domain, job_id = named.get("domain"), named.get("job_id")
+    if domain is None or job_id is None:
+        raise ConfigurationError("domain and job_id are required")
+    return domain, job_id
+
+
+def _raw_path(scope: Scope) -> bytes:
+    """The request path as sent, still percent-encoded (``raw_path`` is optional in ASGI)."""
+    raw: bytes | None = scope.get("raw_path")
+    return raw if raw is not None else quote(scope["path"]).encode("ascii")
+
+
 def _json(value: Any, status_code: int = 200) -> JSONResponse:
     if isinstance(value, Record):
         value = value.to_dict()
@@ -240,7 +262,7 @@ class WebApp:
         )
 
     def job(self, request: Request) -> Response:
-        domain, job_id = request.path_params["domain"], request.path_params["job_id"]
+        domain, job_id = _job_key(request)
         chosen = _attempt(request)
         page = self.reader.job_page(domain, job_id)
         if page is None:
@@ -308,8 +330,7 @@ class WebApp:
         return _json(jobs)
 
     def api_job(self, request: Request) -> Response:
-        params = request.path_params
-        detail = self.reader.job_detail(params["domain"], params["job_id"], _attempt(request))
+        detail = self.reader.job_detail(*_job_key(request), _attempt(request))
         if detail is None:
             return _json({"error": "no such job or attempt"}, 404)
         return _json(detail)
@@ -382,7 +403,9 @@ class SecurityMiddleware:
         if given is not None and _same(given, self.token):
             # Move the token from the URL (history, logs, Referer) into an HttpOnly cookie.
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + ("?" + urlencode(rest) if rest else "")
+            target = _raw_path(request.scope).decode("latin-1") + (
+                "?" + urlencode(rest) if rest else ""
+            )
             redirect = RedirectResponse(target, status_code=303)
             redirect.set_cookie(
                 TOKEN_COOKIE,
@@ -421,6 +444,35 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
+class JobRoute(Route):
+    """``PREFIX/{domain}/{job_id}`` matched on the undecoded path: a ``%2F`` stays inside its
+    segment and any character (CR/LF too) may appear. The job id is the rest of the path, so
+    ``/jobs/d/a/b`` still names job ``a/b``."""
+
+    def __init__(self, path: str, endpoint: Endpoint, *, methods: list[str]) -> None:
+        super().__init__(path, endpoint, methods=methods)
+        prefix, sep, _ = path.partition("{domain}/{job_id}")
+        assert sep, "a JobRoute path ends with {domain}/{job_id}"
+        self.prefix = prefix.encode("ascii")
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        raw = _raw_path(scope) if scope["type"] == "http" else b""
+        if not raw.startswith(self.prefix):
+            return Match.NONE, {}
+        domain, sep, job_id = raw.removeprefix(self.prefix).partition(b"/")
+        if not domain or not sep:
+            return Match.NONE, {}
+        params = {"domain": _unquote(domain), "job_id": _unquote(job_id)}
+        child = {"endpoint": self.endpoint, "path_params": params}
+        allowed = self.methods is None or scope["method"] in self.methods
+        return (Match.FULL if allowed else Match.PARTIAL), child
+
+
+def _unquote(raw: bytes) -> str:
+    """A percent-encoded path part as text (invalid UTF-8 cannot name a job: replaced)."""
+    return unquote_to_bytes(raw).decode("utf-8", "replace")
+
+
 def create_app(
     dsn: str,
     *,
@@ -440,17 +492,21 @@ def create_app(
     links = TraceLinks(trace_url) if trace_url else None
     web = WebApp(Reader(dsn, schema=schema), links, refresh_s)
 
-    def page(path: str, endpoint: Endpoint, *, api: bool = False) -> Route:
-        return Route(path, _guarded(web, endpoint, api=api), methods=["GET", "HEAD"])
+    def page(
+        path: str, endpoint: Endpoint, *, api: bool = False, route: type[Route] = Route
+    ) -> Route:
+        return route(path, _guarded(web, endpoint, api=api), methods=["GET", "HEAD"])
 
     routes = [
         page("/", web.jobs),
-        page("/jobs/{domain}/{job_id:path}", web.job),
+        page("/jobs/{domain}/{job_id}", web.job, route=JobRoute),
+        page("/job", web.job),
         page("/running", web.running),
         page("/steps", web.steps),
         page("/steps/failures", web.failures),
         page("/api/jobs", web.api_jobs, api=True),
-        page("/api/jobs/{domain}/{job_id:path}", web.api_job, api=True),
+        page("/api/jobs/{domain}/{job_id}", web.api_job, api=True, route=JobRoute),
+        page("/api/job", web.api_job, api=True),
         page("/api/running", web.api_running, api=True),
         page("/api/steps", web.api_steps, api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),

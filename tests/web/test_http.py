@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+from markupsafe import escape
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
@@ -109,6 +110,56 @@ def test_api_returns_the_read_api_as_json(client: TestClient, dsn: str, seeded: 
     bad = client.get("/api/jobs?status=bogus")
     assert bad.status_code == 400
     assert "status must be one of" in bad.json()["error"]
+
+
+# Hostile but legal (domain, job id) pairs; ("a", "b/7") is what "/jobs/a/b/7" names.
+ODD_JOBS = [
+    ("a/b", "7"),
+    ("a", "b/7"),
+    ("render", "crlf\r\nid"),
+    ("render", ".."),
+    ("render", "."),
+    ("..", "1"),
+    (".", "1"),
+    ("render", "%2E%2E"),
+    ("render", "why?"),
+    ("render", "frag#1"),
+    ("render", "100%"),
+    ("render", "with space"),
+    ("render", "naïve ✓"),
+]
+
+
+def test_every_listed_job_has_a_working_permalink(
+    client: TestClient, tracing: TracingFactory
+) -> None:
+    tracer, processor = tracing()
+    for domain, job_id in ODD_JOBS:
+        render_and_save(tracer, job_id, 1, domain=domain)
+    assert processor.force_flush(10_000)
+
+    links = [
+        a["href"] or "" for a in Markup(client.get("/").text).all("a", **{"class": "job-link"})
+    ]
+    assert len(links) == len(ODD_JOBS)
+    shown = []
+    for href in links:
+        page, api = client.get(href), client.get("/api" + href)
+        assert page.status_code == api.status_code == 200, href
+        domain, job_id = api.json()["domain"], api.json()["job_id"]
+        heading = f'<span class="domain">{escape(domain)}</span> / '
+        assert heading + f'<span class="job-id">{escape(job_id)}</span>' in page.text, href
+        shown.append((domain, job_id))
+    assert sorted(shown) == sorted(ODD_JOBS)
+    # the attempt links and the JSON link of the query form keep the job
+    dots = client.get(job_url("render", "..", 2))  # attempts_made 1: the second attempt
+    assert dots.status_code == 200
+    assert "Steps of attempt 2" in dots.text
+    assert client.get("/api" + job_url("render", ".", 2)).json()["job_id"] == "."
+    # a path with literal slashes still splits as before: domain first, the rest is the id
+    assert client.get("/api/jobs/a/b/7").json()["domain"] == "a"
+    assert client.get("/job?domain=render").status_code == 400
+    assert client.post(job_url("a/b", "7")).status_code == 405
 
 
 @pytest.mark.parametrize(
@@ -254,6 +305,8 @@ def test_token_is_required_when_set(dsn: str, seeded: str) -> None:
         assert "httponly" in cookie.lower()
         assert "samesite=strict" in cookie.lower()
         assert client.get("/jobs/render/42?attempt=1").status_code == 200  # cookie kept
+        # the redirect keeps the path as sent: %2F stays inside its segment
+        assert client.get(f"/jobs/a%2Fb/7?token={SECRET}").headers["location"] == "/jobs/a%2Fb/7"
         assert SECRET not in client.get("/").text
 
 

@@ -290,6 +290,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _collect(args: argparse.Namespace) -> int:
     try:  # the receiver's stack is an extra: load it only for this command
+        import uvicorn  # noqa: F401 - serve_collect runs it; missing, say so here
+
         from .ingest import JobMapping, serve_collect
     except ImportError as error:
         raise ConfigurationError(

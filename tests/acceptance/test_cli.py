@@ -469,3 +469,20 @@ def test_version_is_the_package_version() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"otel-jobsteps {otel_jobsteps.__version__}"
     assert otel_jobsteps.__version__ == importlib.metadata.version("otel_jobsteps")
+
+
+@pytest.mark.parametrize(("command", "module"), [("collect", "uvicorn"), ("serve", "starlette")])
+def test_a_missing_extra_is_one_line_and_exit_2(command: str, module: str) -> None:
+    """Installed without the extra (simulated: its module cannot be imported): one line naming
+    the extra, exit 2, no traceback."""
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; from otel_jobsteps.cli import main; "
+        f"sys.exit(main([{command!r}, '--dsn', 'postgresql://u@127.0.0.1:1/db']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "pip install 'otel_jobsteps[" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Iterable, Sequence
+from operator import itemgetter
 
 from ..attributes import JOB_EVENT_TYPE
 from ..facts import SpanFacts
@@ -20,8 +21,6 @@ from ..translate import SpanTranslator
 from .mapping import JobMapping, map_trace
 
 __all__ = ["trace_commands"]
-
-_START = 1
 
 
 def trace_commands(
@@ -56,52 +55,92 @@ def trace_commands(
     return commands
 
 
+def _key(span: SpanFacts, level: int, is_start: bool) -> tuple[int, int, int, int]:
+    """Sort key of a span's start or end (see the module docstring)."""
+    if is_start:
+        return (span.start_ns, 1, level, span.span_id)
+    return (span.end_ns, 0 if span.end_ns > span.start_ns else 2, -level, span.span_id)
+
+
 def _in_span_order(nodes: dict[int, SpanFacts]) -> list[tuple[bool, SpanFacts]]:
     children: dict[int, list[int]] = {}
     for span_id, span in nodes.items():
         if span.parent_span_id in nodes and span.parent_span_id != span_id:
             children.setdefault(span.parent_span_id, []).append(span_id)
     depth = _depths(nodes, children)
-    # Events still waiting for others: a start for its parent's start, an end for its own start
-    # and its children's starts and ends.
-    waiting: dict[tuple[int, int], int] = {}
-    for span_id, span in nodes.items():
-        kids = children.get(span_id, ())
-        if span.end_ns:
-            waiting[(span_id, 0)] = 1 + sum(1 + bool(nodes[k].end_ns) for k in kids)
-    ready: list[tuple[tuple[int, int, int, int], int, int]] = []
+    # Per ended span, the events it waits for besides its own start: its children's starts and
+    # ends.
+    waiting = {
+        span_id: sum(1 + bool(nodes[k].end_ns) for k in children.get(span_id, ()))
+        for span_id, span in nodes.items()
+        if span.end_ns
+    }
+    # Usually the plain time order already keeps every rule (clocks agree within a trace):
+    # then it is the answer, and the ordering below would give the same.
+    events = [(_key(span, depth[i], True), True, span) for i, span in nodes.items()]
+    events += [
+        (_key(span, depth[i], False), False, span) for i, span in nodes.items() if span.end_ns
+    ]
+    events.sort(key=itemgetter(0))
+    if _keeps_the_rules(events, nodes, dict(waiting)):
+        return [(is_start, span) for _, is_start, span in events]
+    return _ordered_by_rules(nodes, children, depth, waiting)
 
-    def push(span_id: int, phase: int) -> None:
-        span = nodes[span_id]
-        level = depth[span_id]
-        if phase == _START:
-            key = (span.start_ns, 1, level, span_id)
-        else:
-            key = (span.end_ns, 0 if span.end_ns > span.start_ns else 2, -level, span_id)
-        heapq.heappush(ready, (key, span_id, phase))
 
-    def done(span_id: int) -> None:
-        parent = nodes[span_id].parent_span_id
-        if parent in nodes and (parent, 0) in waiting and parent != span_id:
-            waiting[(parent, 0)] -= 1
-            if not waiting[(parent, 0)]:
-                push(parent, 0)
+def _keeps_the_rules(
+    events: list[tuple[tuple[int, int, int, int], bool, SpanFacts]],
+    nodes: dict[int, SpanFacts],
+    waiting: dict[int, int],
+) -> bool:
+    started: set[int] = set()
+    for _, is_start, span in events:
+        span_id, parent = span.span_id, span.parent_span_id
+        in_trace = parent in nodes and parent != span_id
+        if is_start:
+            if in_trace and parent not in started:
+                return False
+            started.add(span_id)
+        elif waiting[span_id]:
+            return False
+        if in_trace and parent in waiting:
+            waiting[parent] -= 1
+    return True
+
+
+def _ordered_by_rules(
+    nodes: dict[int, SpanFacts],
+    children: dict[int, list[int]],
+    depth: dict[int, int],
+    waiting: dict[int, int],
+) -> list[tuple[bool, SpanFacts]]:
+    """The order rule as a scheduler: of the events whose prerequisites are done, the least."""
+    # An end also waits for its own start.
+    pending = {span_id: count + 1 for span_id, count in waiting.items()}
+    ready: list[tuple[tuple[int, int, int, int], int, bool]] = []
+
+    def push(span_id: int, is_start: bool) -> None:
+        heapq.heappush(ready, (_key(nodes[span_id], depth[span_id], is_start), span_id, is_start))
+
+    def one_done(span_id: int) -> None:
+        if span_id in pending:
+            pending[span_id] -= 1
+            if not pending[span_id]:
+                push(span_id, False)
 
     for span_id, span in nodes.items():
         if span.parent_span_id not in nodes or span.parent_span_id == span_id:
-            push(span_id, _START)
+            push(span_id, True)
     order: list[tuple[bool, SpanFacts]] = []
     while ready:
-        _, span_id, phase = heapq.heappop(ready)
-        order.append((phase == _START, nodes[span_id]))
-        if phase == _START:
+        _, span_id, is_start = heapq.heappop(ready)
+        span = nodes[span_id]
+        order.append((is_start, span))
+        if is_start:
             for child in children.get(span_id, ()):
-                push(child, _START)
-            if (span_id, 0) in waiting:
-                waiting[(span_id, 0)] -= 1
-                if not waiting[(span_id, 0)]:
-                    push(span_id, 0)
-        done(span_id)
+                push(child, True)
+            one_done(span_id)
+        if span.parent_span_id in nodes and span.parent_span_id != span_id:
+            one_done(span.parent_span_id)
     return order
 
 

@@ -41,6 +41,22 @@ from tests.integration.test_query import record_two_attempts
 
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 HOSTILE_ID = "evil/" + HOSTILE
+# Hostile but legal (domain, job id) pairs; ("a", "b/7") is what "/jobs/a/b/7" names.
+ODD_JOBS = [
+    ("a/b", "7"),
+    ("a", "b/7"),
+    ("render", "crlf\r\nid"),
+    ("render", ".."),
+    ("render", "."),
+    ("..", "1"),
+    (".", "1"),
+    ("render", "%2E%2E"),
+    ("render", "why?"),
+    ("render", "frag#1"),
+    ("render", "100%"),
+    ("render", "with space"),
+    ("render", "naïve ✓"),
+]
 TRACE_URL = "http://jaeger.example:16686/trace/{trace_id}?uiFind={span_id}&start={start_ms}"
 
 

@@ -24,6 +24,7 @@ from tests.web.conftest import (
     ARTIFACTS,
     DOCS,
     HOSTILE,
+    ODD_JOBS,
     TRACE_URL,
     S,
     live_server,
@@ -176,6 +177,31 @@ def test_hostile_payloads_render_as_text_and_run_nothing(
     assert HOSTILE in page.locator("tr.event").first.inner_text()
     assert page.locator("rect.bar").first.get_attribute("data-key") == HOSTILE
     assert errors == []
+
+
+def test_odd_ids_link_to_their_own_page_and_json(
+    page: Page, base_url: str, tracing: TracingFactory
+) -> None:
+    tracer, processor = tracing()
+    for domain, job_id in ODD_JOBS:
+        render_and_save(tracer, job_id, 1, domain=domain)
+    assert processor.force_flush(10_000)
+
+    shown = []
+    for index in range(len(ODD_JOBS)):
+        page.goto(base_url + "/")
+        page.locator("a.job-link").nth(index).click()
+        page.wait_for_load_state()
+        heading = (
+            page.locator("h1 .domain").text_content(),
+            page.locator("h1 .job-id").text_content(),
+        )
+        # the JSON link as Chromium resolves it (dot segments and all)
+        api = page.evaluate("fetch(document.querySelector('p.raw a').href).then(r => r.json())")
+        shown.append((api["domain"], api["job_id"]))
+        # HTML text normalises CR/LF to LF
+        assert heading == (api["domain"], api["job_id"].replace("\r\n", "\n"))
+    assert sorted(shown) == sorted(ODD_JOBS)
 
 
 def test_jobs_page_filters_and_pages(page: Page, base_url: str, tracing: TracingFactory) -> None:

@@ -24,7 +24,7 @@ from otel_jobsteps.web.data import Reader
 from tests.conftest import TracingFactory
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.integration.test_query import render_and_save
-from tests.web.conftest import HOSTILE
+from tests.web.conftest import HOSTILE, ODD_JOBS
 
 SECRET = "hunter2-never-shown"
 
@@ -110,24 +110,6 @@ def test_api_returns_the_read_api_as_json(client: TestClient, dsn: str, seeded: 
     bad = client.get("/api/jobs?status=bogus")
     assert bad.status_code == 400
     assert "status must be one of" in bad.json()["error"]
-
-
-# Hostile but legal (domain, job id) pairs; ("a", "b/7") is what "/jobs/a/b/7" names.
-ODD_JOBS = [
-    ("a/b", "7"),
-    ("a", "b/7"),
-    ("render", "crlf\r\nid"),
-    ("render", ".."),
-    ("render", "."),
-    ("..", "1"),
-    (".", "1"),
-    ("render", "%2E%2E"),
-    ("render", "why?"),
-    ("render", "frag#1"),
-    ("render", "100%"),
-    ("render", "with space"),
-    ("render", "naïve ✓"),
-]
 
 
 def test_every_listed_job_has_a_working_permalink(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import fields
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.abc import PQGen
 
-from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress, Segment
+from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
 from .db import check_schema_name, connection_kwargs
 from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
 from .sql import qualified_queries
@@ -238,15 +238,11 @@ class StepStore:
 
     def write(self, batch: Batch) -> None:
         """Write the batch in one transaction (raises on any failure; nothing is then written)."""
-        self.last_transaction = None  # set once this batch's transaction has an id
-        conn = self.connection()
-        with conn.transaction(), conn.cursor() as cur:
-            self._note_transaction(cur)
-            for segment in batch.segments:
-                for name, ops in self._statements(segment):
-                    cur.execute(self._queries[name], _params(ops, self._max_detail_bytes))
-                    if name == "insert_events" and cur.rowcount < len(ops):
-                        self._take_over_open_steps(cur, ops)
+        with self._transaction() as cur:
+            for name, ops in self._statements(batch):
+                cur.execute(self._queries[name], _params(ops, self._max_detail_bytes))
+                if name == "insert_events" and cur.rowcount < len(ops):
+                    self._take_over_open_steps(cur, ops)
 
     def _take_over_open_steps(self, cur: psycopg.Cursor[Any], rows: Sequence[EventRow]) -> None:
         """Another execution opened a step of the same attempt while this batch ran.
@@ -268,28 +264,27 @@ class StepStore:
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
     ) -> None:
         """Write each operation in its own savepoint; report and skip those PostgreSQL rejects."""
+        with self._transaction() as cur:
+            for name, ops in self._statements(batch):
+                for op in ops:
+                    try:
+                        with cur.connection.transaction():
+                            cur.execute(self._queries[name], _params([op], self._max_detail_bytes))
+                    except psycopg.Error as error:
+                        if not rejects_row(error):
+                            raise
+                        on_rejected(name, error)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor in one transaction whose id is noted first, to ask its fate if the
+        connection breaks before the COMMIT's answer arrives."""
         self.last_transaction = None  # set once this batch's transaction has an id
         conn = self.connection()
         with conn.transaction(), conn.cursor() as cur:
-            self._note_transaction(cur)
-            for segment in batch.segments:
-                for name, ops in self._statements(segment):
-                    for op in ops:
-                        try:
-                            with conn.transaction():
-                                cur.execute(
-                                    self._queries[name],
-                                    _params([op], self._max_detail_bytes),
-                                )
-                        except psycopg.Error as error:
-                            if not rejects_row(error):
-                                raise
-                            on_rejected(name, error)
-
-    def _note_transaction(self, cur: psycopg.Cursor[Any]) -> None:
-        """Remember this batch's transaction id, to ask its fate if the connection breaks."""
-        row = cur.execute("SELECT txid_current()").fetchone()
-        self.last_transaction = row[0] if row else None
+            row = cur.execute("SELECT txid_current()").fetchone()
+            self.last_transaction = row[0] if row else None
+            yield cur
 
     def transaction_status(self, transaction: int) -> str | None:
         """``committed``, ``aborted``, ``in progress``, or None when too old to tell."""
@@ -312,5 +307,11 @@ class StepStore:
         )
 
     @staticmethod
-    def _statements(segment: Segment) -> list[tuple[str, Sequence[Any]]]:
-        return [(name, ops) for name, attr in STATEMENTS if (ops := getattr(segment, attr))]
+    def _statements(batch: Batch) -> list[tuple[str, Sequence[Any]]]:
+        """Each non-empty statement of each segment, in write order."""
+        return [
+            (name, ops)
+            for segment in batch.segments
+            for name, attr in STATEMENTS
+            if (ops := getattr(segment, attr))
+        ]

@@ -109,9 +109,8 @@ def test_a_step_opened_concurrently_by_another_execution_is_taken_over(
     holder = theirs.connection()
     holder.execute("BEGIN")
     with holder.cursor() as cur:  # their open step, not yet committed
-        for segment in _open_step_batch("theirs", 1_000).segments:
-            for name, ops in StepStore._statements(segment):
-                cur.execute(theirs._queries[name], _params(ops, 1024))
+        for name, ops in StepStore._statements(_open_step_batch("theirs", 1_000)):
+            cur.execute(theirs._queries[name], _params(ops, 1024))
     writer = threading.Thread(target=ours.write, args=(_open_step_batch("ours", 2_000),))
     writer.start()
     wait_until(

@@ -86,7 +86,8 @@ class _OpenSpan:
 class SpanTranslator:
     """Span facts in order -> recorder commands; remembers the scope of every open span.
 
-    ``started`` is idempotent per span id. With ``received=True`` (spans that arrive whole, or
+    ``started`` is idempotent per span id; an ordinary-event span is recorded by ``started``
+    only (its ``ended`` adds nothing). With ``received=True`` (spans that arrive whole, or
     as a start marker and later whole) a span seen ended without its start is started first;
     live spans always report their start, so an unknown one is ignored at its end. At most
     ``max_open_spans`` spans are remembered; the oldest is forgotten beyond that (counted as
@@ -144,6 +145,8 @@ class SpanTranslator:
 
     def ended(self, span: SpanFacts) -> list[Command]:
         """The commands a span's end implies: a step's close, or the attempt's end."""
+        if JOB_EVENT_TYPE in span.attributes:
+            return []  # an ordinary event is whole at its start: `started` recorded it
         span_id = span.span_id
         commands: list[Command] = []
         found = self._open.pop(span_id, None)

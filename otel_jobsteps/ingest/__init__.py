@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..listen import parse_listen
 from .mapping import JobMapping
 
 if TYPE_CHECKING:
@@ -68,11 +69,10 @@ def serve_collect(
     import uvicorn
 
     from ..db import redact
-    from ..web.app import parse_listen
     from .app import DEFAULT_MAX_BODY_BYTES
     from .staging import Staging
 
-    host, port = parse_listen(listen)
+    host, port = parse_listen(listen, example="127.0.0.1:4318")
     checker = Staging(dsn, schema=schema, connections=1)
     try:
         checker.check()

@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from ..listen import parse_listen
 from ..query import STATUSES
 from ..timeline import format_duration, format_time
 from .data import Reader
@@ -48,7 +49,6 @@ __all__ = [
     "is_loopback",
     "job_url",
     "loopback_hosts",
-    "parse_listen",
     "serve",
 ]
 
@@ -75,15 +75,6 @@ _STATUS_WORDS = {s.lower(): s for s in STATUSES}
 # Path segments a browser (or proxy) drops or resolves away, %2E spellings included.
 _FRAGILE_SEGMENTS = {"", ".", ".."}
 _LOOPBACK_NAMES = {"localhost"}
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as host and port; `ConfigurationError` if not."""
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigurationError(f"--listen must be HOST:PORT, e.g. {DEFAULT_LISTEN}; got {text!r}")
-    return host, int(port)
 
 
 def is_loopback(host: str) -> bool:
@@ -527,7 +518,7 @@ def serve(
     """Run the web page until interrupted (uvicorn). Checks the listen address first."""
     import uvicorn
 
-    host, port = parse_listen(listen)
+    host, port = parse_listen(listen, example=DEFAULT_LISTEN)
     check_exposure(host, token, no_auth)
     # Without a token, a loopback server answers loopback names only (DNS rebinding).
     hosts = loopback_hosts(host) if is_loopback(host) and not token else None

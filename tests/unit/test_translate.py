@@ -130,8 +130,10 @@ def test_explicit_detail_and_outcome_ride_on_the_end() -> None:
 def test_an_ordinary_event_takes_its_parents_scope() -> None:
     translator = SpanTranslator(problem=_no_problem)
     translator.started(JOB_SPAN)
-    (event,) = translator.started(span(9, 1, 5, 5, {JOB_EVENT_TYPE: "STALLED"}))
+    stalled = span(9, 1, 5, 5, {JOB_EVENT_TYPE: "STALLED"})
+    (event,) = translator.started(stalled)
     assert isinstance(event, EventRecorded)
+    assert translator.ended(stalled) == []  # recorded once
     assert (event.scope.job_id, event.type) == ("42", "STALLED")
 
 

@@ -18,8 +18,9 @@ from starlette.testclient import TestClient
 
 from otel_jobsteps import ConfigurationError, job_attempt, job_detail, step
 from otel_jobsteps.cli import main
+from otel_jobsteps.listen import parse_listen
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import CSP, check_exposure, job_url, loopback_hosts, parse_listen
+from otel_jobsteps.web.app import CSP, check_exposure, job_url, loopback_hosts
 from otel_jobsteps.web.data import Reader
 from tests.conftest import TracingFactory
 from tests.faults.proxy import FaultProxy, Mode, Upstream

@@ -26,8 +26,7 @@ import otel_jobsteps
 from otel_jobsteps import job_attempt, step
 from otel_jobsteps.cli import parse_duration
 from otel_jobsteps.timeline import printable
-from tests.conftest import TracingFactory
-from tests.integration.test_query import record_two_attempts
+from tests.helpers import TracingFactory, record_two_attempts
 
 UNREACHABLE = "postgresql://u:s3cret@127.0.0.1:1/x"
 TIMEOUT_S = 120

@@ -21,7 +21,7 @@ from tests.faults.support import PASSWORD, Bridge, BridgeFactory
 
 @pytest.fixture(scope="session", autouse=True)
 def _collect_docker_probe_socket(server_dsn: str) -> None:
-    """Collect, quietly, the socket tests/conftest.py's failed Docker probe leaves behind.
+    """Collect, quietly, the socket the database plugin's failed Docker probe leaves behind.
 
     Without a Docker engine, ``docker.from_env()`` raises with a Unix socket still open in its
     traceback; whenever the garbage collector later finds it, the ResourceWarning becomes an

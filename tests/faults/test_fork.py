@@ -16,9 +16,9 @@ import time
 import pytest
 
 from otel_jobsteps import job_attempt, progress, step
-from tests.conftest import wait_until
 from tests.faults.proxy import FaultProxy, Mode
 from tests.faults.support import DOMAIN, Bridge, BridgeFactory, stat
+from tests.helpers import wait_until
 
 FORKS = 150
 AT_ONCE = 8  # children alive at a time: a shared machine, and each one is a whole pytest

@@ -31,7 +31,6 @@ from otel_jobsteps import (
     progress,
     step,
 )
-from tests.conftest import wait_until
 from tests.faults.proxy import FaultProxy, Mode
 from tests.faults.support import (
     DOMAIN,
@@ -51,6 +50,7 @@ from tests.faults.support import (
     stat,
     step_rows,
 )
+from tests.helpers import wait_until
 
 Conn = psycopg.Connection[Any]
 OPENS_AND_CLOSES = ("SpanStarted", "SpanEnded")  # what the job thread queues

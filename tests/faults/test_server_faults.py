@@ -21,7 +21,6 @@ import pytest
 from psycopg import sql
 
 from otel_jobsteps import JobStepsProcessor
-from tests.conftest import wait_until
 from tests.faults.proxy import FaultProxy, Mode
 from tests.faults.support import (
     BridgeFactory,
@@ -39,6 +38,7 @@ from tests.faults.support import (
     stat,
     step_rows,
 )
+from tests.helpers import wait_until
 
 Conn = psycopg.Connection[Any]
 WRITER_BACKENDS = (

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.ingest.conftest import Collector, CollectorFactory, table_rows
+from tests.ingest.collector import Collector, CollectorFactory, table_rows
 from tests.ingest.requests import post, request_of, start_markers
 from tests.ingest.stories import Recording, tell_all
 

@@ -8,9 +8,9 @@ import threading
 import httpx
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from tests.conftest import wait_until
 from tests.faults.proxy import FaultProxy, Mode
-from tests.ingest.conftest import Collector, CollectorFactory, table_rows
+from tests.helpers import wait_until
+from tests.ingest.collector import Collector, CollectorFactory, table_rows
 from tests.ingest.requests import (
     PROTOBUF,
     as_otlp_json,

@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps.attributes import JOB_ID
 from otel_jobsteps.maintenance import sweep
-from tests.conftest import wait_until
 from tests.faults.proxy import FaultProxy, Mode
-from tests.ingest.conftest import CollectorFactory, table_rows
+from tests.helpers import wait_until
+from tests.ingest.collector import CollectorFactory, table_rows
 from tests.ingest.requests import post, request_of, start_markers
 from tests.ingest.stories import Recording, seed_story, tell_all
 

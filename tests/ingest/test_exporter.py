@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_jobsteps import JobStepsProcessor
-from tests.ingest.conftest import CollectorFactory, table_rows
+from tests.ingest.collector import CollectorFactory, table_rows
 from tests.ingest.stories import tell_all
 
 

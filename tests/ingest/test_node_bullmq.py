@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import wait_until
-from tests.ingest.conftest import Collector, CollectorFactory
-from tests.integrations.conftest import REDIS_URL, REQUIRE_BROKERS, _broker
-from tests.integrations.support import (
+from tests.helpers import wait_until
+from tests.ingest.collector import Collector, CollectorFactory
+from tests.queues.support import (
+    REDIS_URL,
+    REQUIRE_BROKERS,
     assert_retried_then_completed,
+    broker,
     step_rows,
     wait_for_log,
     wait_for_step,
@@ -45,7 +47,7 @@ def node_example() -> Path:
 @pytest.fixture
 def queue(node_example: Path) -> Iterator[str]:
     """A queue of its own on this machine's Redis; its keys are deleted after the test."""
-    url = _broker(REDIS_URL, "Redis", default_port=6379, hello=b"PING\r\n", expect=b"+PONG")
+    url = broker(REDIS_URL, "Redis", default_port=6379, hello=b"PING\r\n", expect=b"+PONG")
     name = f"jobsteps-node-{uuid.uuid4().hex[:8]}"
     yield name
     client = redis.Redis.from_url(url)

@@ -9,7 +9,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otel_jobsteps.attributes import JOB_EVENT_TYPE, JOB_ID
 from otel_jobsteps.ingest.decode import decode_protobuf
 from otel_jobsteps.ingest.staging import Staging
-from tests.ingest.conftest import table_rows
+from tests.ingest.collector import table_rows
 from tests.ingest.requests import request_of
 from tests.ingest.stories import Recording, seed_story
 

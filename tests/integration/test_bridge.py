@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, progress, step
-from tests.conftest import TracingFactory, rows, wait_until
+from tests.helpers import TracingFactory, rows, wait_until
 
 
 def _at(ns: int) -> datetime:

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from otel_jobsteps import job_attempt, step
-from tests.conftest import TracingFactory
+from tests.helpers import TracingFactory
 
 SCALE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "scale.md"
 DISTRIBUTED = ("job_event", "job_log")

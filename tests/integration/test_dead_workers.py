@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.maintenance import sweep
-from tests.conftest import TracingFactory, rows, wait_until
+from tests.helpers import TracingFactory, rows, wait_until
 
 HOUR_NS = 3600 * 10**9
 

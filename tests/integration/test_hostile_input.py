@@ -20,7 +20,7 @@ from otel_jobsteps import (
     record_event,
     step,
 )
-from tests.conftest import TracingFactory, rows
+from tests.helpers import TracingFactory, rows
 
 _examples = itertools.count()
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.just("a\x00b")

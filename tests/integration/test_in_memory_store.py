@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps.demo import record_seed_story
 from otel_jobsteps.testing import InMemoryStore
-from tests.conftest import TracingFactory, rows
+from tests.helpers import TracingFactory, rows
 
 STEP_COLUMNS = "attempt, step_key, step_status, detail, message"
 LOG_COLUMNS = "attempt, status, reason, detail"

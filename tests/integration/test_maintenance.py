@@ -11,28 +11,9 @@ import pytest
 from otel_jobsteps import ConfigurationError, job_attempt, prune, step, sweep
 from otel_jobsteps.maintenance import PruneResult
 from otel_jobsteps.schema import is_partitioned
-from tests.conftest import TracingFactory, rows
+from tests.helpers import TracingFactory, counts, finished_attempt, open_step, rows
 
 HOUR = timedelta(hours=1)
-
-
-def open_step(
-    conn: psycopg.Connection[Any],
-    job_id: str,
-    *,
-    age: str,
-    heartbeat_age: str | None = None,
-    attempt: int = 1,
-    key: str = "SAVE",
-) -> None:
-    """An open STEP row started ``age`` ago, last refreshed ``heartbeat_age`` ago (or never)."""
-    conn.execute(
-        "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,"
-        " execution_id, created_at, heartbeat_at)"
-        " VALUES ('render', %s, 'thumbnail', %s, 'STEP', %s, 'RUNNING', 'worker-1',"
-        " now() - %s::interval, now() - %s::interval)",
-        (job_id, attempt, key, age, heartbeat_age),
-    )
 
 
 def step_rows(conn: psycopg.Connection[Any], job_id: str) -> list[tuple[Any, ...]]:
@@ -170,34 +151,6 @@ def test_sweep_needs_a_positive_duration(dsn: str, older_than: timedelta) -> Non
 
 
 # -- prune -----------------------------------------------------------------------------------
-
-
-def finished_attempt(conn: psycopg.Connection[Any], job_id: str, attempt: int, *, age: str) -> None:
-    """A closed step, an event and the final row of an attempt that ended ``age`` ago."""
-    params = {"job_id": job_id, "attempt": attempt, "age": age}
-    conn.execute(
-        "INSERT INTO job_event (domain, job_id, attempt, type, step_key, step_status, created_at,"
-        " ended_at) VALUES ('render', %(job_id)s, %(attempt)s, 'STEP', 'SAVE', 'COMPLETED',"
-        " now() - %(age)s::interval, now() - %(age)s::interval)",
-        params,
-    )
-    conn.execute(
-        "INSERT INTO job_event (domain, job_id, attempt, type, created_at)"
-        " VALUES ('render', %(job_id)s, %(attempt)s, 'STALLED', now() - %(age)s::interval)",
-        params,
-    )
-    conn.execute(
-        "INSERT INTO job_log (domain, job_id, attempt, status, created_at)"
-        " VALUES ('render', %(job_id)s, %(attempt)s, 'COMPLETED', now() - %(age)s::interval)",
-        params,
-    )
-
-
-def counts(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-    return rows(
-        conn,
-        "SELECT job_id, attempt, count(*) FROM job_event GROUP BY 1, 2 ORDER BY 1, 2",
-    )
 
 
 def assert_pruned(

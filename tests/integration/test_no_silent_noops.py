@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from otel_jobsteps import JobStepsProcessor, context, job_attempt, job_detail, progress, step
 from otel_jobsteps.auto import ensure_processor, feeds_job_steps
-from tests.conftest import TracingFactory
+from tests.helpers import TracingFactory
 
 NO_PROVIDER_SCRIPT = """
 from otel_jobsteps import job_attempt, progress, step

@@ -25,8 +25,7 @@ from psycopg import sql
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, job_detail, migrate, progress, prune, step
 from otel_jobsteps.schema import is_partitioned
-from tests.conftest import rows, wait_until
-from tests.integration.test_maintenance import counts, finished_attempt, open_step
+from tests.helpers import counts, finished_attempt, open_step, rows, wait_until
 
 SECOND = timedelta(seconds=1)
 KEEP_ALL = timedelta(days=3650)  # a prune that only moves finished attempts

@@ -9,7 +9,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from opentelemetry.trace import Tracer
 
 from otel_jobsteps import (
     ConfigurationError,
@@ -25,33 +24,7 @@ from otel_jobsteps import (
     step,
 )
 from otel_jobsteps.query import ActivityFollower
-from tests.conftest import TracingFactory, rows
-
-
-def render_and_save(
-    tracer: Tracer, job_id: str, attempts_made: int, domain: str = "render"
-) -> None:
-    """The seed story: attempt 1 renders and fails to save; later attempts complete."""
-    try:
-        with job_attempt(domain, job_id, "thumbnail", attempts_made, tracer=tracer):
-            with step("RENDER", tracer=tracer):
-                progress(pct=50)
-                record_event("STALLED", "worker lost its lock", tracer=tracer, worker="w1")
-                progress(pct=100)
-            with step("SAVE", tracer=tracer):
-                if attempts_made == 0:
-                    raise OSError("disk full")
-    except OSError:
-        pass
-
-
-def record_two_attempts(tracing: TracingFactory) -> str:
-    """Job render/42: attempt 1 fails to save, attempt 2 completes; returns the job id."""
-    tracer, processor = tracing()
-    render_and_save(tracer, "42", 0)
-    render_and_save(tracer, "42", 1)
-    assert processor.force_flush(10_000)
-    return "42"
+from tests.helpers import TracingFactory, record_two_attempts, rows
 
 
 @pytest.fixture

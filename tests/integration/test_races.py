@@ -14,7 +14,7 @@ from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.batch import Batch
 from otel_jobsteps.recorder import JobStarted, Scope, StepRecorder, StepStarted
 from otel_jobsteps.store import StepStore, _params
-from tests.conftest import TracingFactory, rows, wait_until
+from tests.helpers import TracingFactory, rows, wait_until
 
 WORKERS = 4
 ROUNDS = 15

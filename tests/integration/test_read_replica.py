@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, job_detail, list_jobs, migrate, step
 from otel_jobsteps.query import ActivityFollower
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 
 UNREACHABLE = "postgresql://u:s3cret@127.0.0.1:1/x"
 

@@ -22,7 +22,7 @@ from otel_jobsteps import (
     step,
 )
 from otel_jobsteps.db import borrowed_connection, redact
-from tests.conftest import rows
+from tests.helpers import rows
 
 PASSWORD = "s3cret-pw"
 

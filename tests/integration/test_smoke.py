@@ -5,7 +5,7 @@ from typing import Any
 import psycopg
 
 from otel_jobsteps import job_attempt, progress, step
-from tests.conftest import TracingFactory, rows
+from tests.helpers import TracingFactory, rows
 
 
 def test_two_attempts_land_in_tables(

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from otel_jobsteps.recorder import Scope, StepRecorder
 from otel_jobsteps.store import StepStore
-from tests.unit.recorder_support import FakeClock, settle, written
-from tests.unit.test_coalescing import SCOPES, _commands, command
+from tests.unit.recorder_support import SCOPES, FakeClock, command, script_commands, settle, written
 
 _domains = itertools.count()
 
@@ -32,7 +31,7 @@ def test_database_rows_match_the_model(
     dsn: str, script: list[tuple[Any, ...]], cuts: set[int]
 ) -> None:
     domain = f"model-{next(_domains)}"
-    commands = _rename(_commands(script), domain)
+    commands = _rename(script_commands(script), domain)
     store = StepStore(dsn)
     clock = FakeClock()
     recorder = StepRecorder(debounce_ms=25, clock=clock)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import strategies as st
+
 from otel_jobsteps.recorder import (
     JobEnded,
     JobStarted,
@@ -75,3 +77,45 @@ class Driver:
 
 
 settle = apply  # the final rows, as the SQL leaves them, however the operations were batched
+
+
+# Two jobs; job "a" has two attempts and a second execution of attempt 1 (a re-run).
+SCOPES = [
+    Scope("d", "a", "t", 1, None, 1, 11, None),
+    Scope("d", "a", "t", 1, None, 1, 12, None),
+    Scope("d", "a", "t", 2, None, 1, 13, None),
+    Scope("d", "b", "t", 1, None, 2, 21, 50 * MS),
+]
+
+
+# Span times mostly move forward; a skew sends one far back (before earlier starts).
+skew = st.sampled_from([0, 0, 0, -35, -1000])
+
+
+command = st.one_of(
+    st.tuples(st.just("job_start"), st.integers(0, 3), skew),
+    st.tuples(st.just("start"), st.integers(0, 3), skew, st.sampled_from("ABC")),
+    st.tuples(
+        st.just("progress"), st.integers(0, 3), skew, st.sampled_from("ABC"), st.integers(0, 9)
+    ),
+    st.tuples(st.just("end"), st.integers(0, 3), skew, st.sampled_from("ABC"), st.booleans()),
+    st.tuples(st.just("job_end"), st.integers(0, 3), skew, st.booleans()),
+)
+
+
+def script_commands(script: list[tuple[Any, ...]]) -> list[Any]:
+    commands: list[Any] = []
+    for t, (kind, who, skew_ms, *args) in enumerate(script, start=1):
+        scope, at = SCOPES[who], (1000 + t * 10 + skew_ms) * MS
+        if kind == "job_start":
+            commands.append(JobStarted(scope, at))
+        elif kind == "start":
+            commands.append(StepStarted(scope, args[0], 1000 + t, at))
+        elif kind == "progress":
+            detail = {"n": args[1]}
+            commands.append(ProgressReported(scope, args[0], lambda detail=detail: detail))
+        elif kind == "end":
+            commands.append(StepEnded(scope, args[0], at, args[1], None, "E" if args[1] else None))
+        else:
+            commands.append(JobEnded(scope, at, args[0], None, "E" if args[0] else None))
+    return commands

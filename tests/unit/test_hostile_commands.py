@@ -20,8 +20,7 @@ from otel_jobsteps.recorder import (
     StepEnded,
     StepRecorder,
 )
-from tests.unit.recorder_support import FakeClock, settle, written
-from tests.unit.test_coalescing import _commands, command
+from tests.unit.recorder_support import FakeClock, command, script_commands, settle, written
 
 DEEP = 1_000
 deep_json = st.sampled_from(
@@ -91,7 +90,7 @@ def _outcome(commands: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
 def test_hostile_values_never_change_statuses_or_times(
     script: list[tuple[Any, ...]], data: st.DataObject
 ) -> None:
-    plain = _commands(script)
+    plain = script_commands(script)
     hostile = _hostile(plain, data)
     steps, logs, _ = _outcome(plain)
     hostile_steps, hostile_logs, events = _outcome(hostile)

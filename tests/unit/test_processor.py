@@ -31,7 +31,7 @@ from otel_jobsteps import (
 from otel_jobsteps.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
 from otel_jobsteps.processor import SpanEnded, SpanStarted
 from otel_jobsteps.testing import InMemoryStore
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 from tests.unit.recorder_support import written
 
 UNUSED_DSN = "postgresql://nobody:secret@127.0.0.1:1/never"

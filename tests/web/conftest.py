@@ -3,76 +3,26 @@ an HTTP client on the app."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
-import uvicorn
-from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
 from starlette.testclient import TestClient
-from starlette.types import ASGIApp
 
-from otel_jobsteps import (
-    JOB_ATTEMPT,
-    JOB_DOMAIN,
-    JOB_EVENT_MESSAGE,
-    JOB_EVENT_TYPE,
-    JOB_ID,
-    JOB_STEP_KEY,
-    JOB_TYPE,
-    job_attempt,
-    progress,
-    record_job_event,
-    step,
-)
 from otel_jobsteps.web import create_app
-from tests.conftest import TracingFactory, wait_until
+from tests.helpers import TracingFactory
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
-from tests.integration.test_query import record_two_attempts
-
-HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
-HOSTILE_ID = "evil/" + HOSTILE
-# Hostile but legal (domain, job id) pairs; ("a", "b/7") is what "/jobs/a/b/7" names.
-ODD_JOBS = [
-    ("a/b", "7"),
-    ("a", "b/7"),
-    ("render", "crlf\r\nid"),
-    ("render", ".."),
-    ("render", "."),
-    ("..", "1"),
-    (".", "1"),
-    ("render", "%2E%2E"),
-    ("render", "why?"),
-    ("render", "frag#1"),
-    ("render", "100%"),
-    ("render", "with space"),
-    ("render", "naïve ✓"),
-]
-TRACE_URL = "http://jaeger.example:16686/trace/{trace_id}?uiFind={span_id}&start={start_ms}"
-
-
-def record_hostile(tracing: TracingFactory) -> str:
-    """A job whose step key, progress detail, message and event carry HTML payloads."""
-    tracer, processor = tracing()
-    try:
-        with job_attempt("evil", HOSTILE_ID, HOSTILE, 0, tracer=tracer):
-            with step(HOSTILE, tracer=tracer):
-                progress(note=HOSTILE)
-                raise ValueError(HOSTILE)
-    except ValueError:
-        pass
-    record_job_event("evil", HOSTILE_ID, HOSTILE, HOSTILE, tracer=tracer)
-    assert processor.force_flush(10_000)
-    return HOSTILE_ID
+from tests.helpers import record_two_attempts
+from tests.web.support import (
+    ARTIFACTS,
+    BROWSER_ARGS,
+    REQUIRE_BROWSER,
+    TRACE_URL,
+    chromium,
+    record_hostile,
+)
 
 
 @pytest.fixture
@@ -94,55 +44,11 @@ def client(dsn: str) -> Iterator[TestClient]:
 
 # -- a live server and a real browser ---------------------------------------------------------
 
-BROWSER_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-REQUIRE_BROWSER = os.environ.get("OTEL_JOBSTEPS_REQUIRE_BROWSER") == "1"
-ARTIFACTS = Path(
-    os.environ.get("OTEL_JOBSTEPS_TEST_ARTIFACTS")
-    or Path(tempfile.gettempdir()) / "otel_jobsteps-test-artifacts"
-)
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-S = 1_000_000_000
-
-
-@contextmanager
-def live_server(app: ASGIApp) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="web-test-server", daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, what="uvicorn to start")
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
-def _chromium() -> str | None:
-    configured = os.environ.get("OTEL_JOBSTEPS_CHROMIUM")
-    if configured:
-        return configured if os.access(configured, os.X_OK) else None
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
     """The OS Chromium driven by Playwright; skipped (failed under CI) when there is none."""
-    executable = _chromium()
+    executable = chromium()
     missing = pytest.fail if REQUIRE_BROWSER else pytest.skip
     if executable is None:
         missing(
@@ -168,46 +74,3 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     opened.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     context.close()
-
-
-def record_timed_story(tracer: Tracer, job_id: str = "7") -> None:
-    """The seed story with real-looking durations (spans with explicit times, a minute ago):
-    attempt 1 renders for 2.5 s, stalls once, fails to save after 1.5 s; attempt 2 renders for
-    2.5 s and saves in 1 s."""
-    base = time.time_ns() - 60 * S
-    attributes = {JOB_DOMAIN: "render", JOB_ID: job_id, JOB_TYPE: "thumbnail"}
-
-    def at(seconds: float) -> int:
-        return base + int(seconds * S)
-
-    def child(parent: Span, name: str, start: float, **attrs: Any) -> Span:
-        return tracer.start_span(
-            name, context=set_span_in_context(parent), attributes=attrs, start_time=at(start)
-        )
-
-    job = tracer.start_span("job", attributes={**attributes, JOB_ATTEMPT: 1}, start_time=at(0))
-    render = child(job, "render", 0.1, **{JOB_STEP_KEY: "RENDER"})
-    for when, pct in ((0.8, 25), (1.6, 50), (2.5, 100)):
-        render.add_event("progress", {"pct": pct, "frames": pct * 3}, timestamp=at(when))
-    stalled = child(job, "stalled", 1.5, **{JOB_EVENT_TYPE: "STALLED"})
-    stalled.set_attribute(JOB_EVENT_MESSAGE, "worker lost its lock")
-    stalled.end(end_time=at(1.5))
-    render.end(end_time=at(2.6))
-    save = child(job, "save", 2.7, **{JOB_STEP_KEY: "SAVE"})
-    error = OSError("disk full")
-    for span in (save, job):
-        span.record_exception(error, timestamp=at(4.2))
-        span.set_status(Status(StatusCode.ERROR, str(error)))
-    save.end(end_time=at(4.2))
-    retry = child(job, "retry", 4.25, **{JOB_EVENT_TYPE: "RETRY_SCHEDULED"})
-    retry.set_attribute(JOB_EVENT_MESSAGE, "retry in 2s")
-    retry.end(end_time=at(4.25))
-    job.end(end_time=at(4.3))
-
-    job = tracer.start_span("job", attributes={**attributes, JOB_ATTEMPT: 2}, start_time=at(6.3))
-    render = child(job, "render", 6.4, **{JOB_STEP_KEY: "RENDER"})
-    render.add_event("progress", {"pct": 100, "frames": 300}, timestamp=at(8.8))
-    render.end(end_time=at(8.9))
-    save = child(job, "save", 9.0, **{JOB_STEP_KEY: "SAVE"})
-    save.end(end_time=at(10.0))
-    job.end(end_time=at(10.1))

@@ -17,10 +17,9 @@ from opentelemetry.trace import set_span_in_context
 from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.app import job_url
-from tests.conftest import TracingFactory
 from tests.faults.proxy import FaultProxy, Mode, Upstream
-from tests.integration.test_query import render_and_save
-from tests.web.conftest import (
+from tests.helpers import TracingFactory, render_and_save
+from tests.web.support import (
     ARTIFACTS,
     DOCS,
     HOSTILE,

@@ -22,10 +22,9 @@ from otel_jobsteps.listen import parse_listen
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.app import CSP, check_exposure, job_url, loopback_hosts
 from otel_jobsteps.web.data import Reader
-from tests.conftest import TracingFactory
 from tests.faults.proxy import FaultProxy, Mode, Upstream
-from tests.integration.test_query import render_and_save
-from tests.web.conftest import HOSTILE, ODD_JOBS
+from tests.helpers import TracingFactory, render_and_save
+from tests.web.support import HOSTILE, ODD_JOBS
 
 SECRET = "hunter2-never-shown"
 

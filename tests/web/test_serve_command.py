@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 
 SECRET = "pa55-not-for-eyes"
 

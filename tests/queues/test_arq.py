@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from typing import Any
-
 import pytest
 
 pytest.importorskip("arq", reason="needs the arq extra")
 
-from arq.connections import RedisSettings, create_pool
 
 from otel_jobsteps.query import job_detail
-from tests.integrations.conftest import WorkerFactory, WorkerProcess
-from tests.integrations.support import (
+from tests.queues.support import (
+    WorkerFactory,
+    WorkerProcess,
     assert_killed_run_recovered,
     assert_retried_then_completed,
     assert_time_limited,
+    enqueue,
     log_rows,
     wait_for_log,
     wait_until,
@@ -35,7 +32,7 @@ pytestmark = pytest.mark.filterwarnings(
 def start_arq_worker(start_worker: WorkerFactory, redis_url: str, queue: str) -> WorkerProcess:
     return start_worker(
         "-m",
-        "tests.integrations.apps_arq",
+        "tests.queues.apps_arq",
         env={
             "JOBSTEPS_TEST_REDIS_URL": redis_url,
             "JOBSTEPS_TEST_DOMAIN": DOMAIN,
@@ -49,21 +46,6 @@ def worker(
     start_worker: WorkerFactory, redis_url: str, run_id: str, purge_redis: None
 ) -> WorkerProcess:
     return start_arq_worker(start_worker, redis_url, f"jobsteps-{run_id}")
-
-
-def enqueue(redis_url: str, queue: str, name: str, *args: Any) -> str:
-    job_id = f"{name}-{queue}-{uuid.uuid4().hex[:8]}"  # carries the run id: purged after
-
-    async def send() -> None:
-        pool = await create_pool(RedisSettings.from_dsn(redis_url))
-        try:
-            job = await pool.enqueue_job(name, *args, _job_id=job_id, _queue_name=queue)
-            assert job is not None
-        finally:
-            await pool.aclose()
-
-    asyncio.run(send())
-    return job_id
 
 
 def test_retry_on_try_1_then_success_on_try_2(

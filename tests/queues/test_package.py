@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.integrations.conftest import REPO
+from tests.queues.support import REPO
 
 
 def test_importing_the_package_needs_no_queue_library() -> None:

@@ -1,4 +1,4 @@
-"""arq jobs for the integration tests; ``python -m tests.integrations.apps_arq`` runs a worker."""
+"""arq jobs for the integration tests; ``python -m tests.queues.apps_arq`` runs a worker."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from arq.worker import Retry, func
 
 from otel_jobsteps import progress, step
 from otel_jobsteps.integrations.arq import instrument
-from tests.integrations.apps_common import DOMAIN, QUEUE, die_now, setup_tracing
+from tests.queues.apps_common import DOMAIN, QUEUE, die_now, setup_tracing
 
 
 async def flaky(ctx: dict[str, Any]) -> str:

@@ -16,8 +16,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from otel_jobsteps import step
 from otel_jobsteps.integrations.celery import instrument
-from tests.integrations.apps_celery_plain import app
-from tests.integrations.apps_common import DOMAIN, die_now, setup_tracing, sleep_past_limit
+from tests.queues.apps_celery_plain import app
+from tests.queues.apps_common import DOMAIN, die_now, setup_tracing, sleep_past_limit
 
 instrument(app, domain=DOMAIN)
 

@@ -24,12 +24,16 @@ from redis import Redis
 from rq import Queue as RQQueue
 from rq import Retry
 
-from tests.integrations.conftest import WorkerFactory, WorkerProcess
-from tests.integrations.support import assert_retried_then_completed, wait_until
+from tests.queues.support import (
+    WorkerFactory,
+    WorkerProcess,
+    assert_retried_then_completed,
+    wait_until,
+)
 
 BIN = Path(sys.executable).parent
 CELERY_SAVE_ERROR = "celery.exceptions.Retry: Retry in 0s: OSError('disk full')"
-RQ_JOBS = "tests.integrations.apps_rq"
+RQ_JOBS = "tests.queues.apps_rq"
 
 
 def _closed_port() -> int:
@@ -111,7 +115,7 @@ def test_opentelemetry_instrument_celery_prefork_worker_records_steps(
 ) -> None:
     worker = start_worker(
         str(BIN / "opentelemetry-instrument"), str(BIN / "celery"),
-        "-A", "tests.integrations.apps_celery_plain", "worker",
+        "-A", "tests.queues.apps_celery_plain", "worker",
         "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO",
         "--without-heartbeat", "--without-gossip", "--without-mingle",
         "--hostname", f"{celery_queue}@%h",
@@ -178,14 +182,14 @@ def test_rq_worker_with_environment_only_records_steps(
     "argv",
     [
         pytest.param(
-            [str(BIN / "arq"), "tests.integrations.apps_arq.WorkerSettings"],
+            [str(BIN / "arq"), "tests.queues.apps_arq.WorkerSettings"],
             id="arq-cli-instrumented-settings",
         ),
         pytest.param(
             [
                 str(BIN / "opentelemetry-instrument"),
                 str(BIN / "arq"),
-                "tests.integrations.apps_arq.PlainWorkerSettings",
+                "tests.queues.apps_arq.PlainWorkerSettings",
             ],
             id="opentelemetry-instrument-arq",
         ),
@@ -200,7 +204,7 @@ def test_arq_worker_with_environment_only_records_steps(
     argv: list[str],
 ) -> None:
     pytest.importorskip("arq", reason="needs the arq extra")
-    from tests.integrations.test_arq import enqueue
+    from tests.queues.support import enqueue
 
     queue = f"jobsteps-{run_id}-{uuid.uuid4().hex[:6]}"
     env = _env("zero-arq", queue, JOBSTEPS_TEST_DOMAIN="zero-arq", **ONLY_JOBSTEPS)
@@ -224,7 +228,7 @@ def test_opentelemetry_instrument_bullmq_worker_records_steps(
     start_worker: WorkerFactory, redis_url: str, run_id: str, purge_redis: None, module_dsn: str
 ) -> None:
     pytest.importorskip("bullmq", reason="needs the bullmq extra")
-    from tests.integrations.test_bullmq import _add, _obliterate, run
+    from tests.queues.support import add_job, obliterate, run
 
     queue = f"jobsteps-{run_id}-{uuid.uuid4().hex[:6]}"
     env = _env("zero-bullmq", queue, JOBSTEPS_TEST_PLAIN="1", **ONLY_JOBSTEPS)
@@ -232,15 +236,15 @@ def test_opentelemetry_instrument_bullmq_worker_records_steps(
         str(BIN / "opentelemetry-instrument"),
         sys.executable,
         "-m",
-        "tests.integrations.apps_bullmq",
+        "tests.queues.apps_bullmq",
         env={**env, "JOBSTEPS_TEST_REDIS_URL": redis_url},
     )
     _ready(worker, "worker ready")
     try:
-        job_id = run(_add(redis_url, queue, "flaky", {"attempts": 2}))
+        job_id = run(add_job(redis_url, queue, "flaky", {"attempts": 2}))
 
         assert_retried_then_completed(
             module_dsn, "zero-bullmq", job_id, save_error="OSError: disk full", job_type="flaky"
         )
     finally:
-        run(_obliterate(redis_url, queue))
+        run(obliterate(redis_url, queue))

@@ -20,8 +20,9 @@ from rq.registry import StartedJobRegistry
 from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps.integrations.rq import abandoned_job_handler
 from otel_jobsteps.query import job_detail
-from tests.integrations.conftest import WorkerFactory, WorkerProcess
-from tests.integrations.support import (
+from tests.queues.support import (
+    WorkerFactory,
+    WorkerProcess,
     assert_killed_run_recovered,
     assert_retried_then_completed,
     assert_time_limited,
@@ -33,7 +34,7 @@ from tests.integrations.support import (
 )
 
 DOMAIN = "rq-test"
-JOBS = "tests.integrations.apps_rq"
+JOBS = "tests.queues.apps_rq"
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ from kombu import Exchange, Queue
 
 from otel_jobsteps.maintenance import sweep
 from otel_jobsteps.query import job_detail
-from tests.integrations.conftest import WorkerFactory, WorkerProcess
-from tests.integrations.support import (
+from tests.queues.support import (
+    WorkerFactory,
+    WorkerProcess,
     assert_killed_run_recovered,
     assert_retried_then_completed,
     assert_time_limited,
@@ -45,7 +46,7 @@ def worker(
     amqp_url: str, start_worker: WorkerFactory, run_id: str, spans_file: Path
 ) -> WorkerProcess:
     process = start_worker(
-        "-m", "celery", "-A", "tests.integrations.apps_celery", "worker",
+        "-m", "celery", "-A", "tests.queues.apps_celery", "worker",
         "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO",
         "--without-heartbeat", "--without-gossip", "--without-mingle",
         "--hostname", f"jobsteps-{run_id}@%h",

@@ -1,4 +1,4 @@
-"""RQ jobs for the integration tests; ``python -m tests.integrations.apps_rq`` runs a worker."""
+"""RQ jobs for the integration tests; ``python -m tests.queues.apps_rq`` runs a worker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
 from otel_jobsteps import progress, step
-from tests.integrations.apps_common import DOMAIN, QUEUE, die_now, setup_tracing, sleep_past_limit
+from tests.queues.apps_common import DOMAIN, QUEUE, die_now, setup_tracing, sleep_past_limit
 
 
 def _first_run() -> bool:

@@ -1,4 +1,4 @@
-"""BullMQ jobs for the integration tests; ``python -m tests.integrations.apps_bullmq`` runs a
+"""BullMQ jobs for the integration tests; ``python -m tests.queues.apps_bullmq`` runs a
 worker (options as JSON in JOBSTEPS_TEST_BULLMQ_OPTS) until SIGTERM. With JOBSTEPS_TEST_PLAIN=1
 it sets up neither tracing nor the adapter (``opentelemetry-instrument`` does both)."""
 
@@ -15,7 +15,7 @@ from bullmq import Job, Worker
 
 from otel_jobsteps import progress, step
 from otel_jobsteps.integrations.bullmq import instrument
-from tests.integrations.apps_common import DOMAIN, QUEUE, die_now, setup_tracing
+from tests.queues.apps_common import DOMAIN, QUEUE, die_now, setup_tracing
 
 
 async def flaky(job: Job) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from typing import Any
@@ -11,14 +10,18 @@ import pytest
 
 pytest.importorskip("bullmq", reason="needs the bullmq extra")
 
-from bullmq import Job, Queue
 
-from tests.integrations.conftest import WorkerFactory, WorkerProcess
-from tests.integrations.support import (
+from tests.queues.support import (
+    WorkerFactory,
+    WorkerProcess,
+    add_job,
     assert_killed_run_recovered,
     assert_retried_then_completed,
     event_types,
+    job_state,
     log_rows,
+    obliterate,
+    run,
     wait_for_log,
     wait_until,
 )
@@ -33,7 +36,7 @@ def start_bullmq_worker(
 ) -> WorkerProcess:
     worker = start_worker(
         "-m",
-        "tests.integrations.apps_bullmq",
+        "tests.queues.apps_bullmq",
         env={
             "JOBSTEPS_TEST_REDIS_URL": redis_url,
             "JOBSTEPS_TEST_DOMAIN": DOMAIN,
@@ -45,56 +48,24 @@ def start_bullmq_worker(
     return worker
 
 
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
-
-
-async def _add(redis_url: str, queue: str, name: str, options: dict[str, Any]) -> str:
-    job_id = f"{name}-{uuid.uuid4().hex[:8]}"
-    client = Queue(queue, {"connection": redis_url})
-    try:
-        await client.add(name, {}, {"jobId": job_id, **options})
-    finally:
-        await client.close()
-    return job_id
-
-
-async def _state(redis_url: str, queue: str, job_id: str) -> tuple[str, str | None]:
-    client = Queue(queue, {"connection": redis_url})
-    try:
-        job = await Job.fromId(client, job_id)
-        assert job is not None
-        return await job.getState(), job.failedReason
-    finally:
-        await client.close()
-
-
-async def _obliterate(redis_url: str, queue: str) -> None:
-    client = Queue(queue, {"connection": redis_url})
-    try:
-        await client.obliterate({"force": True})
-    finally:
-        await client.close()
-
-
 @pytest.fixture
 def queue_name(redis_url: str, run_id: str, purge_redis: None) -> Any:
     name = f"jobsteps-{run_id}-{uuid.uuid4().hex[:6]}"
     yield name
-    run(_obliterate(redis_url, name))
+    run(obliterate(redis_url, name))
 
 
 def test_fails_on_attempt_1_retries_and_succeeds_on_attempt_2(
     start_worker: WorkerFactory, redis_url: str, queue_name: str, module_dsn: str
 ) -> None:
     worker = start_bullmq_worker(start_worker, redis_url, queue_name)
-    job_id = run(_add(redis_url, queue_name, "flaky", {"attempts": 2}))
+    job_id = run(add_job(redis_url, queue_name, "flaky", {"attempts": 2}))
 
     detail = assert_retried_then_completed(
         module_dsn, DOMAIN, job_id, save_error="OSError: disk full", job_type="flaky"
     )
     assert detail.events[0].detail == {"next_attempt": 2, "attempts": 2}
-    assert run(_state(redis_url, queue_name, job_id))[0] == "completed"
+    assert run(job_state(redis_url, queue_name, job_id))[0] == "completed"
     worker.stop()
 
 
@@ -104,7 +75,7 @@ def test_run_that_outlives_its_lock_is_failed_reclaimed_and_stalled(
     worker = start_bullmq_worker(
         start_worker, redis_url, queue_name, maxStalledCount=0, **FAST_LOCKS
     )
-    job_id = run(_add(redis_url, queue_name, "blocking", {}))
+    job_id = run(add_job(redis_url, queue_name, "blocking", {}))
 
     detail = wait_until(
         lambda: (d := wait_for_log(module_dsn, DOMAIN, job_id, 1)).stalled_count and d,
@@ -117,7 +88,7 @@ def test_run_that_outlives_its_lock_is_failed_reclaimed_and_stalled(
     assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "reclaimed")]
     assert event_types(detail) == [(1, "STALLED")]
     assert wait_until(
-        lambda: (s := run(_state(redis_url, queue_name, job_id)))[0] == "failed" and s,
+        lambda: (s := run(job_state(redis_url, queue_name, job_id)))[0] == "failed" and s,
         timeout_s=15,
         what="BullMQ to fail the job",
     ) == ("failed", "job stalled more than allowable limit")
@@ -128,11 +99,11 @@ def test_killed_worker_is_stalled_and_rerun_as_the_same_attempt(
     start_worker: WorkerFactory, redis_url: str, queue_name: str, module_dsn: str
 ) -> None:
     doomed = start_bullmq_worker(start_worker, redis_url, queue_name, **FAST_LOCKS)
-    job_id = run(_add(redis_url, queue_name, "killed", {"attempts": 2}))
+    job_id = run(add_job(redis_url, queue_name, "killed", {"attempts": 2}))
     wait_until(lambda: doomed.process.poll() is not None, timeout_s=30, what="the worker to die")
 
     # Another worker's stalled-job check finds the lock expired and moves the job back to wait.
     rescuer = start_bullmq_worker(start_worker, redis_url, queue_name, **FAST_LOCKS)
     assert_killed_run_recovered(module_dsn, DOMAIN, job_id, rerun_attempt=1)
-    assert run(_state(redis_url, queue_name, job_id))[0] == "completed"
+    assert run(job_state(redis_url, queue_name, job_id))[0] == "completed"
     rescuer.stop()

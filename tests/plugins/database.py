@@ -1,27 +1,29 @@
-"""Test database: OTEL_JOBSTEPS_TEST_DSN, else testcontainers, else the embedded server.
-
-One migrated template database per session; each test gets its own clone of it.
+"""Pytest plugin: the test database. OTEL_JOBSTEPS_TEST_DSN, else testcontainers, else the
+embedded server; one migrated template database per session, one clone of it per test.
 OTEL_JOBSTEPS_TEST_LAYOUT=partitioned migrates it with the partitioned layout (interval 1d).
 """
 
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from otel_jobsteps import JobStepsProcessor, migrate
+from tests.helpers import (
+    PARTITION_INTERVAL,
+    TracingFactory,
+    create_database,
+    database_dsn,
+    drop_database,
+)
 
 
 def _docker_answers() -> bool:
@@ -59,66 +61,41 @@ def server_dsn() -> Iterator[str]:
         yield stack.enter_context(embedded_server())
 
 
-PARTITION_INTERVAL = timedelta(days=1)
-
-
-def _database_dsn(server_dsn: str, name: str) -> str:
-    return make_conninfo(server_dsn, dbname=name)
-
-
-def _create_database(server_dsn: str, name: str, template: str | None = None) -> None:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-        if template:
-            query = sql.SQL("{} TEMPLATE {}").format(query, sql.Identifier(template))
-        conn.execute(query)
-
-
-def _drop_database(server_dsn: str, name: str) -> None:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-
-
 @pytest.fixture(scope="session")
 def template_database(server_dsn: str) -> Iterator[str]:
     name = f"otel_jobsteps_tmpl_{uuid.uuid4().hex[:8]}"
-    _create_database(server_dsn, name)
+    create_database(server_dsn, name)
     partitioned = os.environ.get("OTEL_JOBSTEPS_TEST_LAYOUT") == "partitioned"
     migrate(
-        _database_dsn(server_dsn, name),
+        database_dsn(server_dsn, name),
         partition_interval=PARTITION_INTERVAL if partitioned else None,
     )
     yield name
-    _drop_database(server_dsn, name)
+    drop_database(server_dsn, name)
 
 
 @pytest.fixture
 def dsn(server_dsn: str, template_database: str) -> Iterator[str]:
     """A fresh, migrated database for this test."""
     name = f"otel_jobsteps_test_{uuid.uuid4().hex[:12]}"
-    _create_database(server_dsn, name, template=template_database)
-    yield _database_dsn(server_dsn, name)
-    _drop_database(server_dsn, name)
+    create_database(server_dsn, name, template=template_database)
+    yield database_dsn(server_dsn, name)
+    drop_database(server_dsn, name)
 
 
 @pytest.fixture
 def empty_dsn(server_dsn: str) -> Iterator[str]:
     """A fresh database without the schema (for migration tests)."""
     name = f"otel_jobsteps_empty_{uuid.uuid4().hex[:12]}"
-    _create_database(server_dsn, name)
-    yield _database_dsn(server_dsn, name)
-    _drop_database(server_dsn, name)
+    create_database(server_dsn, name)
+    yield database_dsn(server_dsn, name)
+    drop_database(server_dsn, name)
 
 
 @pytest.fixture
 def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(dsn, autocommit=True) as connection:
         yield connection
-
-
-TracingFactory = Callable[..., tuple[Tracer, JobStepsProcessor]]
 
 
 @pytest.fixture
@@ -136,33 +113,3 @@ def tracing(dsn: str) -> Iterator[TracingFactory]:
     yield build
     for provider in providers:
         provider.shutdown()
-
-
-def rows(conn: psycopg.Connection[Any], query: str, *params: Any) -> list[tuple[Any, ...]]:
-    return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
-
-
-T = TypeVar("T")
-
-
-def wait_until(
-    probe: Callable[[], T | None],
-    *,
-    what: str,
-    timeout_s: float = 30.0,
-    max_interval_s: float = 0.1,
-) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` at the deadline.
-
-    For what another thread, process or server does, where no event can be awaited.
-    """
-    deadline = time.monotonic() + timeout_s
-    interval = 0.002
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval)
-        interval = min(interval * 1.5, max_interval_s)

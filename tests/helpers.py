@@ -1,0 +1,147 @@
+"""Helpers the tests share: test databases, a typed tracing factory, reading rows, waiting.
+
+Fixtures live in the pytest plugin `tests.plugins.database` (loaded by pyproject's addopts);
+test modules import helpers from here, never from a conftest or from another test module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import psycopg
+from opentelemetry.trace import Tracer
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from otel_jobsteps import JobStepsProcessor, job_attempt, progress, record_event, step
+
+# OTEL_JOBSTEPS_TEST_LAYOUT=partitioned: the interval the test databases are partitioned by.
+PARTITION_INTERVAL = timedelta(days=1)
+
+
+def database_dsn(server_dsn: str, name: str) -> str:
+    return make_conninfo(server_dsn, dbname=name)
+
+
+def create_database(server_dsn: str, name: str, template: str | None = None) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            query = sql.SQL("{} TEMPLATE {}").format(query, sql.Identifier(template))
+        conn.execute(query)
+
+
+def drop_database(server_dsn: str, name: str) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+TracingFactory = Callable[..., tuple[Tracer, JobStepsProcessor]]
+
+
+def rows(conn: psycopg.Connection[Any], query: str, *params: Any) -> list[tuple[Any, ...]]:
+    return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+
+
+T = TypeVar("T")
+
+
+def wait_until(
+    probe: Callable[[], T | None],
+    *,
+    what: str,
+    timeout_s: float = 30.0,
+    max_interval_s: float = 0.1,
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` at the deadline.
+
+    For what another thread, process or server does, where no event can be awaited.
+    """
+    deadline = time.monotonic() + timeout_s
+    interval = 0.002
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval)
+        interval = min(interval * 1.5, max_interval_s)
+
+
+def render_and_save(
+    tracer: Tracer, job_id: str, attempts_made: int, domain: str = "render"
+) -> None:
+    """The seed story: attempt 1 renders and fails to save; later attempts complete."""
+    try:
+        with job_attempt(domain, job_id, "thumbnail", attempts_made, tracer=tracer):
+            with step("RENDER", tracer=tracer):
+                progress(pct=50)
+                record_event("STALLED", "worker lost its lock", tracer=tracer, worker="w1")
+                progress(pct=100)
+            with step("SAVE", tracer=tracer):
+                if attempts_made == 0:
+                    raise OSError("disk full")
+    except OSError:
+        pass
+
+
+def record_two_attempts(tracing: TracingFactory) -> str:
+    """Job render/42: attempt 1 fails to save, attempt 2 completes; returns the job id."""
+    tracer, processor = tracing()
+    render_and_save(tracer, "42", 0)
+    render_and_save(tracer, "42", 1)
+    assert processor.force_flush(10_000)
+    return "42"
+
+
+def open_step(
+    conn: psycopg.Connection[Any],
+    job_id: str,
+    *,
+    age: str,
+    heartbeat_age: str | None = None,
+    attempt: int = 1,
+    key: str = "SAVE",
+) -> None:
+    """An open STEP row started ``age`` ago, last refreshed ``heartbeat_age`` ago (or never)."""
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,"
+        " execution_id, created_at, heartbeat_at)"
+        " VALUES ('render', %s, 'thumbnail', %s, 'STEP', %s, 'RUNNING', 'worker-1',"
+        " now() - %s::interval, now() - %s::interval)",
+        (job_id, attempt, key, age, heartbeat_age),
+    )
+
+
+def finished_attempt(conn: psycopg.Connection[Any], job_id: str, attempt: int, *, age: str) -> None:
+    """A closed step, an event and the final row of an attempt that ended ``age`` ago."""
+    params = {"job_id": job_id, "attempt": attempt, "age": age}
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, attempt, type, step_key, step_status, created_at,"
+        " ended_at) VALUES ('render', %(job_id)s, %(attempt)s, 'STEP', 'SAVE', 'COMPLETED',"
+        " now() - %(age)s::interval, now() - %(age)s::interval)",
+        params,
+    )
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, attempt, type, created_at)"
+        " VALUES ('render', %(job_id)s, %(attempt)s, 'STALLED', now() - %(age)s::interval)",
+        params,
+    )
+    conn.execute(
+        "INSERT INTO job_log (domain, job_id, attempt, status, created_at)"
+        " VALUES ('render', %(job_id)s, %(attempt)s, 'COMPLETED', now() - %(age)s::interval)",
+        params,
+    )
+
+
+def counts(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return rows(
+        conn,
+        "SELECT job_id, attempt, count(*) FROM job_event GROUP BY 1, 2 ORDER BY 1, 2",
+    )

@@ -1,0 +1,66 @@
+"""What the ingest tests share: the collect process they start and the rows they compare."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+# Every column but the identity and the heartbeat (the processor refreshes it while a step is
+# open; the receiver writes closed rows) in a stable order; %s: a LIKE pattern of job ids.
+EVENT_ROWS = (
+    "SELECT domain, job_id, job_type, attempt, type, step_key, step_status, detail, message,"
+    " trace_id, span_id, execution_id, created_at, ended_at FROM job_event WHERE job_id LIKE %s"
+    " ORDER BY domain, job_id, attempt, created_at, type, step_key, id"
+)
+
+
+LOG_ROWS = (
+    "SELECT domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_at"
+    " FROM job_log WHERE job_id LIKE %s ORDER BY domain, job_id, attempt"
+)
+
+
+def table_rows(dsn: str, jobs: str = "%") -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(job_event rows, job_log rows) without ids of the jobs whose id is LIKE ``jobs``."""
+    with psycopg.connect(dsn) as conn:
+        return (
+            conn.execute(EVENT_ROWS, (jobs,)).fetchall(),
+            conn.execute(LOG_ROWS, (jobs,)).fetchall(),
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Collector:
+    """One ``otel-jobsteps collect`` process."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: str
+
+    @property
+    def traces_url(self) -> str:
+        return f"{self.url}/v1/traces"
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as file:
+            return file.read()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=30)
+
+
+CollectorFactory = Callable[..., Collector]

@@ -1,0 +1,1 @@
+"""Pytest plugins of the test suite (see pyproject addopts)."""

@@ -223,7 +223,7 @@ class JobStepsProcessor(SpanProcessor):
         queue_size = (
             max_queue_size
             if max_queue_size is not None
-            else _env_int("OTEL_JOBSTEPS_MAX_QUEUE_SIZE", 100_000)
+            else _env_int("OTEL_JOBSTEPS_MAX_QUEUE_SIZE", 50_000)
         )
         shutdown_ms = (
             shutdown_timeout_ms

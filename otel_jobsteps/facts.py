@@ -8,23 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from .spans import attribute_dict
+from .spans import EventLike, attribute_dict
 
 __all__ = ["EventLike", "SpanEvent", "SpanFacts", "ended_facts", "started_facts"]
-
-
-class EventLike(Protocol):
-    """What the translation reads of a span event (the SDK's ``Event`` has it too)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def attributes(self) -> Mapping[str, Any] | None: ...
 
 
 class SpanEvent(NamedTuple):

@@ -140,8 +140,9 @@ class _LiveSpans:
         if event is None or event is watched.newest:
             return  # only exceptions were added
         watched.newest = event
-        attributes = plain_attributes(event.attributes)
-        progress = self.translator.progress(span.context.span_id, lambda: attributes)
+        progress = self.translator.progress(
+            span.context.span_id, plain_attributes(event.attributes)
+        )
         if progress is not None:
             self._count("commands", 1)
             self._record(progress)

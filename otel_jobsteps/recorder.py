@@ -78,7 +78,7 @@ class StepStarted(NamedTuple):
 class ProgressReported(NamedTuple):
     scope: Scope
     key: str
-    latest: Callable[[], Mapping[str, Any]]  # the step's newest progress detail, read when handled
+    attributes: Mapping[str, Any]  # the newest progress event's attributes: the new detail
 
 
 class StepEnded(NamedTuple):
@@ -294,7 +294,7 @@ class StepRecorder:
         if state is None or state.open is None or state.open.key != command.key:
             return  # the step was closed already: a late event must not touch any row
         step = state.open
-        attributes = command.latest()
+        attributes = command.attributes
         if len(attributes) == 1 and JOB_STEP_DETAIL in attributes:  # a whole JSON object
             detail = parse_detail(attributes[JOB_STEP_DETAIL]) or {}
         else:

@@ -8,14 +8,14 @@ internals look different.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 
 __all__ = [
-    "LatestProgress",
+    "EventLike",
     "attribute_dict",
     "events_added",
     "latest_progress",
@@ -39,9 +39,6 @@ def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
     return plain_attributes(getattr(span, "_attributes", None) or span.attributes)
 
 
-LatestProgress = Callable[[], Mapping[str, Any]]
-
-
 def events_added(span: ReadableSpan) -> int:
     """How many events a live span has had so far: a cheap number to poll for a change.
 
@@ -62,13 +59,25 @@ def newest_progress_event(span: ReadableSpan) -> Event | None:
     return _first_progress(reversed(span.events))
 
 
-def latest_progress(newest_first: Iterable[Event]) -> Mapping[str, Any]:
+class EventLike(Protocol):
+    """What the translation reads of a span event (the SDK's ``Event`` has it too)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def attributes(self) -> Mapping[str, Any] | None: ...
+
+
+_E = TypeVar("_E", bound=EventLike)
+
+
+def latest_progress(newest_first: Iterable[EventLike]) -> Mapping[str, Any]:
     """The attributes of the newest event that is not an ``exception``; empty if none."""
     event = _first_progress(newest_first)
     return _EMPTY if event is None else plain_attributes(event.attributes)
 
 
-def _first_progress(newest_first: Iterable[Event]) -> Event | None:
+def _first_progress(newest_first: Iterable[_E]) -> _E | None:
     for event in newest_first:
         if event.name != "exception":
             return event

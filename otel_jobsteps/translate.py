@@ -8,11 +8,9 @@ the scope of every open span (bounded) and emits the recorder's commands; it doe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
-
-from opentelemetry.sdk.trace import Event
+from typing import Any
 
 from .attributes import (
     JOB_ATTEMPT,
@@ -29,7 +27,7 @@ from .attributes import (
     JOB_TYPE,
 )
 from .detail import clean_text, parse_detail
-from .facts import EventLike, SpanFacts
+from .facts import SpanFacts
 from .recorder import (
     Command,
     EventRecorded,
@@ -40,7 +38,7 @@ from .recorder import (
     StepEnded,
     StepStarted,
 )
-from .spans import LatestProgress, latest_progress
+from .spans import latest_progress
 
 __all__ = ["DEFAULT_MAX_OPEN_SPANS", "SpanTranslator"]
 
@@ -69,11 +67,6 @@ def _error_text(span: SpanFacts) -> str | None:
             message = attributes.get("exception.message", "")
             return f"{kind}: {message}" if message else str(kind)
     return span.status_message or None
-
-
-def _newest_first(events: Sequence[EventLike]) -> Iterable[Event]:
-    # Any event with a name and attributes reads like the SDK's Event here.
-    return cast("Iterable[Event]", reversed(events))
 
 
 @dataclass(slots=True, eq=False)
@@ -135,13 +128,13 @@ class SpanTranslator:
         self._remember(span_id, _OpenSpan(scope, key))
         return [StepStarted(scope, key, span_id, span.start_ns)]
 
-    def progress(self, span_id: int, latest: LatestProgress) -> ProgressReported | None:
-        """A live step reported progress; ``latest()`` reads its newest detail when handled."""
+    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> ProgressReported | None:
+        """A live step's newest progress event (its attributes), seen while the step runs."""
         found = self._open.get(span_id)
         if found is None or found.key is None:
             return None
         found.reported = True
-        return ProgressReported(found.scope, found.key, latest)
+        return ProgressReported(found.scope, found.key, attributes)
 
     def ended(self, span: SpanFacts) -> list[Command]:
         """The commands a span's end implies: a step's close, or the attempt's end."""
@@ -166,10 +159,10 @@ class SpanTranslator:
         if key is None:
             commands.append(JobEnded(scope, end_ns, span.error, attributes.get(JOB_OUTCOME), error))
             return commands
-        if not found.reported:  # received, or live events that could not be watched
-            latest = latest_progress(_newest_first(span.events))
+        if not found.reported:  # received, or a live step that ended before it was polled
+            latest = latest_progress(reversed(span.events))
             if latest:
-                commands.append(ProgressReported(scope, key, lambda: latest))
+                commands.append(ProgressReported(scope, key, latest))
         explicit = attributes.get(JOB_STEP_DETAIL)
         commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error))
         return commands

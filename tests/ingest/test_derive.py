@@ -98,7 +98,7 @@ def test_progress_of_a_received_step_is_its_latest_event() -> None:
     )  # fmt: skip
     found = trace_commands([span(1, 0, 10, 30, **JOB), step], SpanTranslator(problem=print))
     (progress,) = [c for c in found if isinstance(c, ProgressReported)]
-    assert progress.latest() == {"pct": 100}
+    assert progress.attributes == {"pct": 100}
 
 
 def test_an_event_outside_a_job_is_written_once() -> None:

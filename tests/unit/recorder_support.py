@@ -57,7 +57,7 @@ class Driver:
         self.recorder.handle(StepStarted(self.scope, key, self.next_span, at_ms * MS))
 
     def progress(self, key: str, **detail: Any) -> None:
-        self.recorder.handle(ProgressReported(self.scope, key, lambda: detail))
+        self.recorder.handle(ProgressReported(self.scope, key, detail))
 
     def end(
         self,
@@ -113,7 +113,7 @@ def script_commands(script: list[tuple[Any, ...]]) -> list[Any]:
             commands.append(StepStarted(scope, args[0], 1000 + t, at))
         elif kind == "progress":
             detail = {"n": args[1]}
-            commands.append(ProgressReported(scope, args[0], lambda detail=detail: detail))
+            commands.append(ProgressReported(scope, args[0], detail))
         elif kind == "end":
             commands.append(StepEnded(scope, args[0], at, args[1], None, "E" if args[1] else None))
         else:

@@ -55,7 +55,7 @@ def _hostile(commands: list[Any], data: st.DataObject) -> list[Any]:
             item = item._replace(outcome=outcome, error=data.draw(values))
         elif isinstance(item, ProgressReported):
             detail = data.draw(details)
-            item = item._replace(latest=lambda detail=detail: detail)
+            item = item._replace(attributes=detail)
         out.append(item)
         if data.draw(st.booleans()):  # an ordinary event of the same attempt
             detail = parse_detail(data.draw(values))

@@ -31,14 +31,16 @@ def _run_child(b: Bridge) -> int:
     with job_attempt(DOMAIN, f"child-{os.getpid()}", "t", tracer=b.tracer):
         with step("CHILD", tracer=b.tracer):
             progress(child=os.getpid())
-    deadline = time.monotonic() + CHILD_DEADLINE_S / 2
-    while time.monotonic() < deadline:
-        stats = b.processor.stats()
-        if stats.get("commands", 0) >= 4:  # two starts and two ends, progress maybe merged
-            dropped = [k for k in stats if k.startswith("dropped_")]
-            return CHILD_FAILED if dropped else CHILD_OK
-        time.sleep(0.005)
-    return CHILD_FAILED
+    try:  # two starts and two ends, progress maybe merged
+        wait_until(
+            lambda: stat(b.processor, "commands") >= 4,
+            what="the child's writer",
+            timeout_s=CHILD_DEADLINE_S / 2,
+        )
+    except AssertionError:
+        return CHILD_FAILED
+    dropped = [k for k in b.processor.stats() if k.startswith("dropped_")]
+    return CHILD_FAILED if dropped else CHILD_OK
 
 
 def _room_for_one_more(running: dict[int, float], exits: dict[int, int]) -> bool:

@@ -6,21 +6,8 @@ TracerProvider, and read the ``job_event`` / ``job_log`` tables (or `job_detail`
 
 from __future__ import annotations
 
-from .attributes import (
-    JOB_ATTEMPT,
-    JOB_DOMAIN,
-    JOB_EVENT_DETAIL,
-    JOB_EVENT_MESSAGE,
-    JOB_EVENT_TYPE,
-    JOB_EXECUTION,
-    JOB_ID,
-    JOB_OUTCOME,
-    JOB_STEP_DETAIL,
-    JOB_STEP_KEY,
-    JOB_TIME_LIMIT,
-    JOB_TYPE,
-    OUTCOME_TARGET_DELETED,
-)
+from . import attributes
+from .attributes import *  # noqa: F403 - the span attribute names are public from here too
 from .context import job_attempt, progress, record_event, record_job_event, step
 from .errors import (
     ConfigurationError,
@@ -45,19 +32,7 @@ from .schema import migrate
 __version__ = "0.1.0"  # the one source: pyproject.toml reads it (tool.setuptools.dynamic)
 
 __all__ = [
-    "JOB_ATTEMPT",
-    "JOB_DOMAIN",
-    "JOB_EVENT_DETAIL",
-    "JOB_EVENT_MESSAGE",
-    "JOB_EVENT_TYPE",
-    "JOB_EXECUTION",
-    "JOB_ID",
-    "JOB_OUTCOME",
-    "JOB_STEP_DETAIL",
-    "JOB_STEP_KEY",
-    "JOB_TIME_LIMIT",
-    "JOB_TYPE",
-    "OUTCOME_TARGET_DELETED",
+    *attributes.__all__,
     "AttemptSummary",
     "ConfigurationError",
     "DatabaseUnavailableError",

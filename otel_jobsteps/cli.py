@@ -354,6 +354,20 @@ def _cutoff_options(parser: argparse.ArgumentParser, older_help: str, dry_help: 
     parser.add_argument("--dry-run", action="store_true", help=dry_help)
 
 
+def _integer_option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    bounds: tuple[int, int],
+    default: int,
+    text: str,
+    metavar: str | None = None,
+) -> None:
+    """An integer option within ``bounds`` (inclusive) that has a default."""
+    parser.add_argument(
+        flag, type=int_between(*bounds), default=default, metavar=metavar, help=text
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``otel-jobsteps``."""
     parser = _Parser(
@@ -400,9 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument(
         "--since", type=_duration_argument, help="active within this long, e.g. 1h or 2d"
     )
-    jobs.add_argument(
-        "--limit", type=int_between(1, MAX_LIMIT), default=50, help="at most N jobs (50)"
-    )
+    _integer_option(jobs, "--limit", (1, MAX_LIMIT), 50, "at most N jobs (50)")
     jobs.add_argument("--json", action="store_true", help="print the jobs as JSON")
     _read_option(jobs)
 
@@ -440,11 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
         "in batches; never an open step",
     )
     _cutoff_options(pruner, "age of the final job_log row, e.g. 30d", "only count what would go")
-    pruner.add_argument(
-        "--batch-size",
-        type=int_between(1, MAX_BATCH_SIZE),
-        default=1000,
-        help="job_log rows per transaction",
+    _integer_option(
+        pruner, "--batch-size", (1, MAX_BATCH_SIZE), 1000, "job_log rows per transaction"
     )
 
     command("demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)")
@@ -484,24 +493,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="id=ATTR,domain=ATTR[,type=ATTR][,attempt=ATTR[+N]]",
         help="job spans of another queue library (BullMQ's are understood without this)",
     )
-    collect.add_argument(
+    _integer_option(
+        collect,
         "--max-body-bytes",
-        type=int_between(1024, 1 << 30),
-        default=16 << 20,
-        help="largest request body after gunzip; larger ones get 413 (16 MiB)",
+        (1024, 1 << 30),
+        16 << 20,
+        "largest request body after gunzip; larger ones get 413 (16 MiB)",
     )
-    collect.add_argument(
+    _integer_option(
+        collect,
         "--retry-after",
-        type=int_between(1, 3600),
-        default=2,
+        (1, 3600),
+        2,
+        "Retry-After of 503 answers while the database is away (2)",
         metavar="SECONDS",
-        help="Retry-After of 503 answers while the database is away (2)",
     )
-    collect.add_argument(
+    _integer_option(
+        collect,
         "--workers",
-        type=int_between(1, 64),
-        default=1,
-        help="processes sharing the port; each decodes and derives on its own core (1)",
+        (1, 64),
+        1,
+        "processes sharing the port; each decodes and derives on its own core (1)",
     )
     return parser
 

@@ -19,19 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from .attributes import (
-    JOB_ATTEMPT,
-    JOB_DOMAIN,
-    JOB_EVENT_DETAIL,
-    JOB_EVENT_MESSAGE,
-    JOB_EVENT_TYPE,
-    JOB_EXECUTION,
-    JOB_ID,
-    JOB_STEP_DETAIL,
-    JOB_STEP_KEY,
-    JOB_TIME_LIMIT,
-    JOB_TYPE,
-)
+from . import attributes as attr
 from .auto import feeds_job_steps
 
 __all__ = ["job_attempt", "progress", "record_event", "record_job_event", "step"]
@@ -125,7 +113,7 @@ class _SpanScope:
         if self._marks is _STEP_SPAN and "step-outside-job" not in _warned and not _in_job():
             _warn_once(
                 "step-outside-job",
-                f"step({self._attributes[JOB_STEP_KEY]!r}) ran outside a job, so it is not "
+                f"step({self._attributes[attr.JOB_STEP_KEY]!r}) ran outside a job, so it is not "
                 "recorded: run it inside job_attempt() (or a span with the job.* attributes), "
                 "or instrument the queue (otel_jobsteps.integrations)",
             )
@@ -171,6 +159,20 @@ class _SpanScope:
         self.__exit__(exc_type, exc, traceback)
 
 
+def _job_attributes(
+    domain: str, job_id: str | int, attempt: AttributeValue, job_type: str | None
+) -> dict[str, AttributeValue]:
+    """The ``job.*`` attributes naming one attempt of a job: a job span's, or an event's."""
+    attributes: dict[str, AttributeValue] = {
+        attr.JOB_DOMAIN: domain,
+        attr.JOB_ID: str(job_id),
+        attr.JOB_ATTEMPT: attempt,
+    }
+    if job_type is not None:
+        attributes[attr.JOB_TYPE] = job_type
+    return attributes
+
+
 def job_attempt(
     domain: str,
     job_id: str | int,
@@ -188,22 +190,18 @@ def job_attempt(
     ``time_limit`` (seconds): finishing later records the attempt as FAILED ``time_limit``.
     ``execution`` names this run when a queue may run the same attempt twice.
     """
-    attributes: dict[str, AttributeValue] = {
-        JOB_DOMAIN: domain,
-        JOB_ID: str(job_id),
-        JOB_TYPE: job_type,
-        JOB_ATTEMPT: attempts_made + 1 if type(attempts_made) is int else str(attempts_made),
-    }
+    attempt = attempts_made + 1 if type(attempts_made) is int else str(attempts_made)
+    attributes = _job_attributes(domain, job_id, attempt, job_type)
     if time_limit is not None:
-        attributes[JOB_TIME_LIMIT] = float(time_limit)
+        attributes[attr.JOB_TIME_LIMIT] = float(time_limit)
     if execution is not None:
-        attributes[JOB_EXECUTION] = execution
+        attributes[attr.JOB_EXECUTION] = execution
     return _SpanScope(name or f"job {job_type}", attributes, tracer, marks=_JOB_SPAN)
 
 
 def step(key: str, *, name: str | None = None, tracer: trace.Tracer | None = None) -> _SpanScope:
     """Run a step of the current job as a step span (``with`` or ``async with``)."""
-    return _SpanScope(name or key.lower(), {JOB_STEP_KEY: key}, tracer, marks=_STEP_SPAN)
+    return _SpanScope(name or key.lower(), {attr.JOB_STEP_KEY: key}, tracer, marks=_STEP_SPAN)
 
 
 def _current_attributes() -> Any:
@@ -216,7 +214,7 @@ def _in_job() -> bool:
     A plain-tracer job span further up is not visible from here (a span knows only its
     parent's ids), so such a step warns once although the processor records it.
     """
-    return otel_context.get_value(_JOB_SPAN) is not None or JOB_ID in _current_attributes()
+    return otel_context.get_value(_JOB_SPAN) is not None or attr.JOB_ID in _current_attributes()
 
 
 def _is_attribute_value(value: Any) -> bool:
@@ -235,7 +233,7 @@ def progress(detail: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
     """
     values = {**(detail or {}), **fields}
     span = trace.get_current_span()
-    if JOB_STEP_KEY not in _current_attributes():
+    if attr.JOB_STEP_KEY not in _current_attributes():
         step_span = otel_context.get_value(_STEP_SPAN)
         if step_span is None:
             _warn_once(
@@ -248,7 +246,7 @@ def progress(detail: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
     if all(_is_attribute_value(v) for v in values.values()):
         span.add_event("progress", values)
     else:
-        span.add_event("progress", {JOB_STEP_DETAIL: _json_text(values)})
+        span.add_event("progress", {attr.JOB_STEP_DETAIL: _json_text(values)})
 
 
 def _json_text(values: Mapping[str, Any]) -> str:
@@ -263,11 +261,11 @@ def _json_text(values: Mapping[str, Any]) -> str:
 def _event_attributes(
     event_type: str, message: str | None, detail: Mapping[str, Any]
 ) -> dict[str, AttributeValue]:
-    attributes: dict[str, AttributeValue] = {JOB_EVENT_TYPE: event_type}
+    attributes: dict[str, AttributeValue] = {attr.JOB_EVENT_TYPE: event_type}
     if message is not None:
-        attributes[JOB_EVENT_MESSAGE] = message
+        attributes[attr.JOB_EVENT_MESSAGE] = message
     if detail:
-        attributes[JOB_EVENT_DETAIL] = _json_text(dict(detail))
+        attributes[attr.JOB_EVENT_DETAIL] = _json_text(dict(detail))
     return attributes
 
 
@@ -305,8 +303,8 @@ def record_job_event(
     Needs a `JobStepsProcessor` on the tracer's provider, like every other record.
     """
     tracer = _tracer(tracer)
-    attributes = _event_attributes(event_type, message, detail)
-    attributes.update({JOB_DOMAIN: domain, JOB_ID: str(job_id), JOB_ATTEMPT: attempt})
-    if job_type is not None:
-        attributes[JOB_TYPE] = job_type
+    attributes = {
+        **_event_attributes(event_type, message, detail),
+        **_job_attributes(domain, job_id, attempt, job_type),
+    }
     tracer.start_span(f"job event {event_type}", attributes=attributes).end()

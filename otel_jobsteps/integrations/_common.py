@@ -1,4 +1,4 @@
-"""What the queue adapters share: argument checks, the wrapped marker, retries, flushing.
+"""What the queue adapters share: their settings, the wrapped marker, retries, flushing.
 
 The outcome and event names themselves are public: they live in the package ``__init__``.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 from opentelemetry import trace
 
@@ -16,6 +17,7 @@ from ..attributes import JOB_OUTCOME
 from . import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 
 __all__ = [
+    "AdapterSettings",
     "ensure_recording",
     "flush_provider",
     "is_wrapped",
@@ -58,6 +60,26 @@ def ensure_recording(provider: trace.TracerProvider | None) -> None:
     _ensured.add(id(provider))
     if not auto.ensure_processor(provider):
         context.warn_missing_processor()
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    """What an adapter's ``instrument()`` was given: the jobs' domain and the tracer's provider.
+
+    Each adapter subclasses it with its tracer name and its own options.
+    """
+
+    tracer_name: ClassVar[str]
+    domain: str
+    tracer_provider: trace.TracerProvider | None
+
+    def __post_init__(self) -> None:
+        require_domain(self.domain)
+
+    def tracer(self) -> trace.Tracer:
+        """The adapter's tracer, its provider checked first to record job steps."""
+        ensure_recording(self.tracer_provider)
+        return trace.get_tracer(self.tracer_name, tracer_provider=self.tracer_provider)
 
 
 def record_retry_scheduled(

@@ -25,6 +25,7 @@ import asyncio
 import functools
 import time
 from collections.abc import MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from arq.typing import WorkerCoroutine
@@ -35,7 +36,7 @@ from .. import context
 from ..attributes import JOB_OUTCOME
 from . import EVENT_STALLED, OUTCOME_TIME_LIMIT
 from ._common import (
-    ensure_recording,
+    AdapterSettings,
     is_wrapped,
     logger,
     mark_wrapped,
@@ -49,6 +50,11 @@ TRACER_NAME = "otel_jobsteps.integrations.arq"
 RUNNING_KEY_PREFIX = "otel_jobsteps:arq:running:"
 _MARK_TTL_S = 88_400  # as long as arq keeps the job's try counter
 _DEFAULT_JOB_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class _Settings(AdapterSettings):
+    tracer_name = TRACER_NAME
 
 
 def instrument(
@@ -101,6 +107,7 @@ def instrument_function(
     detect_stalls: bool = True,
 ) -> Function:
     """One arq function (as ``functions`` lists it) wrapped to record each run; idempotent."""
+    adapter = _Settings(domain, tracer_provider)
     original = func(function)
     if is_wrapped(original.coroutine):
         return original
@@ -115,8 +122,7 @@ def instrument_function(
         job_try = ctx.get("job_try")
         if not job_id or type(job_try) is not int:
             return await coroutine(ctx, *args, **kwargs)  # not called by an arq worker
-        ensure_recording(tracer_provider)
-        tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
+        tracer = adapter.tracer()
         redis = ctx.get("redis") if detect_stalls else None
         await _mark_running(redis, domain, job_id, name, job_try, tracer)
         started = time.monotonic()

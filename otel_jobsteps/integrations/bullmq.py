@@ -38,14 +38,7 @@ from opentelemetry import trace
 from .. import context
 from ..attributes import JOB_OUTCOME
 from . import EVENT_STALLED, OUTCOME_RECLAIMED
-from ._common import (
-    ensure_recording,
-    is_wrapped,
-    logger,
-    mark_wrapped,
-    record_retry_scheduled,
-    require_domain,
-)
+from ._common import AdapterSettings, is_wrapped, logger, mark_wrapped, record_retry_scheduled
 
 __all__ = ["instrument"]
 
@@ -55,13 +48,9 @@ Processor = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True)
-class _Settings:
-    domain: str
-    tracer_provider: trace.TracerProvider | None
+class _Settings(AdapterSettings):
+    tracer_name = TRACER_NAME
     check_lock: bool
-
-    def tracer(self) -> trace.Tracer:
-        return trace.get_tracer(TRACER_NAME, tracer_provider=self.tracer_provider)
 
 
 _workers: weakref.WeakKeyDictionary[Worker, _Settings] = weakref.WeakKeyDictionary()
@@ -80,7 +69,6 @@ def instrument(
     late-completion check). Calling it again changes the settings (so code's own call wins over
     the zero-code one made at construction), never wraps twice.
     """
-    require_domain(domain)
     _workers[worker] = _Settings(domain, tracer_provider, check_lock)
     processor = worker.processor
     if processor is None or is_wrapped(processor):
@@ -101,7 +89,6 @@ def _wrapped_processor(worker: Worker, processor: Processor) -> Processor:
     @functools.wraps(processor)
     async def process(job: Job, token: str, *rest: Any) -> Any:
         settings = _workers[worker]
-        ensure_recording(settings.tracer_provider)
         tracer = settings.tracer()
         attempts_made = int(job.attemptsMade or 0)
         async with context.job_attempt(

@@ -36,12 +36,11 @@ from .. import context
 from ..attributes import JOB_OUTCOME
 from . import EVENT_STALLED, OUTCOME_TIME_LIMIT
 from ._common import (
-    ensure_recording,
+    AdapterSettings,
     flush_provider,
     is_wrapped,
     mark_wrapped,
     record_retry_scheduled,
-    require_domain,
 )
 
 __all__ = ["instrument", "is_instrumented"]
@@ -50,14 +49,10 @@ TRACER_NAME = "otel_jobsteps.integrations.celery"
 
 
 @dataclass(frozen=True)
-class _Settings:
-    domain: str
+class _Settings(AdapterSettings):
+    tracer_name = TRACER_NAME
     job_type: Callable[[Task], str]
-    tracer_provider: trace.TracerProvider | None
     flush_timeout_ms: int
-
-    def tracer(self) -> trace.Tracer:
-        return trace.get_tracer(TRACER_NAME, tracer_provider=self.tracer_provider)
 
 
 _apps: weakref.WeakKeyDictionary[Celery, _Settings] = weakref.WeakKeyDictionary()
@@ -79,9 +74,8 @@ def instrument(
     the provider when they exit (they end with ``os._exit``), within ``flush_timeout_ms``.
     Calling it twice for one app changes the settings, never wraps twice.
     """
-    require_domain(domain)
     _apps[app] = _Settings(
-        domain, job_type or _task_name, tracer_provider, max(1, int(flush_timeout_ms))
+        domain, tracer_provider, job_type or _task_name, max(1, int(flush_timeout_ms))
     )
     app.on_after_finalize.connect(_on_after_finalize, weak=False)
     signals.worker_init.connect(_on_worker_init, weak=False)
@@ -132,10 +126,9 @@ def _wrapped_run(task: Task, original: Callable[..., Any]) -> Callable[..., Any]
         request = task.request
         if settings is None or request.called_directly or not request.id:
             return original(*args, **kwargs)  # a plain call, not a task execution
-        ensure_recording(settings.tracer_provider)
+        tracer = settings.tracer()
         retries = request.retries or 0
         soft, hard = _time_limits(task, request)
-        tracer = settings.tracer()
         started = time.monotonic()
         try:
             with context.job_attempt(

@@ -11,6 +11,12 @@
 -- so the open-step index can serve the probe alone: with the open steps estimated at a handful
 -- of rows (statistics taken on an empty table, no autovacuum), a generic plan that could scan
 -- that index for the updated row would walk every open step once per input row (issue 15).
+-- The probes' results travel as one row of arrays sorted by id (the input CTE), and the update
+-- reads its rows by e.id = ANY (input.ids), the primary key's index: with no join between the
+-- input rows and job_event, no plan can hash a sequential scan of job_event against them (a
+-- custom plan of a large batch did, issue 13), and none can loop over the input once per row.
+-- Each updated row finds its own input by binary search: width_bucket(e.id, input.ids) is the
+-- position of e.id in the sorted ids.
 -- ONLY: an attempt with an open step or without a final row is never moved out of job_event
 -- (partitioned layout), so the writer never reads the archive's children.
 -- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.
@@ -61,54 +67,82 @@ ON CONFLICT (domain, job_id, attempt) DO NOTHING;
 
 -- name: close_foreign_steps --
 -- Close an attempt's open step owned by another execution (a stalled re-run or a zombie).
+WITH input AS (
+    SELECT array_agg(open.id ORDER BY open.id) AS ids,
+           array_agg(t.execution_id ORDER BY open.id) AS execution_ids,
+           array_agg(t.at_us ORDER BY open.id) AS at_us
+    FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+                %(execution_id)b::text[], %(at_us)b::bigint[])
+         AS t (domain, job_id, attempt, execution_id, at_us),
+         LATERAL (SELECT o.id FROM ONLY {job_event} AS o
+                  WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
+                    AND o.type = 'STEP' AND o.ended_at IS NULL
+                  LIMIT 1) AS open
+)
 UPDATE ONLY {job_event} AS e
 SET step_status = 'FAILED',
     message = 'abandoned',
-    ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.at_us * interval '1 microsecond')
-FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
-            %(execution_id)b::text[], %(at_us)b::bigint[])
-     AS t (domain, job_id, attempt, execution_id, at_us),
-     LATERAL (SELECT o.id FROM ONLY {job_event} AS o
-              WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
-                AND o.type = 'STEP' AND o.ended_at IS NULL
-              LIMIT 1) AS open
-WHERE e.id = open.id AND e.ended_at IS NULL
-  AND e.execution_id IS DISTINCT FROM t.execution_id;
+    ended_at = GREATEST(e.created_at, timestamptz 'epoch'
+                        + input.at_us[width_bucket(e.id, input.ids)] * interval '1 microsecond')
+FROM input
+WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
+  AND e.execution_id IS DISTINCT FROM input.execution_ids[width_bucket(e.id, input.ids)];
 
 -- name: write_progress --
 -- Replace the detail of an open step this execution owns; a closed row is left alone. A
 -- progress write is a sign of life too: it moves heartbeat_at (not indexed: a HOT update).
+WITH input AS (
+    SELECT array_agg(open.id ORDER BY open.id) AS ids,
+           array_agg(t.execution_id ORDER BY open.id) AS execution_ids,
+           array_agg(t.step_key ORDER BY open.id) AS step_keys,
+           array_agg(t.detail ORDER BY open.id) AS details
+    FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+                %(execution_id)b::text[], %(step_key)b::text[], %(detail)b::text[])
+         AS t (domain, job_id, attempt, execution_id, step_key, detail),
+         LATERAL (SELECT o.id FROM ONLY {job_event} AS o
+                  WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
+                    AND o.type = 'STEP' AND o.ended_at IS NULL
+                  LIMIT 1) AS open
+)
 UPDATE ONLY {job_event} AS e
-SET detail = t.detail::jsonb,
+SET detail = input.details[width_bucket(e.id, input.ids)]::jsonb,
     heartbeat_at = now()
-FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
-            %(execution_id)b::text[], %(step_key)b::text[], %(detail)b::text[])
-     AS t (domain, job_id, attempt, execution_id, step_key, detail),
-     LATERAL (SELECT o.id FROM ONLY {job_event} AS o
-              WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
-                AND o.type = 'STEP' AND o.ended_at IS NULL
-              LIMIT 1) AS open
-WHERE e.id = open.id AND e.ended_at IS NULL
-  AND e.execution_id = t.execution_id AND e.step_key = t.step_key;
+FROM input
+WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
+  AND e.execution_id = input.execution_ids[width_bucket(e.id, input.ids)]
+  AND e.step_key = input.step_keys[width_bucket(e.id, input.ids)];
 
 -- name: close_steps --
 -- Close an open step this execution owns (step_key NULL: whichever it is); guarded, so a close
 -- that lost a race changes nothing.
+WITH input AS (
+    SELECT array_agg(open.id ORDER BY open.id) AS ids,
+           array_agg(t.execution_id ORDER BY open.id) AS execution_ids,
+           array_agg(t.step_key ORDER BY open.id) AS step_keys,
+           array_agg(t.status ORDER BY open.id) AS statuses,
+           array_agg(t.detail ORDER BY open.id) AS details,
+           array_agg(t.message ORDER BY open.id) AS messages,
+           array_agg(t.ended_us ORDER BY open.id) AS ended_us
+    FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+                %(execution_id)b::text[], %(step_key)b::text[], %(status)b::text[],
+                %(detail)b::text[], %(message)b::text[], %(ended_us)b::bigint[])
+         AS t (domain, job_id, attempt, execution_id, step_key, status, detail, message,
+               ended_us),
+         LATERAL (SELECT o.id FROM ONLY {job_event} AS o
+                  WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
+                    AND o.type = 'STEP' AND o.ended_at IS NULL
+                  LIMIT 1) AS open
+)
 UPDATE ONLY {job_event} AS e
-SET step_status = t.status,
-    ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.ended_us * interval '1 microsecond'),
-    detail = COALESCE(t.detail::jsonb, e.detail),
-    message = t.message
-FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
-            %(execution_id)b::text[], %(step_key)b::text[], %(status)b::text[],
-            %(detail)b::text[], %(message)b::text[], %(ended_us)b::bigint[])
-     AS t (domain, job_id, attempt, execution_id, step_key, status, detail, message, ended_us),
-     LATERAL (SELECT o.id FROM ONLY {job_event} AS o
-              WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
-                AND o.type = 'STEP' AND o.ended_at IS NULL
-              LIMIT 1) AS open
-WHERE e.id = open.id AND e.ended_at IS NULL
-  AND e.execution_id = t.execution_id AND e.step_key = COALESCE(t.step_key, e.step_key);
+SET step_status = input.statuses[width_bucket(e.id, input.ids)],
+    ended_at = GREATEST(e.created_at, timestamptz 'epoch'
+                        + input.ended_us[width_bucket(e.id, input.ids)] * interval '1 microsecond'),
+    detail = COALESCE(input.details[width_bucket(e.id, input.ids)]::jsonb, e.detail),
+    message = input.messages[width_bucket(e.id, input.ids)]
+FROM input
+WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
+  AND e.execution_id = input.execution_ids[width_bucket(e.id, input.ids)]
+  AND e.step_key = COALESCE(input.step_keys[width_bucket(e.id, input.ids)], e.step_key);
 
 -- name: insert_events --
 -- New job_event rows in command order; a second open step for an attempt is skipped, not an error.

@@ -67,13 +67,6 @@ class _Counts:
     job_events: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Batch:
-    job_logs: int
-    job_events: int
-    last_id: int | None
-
-
 def _positive(name: str, value: timedelta) -> None:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ConfigurationError(f"{name} must be a positive timedelta, got {value!r}")
@@ -121,14 +114,14 @@ def prune(
     Works in transactions of at most ``batch_size`` job_log rows (oldest first) and their
     attempts' job_event rows. An open step is never deleted, nor any row of an attempt that
     still has one; attempts without a job_log row are kept (`sweep` first settles the
-    abandoned ones). ``dry_run`` counts what would be deleted, in the same batches, all in
-    one snapshot.
+    abandoned ones). ``dry_run`` runs the same batches in one transaction and rolls it back,
+    counting what they deleted.
 
     With the partitioned layout, finished attempts' job_event rows first move out of the
     current table into their interval's child, then the children of intervals that ended
     before the cutoff are dropped whole; the batches then delete the job_log rows past the
     cutoff and the job_event rows of the interval at the edge. A dry run counts the same rows
-    without moving or dropping anything.
+    (children included) without moving or dropping anything.
     """
     _positive("older_than", older_than)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -137,17 +130,15 @@ def prune(
     params = {"older_than": older_than, "batch_size": batch_size}
     logs = events = batches = 0
     if dry_run:
-        # The deletes' walk, each batch resuming after the last job_log row of the one before.
-        after_id = 0
-        with session(conninfo_or_connection, schema=schema, snapshot=True) as conn:
-            while True:
-                batch_params = {**params, "after_id": after_id}
-                (batch,) = fetch(conn, queries["prunable_rows"], batch_params, _Batch)
-                logs += batch.job_logs
-                events += batch.job_events
-                if batch.last_id is None or batch.job_logs < batch_size:
-                    break
-                after_id = batch.last_id
+        # The same batches, each seeing the rows the ones before it deleted, all rolled back.
+        with session(conninfo_or_connection, schema=schema) as conn:
+            with conn.transaction(force_rollback=True):
+                while True:
+                    (counts,) = fetch(conn, queries["prune_batch"], params, _Counts)
+                    logs += counts.job_logs
+                    events += counts.job_events
+                    if counts.job_logs < batch_size:
+                        break
         return PruneResult(logs, events, 0, dry_run=True)
     partitions = 0
     with borrowed_connection(conninfo_or_connection) as conn:

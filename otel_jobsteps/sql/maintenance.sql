@@ -85,45 +85,13 @@ FROM quiet AS q
 LEFT JOIN logged AS g USING (domain, job_id, attempt)
 ORDER BY last_seen_at, domain, job_id, attempt;
 
--- name: prunable_rows --
--- Count one batch of prune without deleting: up to batch_size job_log rows past the cutoff,
--- oldest first, after the row after_id (0: from the start), and their attempts' job_event rows;
--- attempts with an open step are kept whole. The dry run repeats it in one snapshot, so the row
--- it resumes after (the previous batch's last_id) is still there. Index-only throughout:
--- job_log_ended_attempt in (created_at, id) order, job_event_one_open_step for the open-step
--- check, job_event_job for each attempt's rows.
-WITH batch AS (
-    SELECT l.id, l.created_at, l.domain, l.job_id, l.attempt
-    FROM {job_log} AS l
-    WHERE l.created_at < now() - %(older_than)s::interval
-      AND (l.created_at, l.id)
-          > (COALESCE((SELECT p.created_at FROM {job_log} AS p
-                       WHERE p.id = %(after_id)s::bigint),
-                      '-infinity'),
-             %(after_id)s::bigint)
-      AND NOT EXISTS (SELECT 1 FROM {job_event} AS o
-                      WHERE o.domain = l.domain AND o.job_id = l.job_id
-                        AND o.attempt = l.attempt
-                        AND o.type = 'STEP' AND o.ended_at IS NULL)
-    ORDER BY l.created_at, l.id
-    LIMIT %(batch_size)s
-)
-SELECT count(*) AS job_logs,
-       COALESCE(sum(e.rows), 0)::bigint AS job_events,
-       (array_agg(b.id ORDER BY b.created_at DESC, b.id DESC))[1] AS last_id
-FROM batch AS b
-CROSS JOIN LATERAL (
-    SELECT count(*) AS rows
-    FROM {job_event} AS e
-    WHERE e.domain = b.domain AND e.job_id = b.job_id AND e.attempt = b.attempt
-) AS e;
-
 -- name: prune_batch --
 -- Delete up to batch_size job_log rows past the cutoff, oldest first, with their attempts'
 -- job_event rows. An attempt with an open step is skipped whole, and an open step is never
 -- deleted even if one appeared since (checked again in the DELETE). The batch is read through
 -- job_log_ended_attempt and handed on as arrays: a generic plan, which cannot know batch_size,
--- then still deletes by primary key and, per attempt, through job_event_job.
+-- then still deletes by primary key and, per attempt, through job_event_job. A dry run is these
+-- batches in one transaction, rolled back.
 WITH batch AS (
     SELECT array_agg(old.id) AS ids,
            array_agg(old.domain) AS domains,

@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -47,6 +49,8 @@ from .throughput import ours_once, verify
 DAYS = 30
 # A Seq Scan on job_event, job_log or a child (which is flagged unless it is empty).
 ANY_SEQ_SCAN = re.compile(r"Seq Scan on (job_(?:event|log)\w*)")
+# A scan of a job_event child, by any method.
+CHILD_SCAN = re.compile(r"Scan(?: using \w+)? on (job_event_p\w+)")
 
 # One day's share into one child: jobs of five rows, spread over the day; ids explicit (the
 # children have no identity), each day in its own id range above the current tables' range.
@@ -115,39 +119,90 @@ def _children(conn: psycopg.Connection[Any]) -> list[tuple[Any, str]]:
     ]
 
 
+@contextmanager
+def indexes_built_after(conn: psycopg.Connection[Any], table: str) -> Iterator[None]:
+    """Drop ``table``'s indexes (constraints' too) for the block, then build them again: a sorted
+    build beats inserting millions of rows into every index one by one."""
+    found = conn.execute(
+        "SELECT i.indexrelid::regclass::text, c.conname, pg_get_indexdef(i.indexrelid),"
+        "       pg_get_constraintdef(c.oid)"
+        " FROM pg_index AS i LEFT JOIN pg_constraint AS c ON c.conindid = i.indexrelid"
+        "  AND c.conrelid = i.indrelid"
+        " WHERE i.indrelid = %s::regclass",
+        (table,),
+    ).fetchall()
+    for index, constraint, _definition, _constraint_definition in found:
+        if constraint:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                    sql.Identifier(table), sql.Identifier(constraint)
+                )
+            )
+        else:
+            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(index)))
+    yield
+    for _index, constraint, definition, constraint_definition in found:
+        if constraint:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} {}").format(
+                    sql.Identifier(table),
+                    sql.Identifier(constraint),
+                    sql.SQL(constraint_definition),
+                )
+            )
+        else:
+            conn.execute(sql.SQL(definition))
+
+
 def fill(dsn: str, rows: int) -> dict[str, float]:
     """The partitioned layout with ``rows`` job_event rows over 30 past days, one more day's
-    share in the current tables; returns the seconds each phase took."""
+    share in the current tables; returns the seconds each phase took.
+
+    Each table is filled without its indexes, which are built after its rows are in (the
+    layout allows it: nothing writes to the children but the mover).
+    """
     started = time.perf_counter()
     migrate(dsn, partition_interval=timedelta(days=1))
     per_day = max(5, rows // DAYS // 5 * 5)
+    timings: dict[str, float] = {"per_day": per_day}
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SET maintenance_work_mem = '256MB'")
+        conn.execute("SET maintenance_work_mem = '512MB'")
         spacing = timedelta(seconds=86_000 / (per_day // 5))
         for day in range(1, DAYS + 1):
             conn.execute("SELECT otel_jobsteps_partition_for(now() - %s)", (timedelta(days=day),))
         first_id = 10**12  # far above what the current tables' identity hands out here
-        for day, (lower, child) in enumerate(_children(conn)[:DAYS]):
-            values = {
+        days = [
+            {
                 "day": day,
                 "start": lower,
                 "spacing": spacing,
                 "rows": per_day,
                 "base": first_id + day * per_day,
+                "child": child,
             }
-            conn.execute(sql.SQL(FILL_CHILD_EVENTS).format(child=sql.Identifier(child)), values)
-            conn.execute(FILL_DAY_LOGS, values)
-        current = {"rows": per_day, "start": lower_of_today(conn), "spacing": spacing / 1000}
-        conn.execute(FILL_CURRENT, current)
-        conn.execute(FILL_CURRENT_LOGS, current)
-        filled = time.perf_counter() - started
+            for day, (lower, child) in enumerate(_children(conn)[:DAYS])
+        ]
+        for values in days:
+            child = str(values["child"])
+            with conn.transaction(), indexes_built_after(conn, child):
+                conn.execute(sql.SQL(FILL_CHILD_EVENTS).format(child=sql.Identifier(child)), values)
+            print(f"  {child}: {per_day:,} rows, {time.perf_counter() - started:.0f} s", flush=True)
+        with conn.transaction(), indexes_built_after(conn, "job_log"):
+            for values in days:
+                conn.execute(FILL_DAY_LOGS, values)
+            current = {"rows": per_day, "start": lower_of_today(conn), "spacing": spacing / 1000}
+            conn.execute(FILL_CURRENT_LOGS, current)
+        with conn.transaction(), indexes_built_after(conn, "job_event"):
+            conn.execute(FILL_CURRENT, current)
+        timings["fill_s"] = time.perf_counter() - started
         started = time.perf_counter()
         # As autovacuum would: the children too (a VACUUM of a parent does not recurse).
         for _lower, child in _children(conn):
             conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(child)))
         conn.execute("VACUUM (ANALYZE) job_event")
         conn.execute("VACUUM (ANALYZE) job_log")
-    return {"fill_s": filled, "vacuum_s": time.perf_counter() - started, "per_day": per_day}
+        timings["vacuum_s"] = time.perf_counter() - started
+    return timings
 
 
 def lower_of_today(conn: psycopg.Connection[Any]) -> Any:
@@ -194,50 +249,126 @@ def child_rows_read(dsn: str) -> int:
     return int(row[0]) if row else 0
 
 
-def measure(dbs: Databases, *, rows: int, jobs: int, repetitions: int) -> dict[str, Any]:
-    big = dbs.fresh("partitioned")
+def explain_functions(dsn: str) -> list[explain.Plan]:
+    """EXPLAIN ANALYZE of every statement the layout's functions run (prepare, one batch of the
+    mover, the drop of the oldest interval), custom and generic plans, through auto_explain;
+    each call is rolled back."""
+    calls = {
+        "otel_jobsteps_prepare_partitions": "SELECT otel_jobsteps_prepare_partitions()",
+        "otel_jobsteps_archive": "SELECT * FROM otel_jobsteps_archive(1000, now(), '-infinity', 0)",
+        "otel_jobsteps_drop_partitions": "SELECT * FROM otel_jobsteps_drop_partitions("
+        "(SELECT min(upper_bound) FROM otel_jobsteps_partition))",
+    }
+    plans: list[explain.Plan] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        notices: list[str] = []
+        conn.add_notice_handler(lambda notice: notices.append(notice.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        for setting, value in (
+            ("log_min_duration", "0"),
+            ("log_analyze", "on"),
+            ("log_timing", "off"),
+            ("log_buffers", "on"),
+            ("log_nested_statements", "on"),
+            ("log_level", "notice"),
+        ):
+            conn.execute(
+                sql.SQL("SET {} = {}").format(
+                    sql.Identifier("auto_explain", setting), sql.Literal(value)
+                )
+            )
+        for name, call in calls.items():
+            for mode in ("custom", "generic"):
+                notices.clear()
+                with conn.transaction(force_rollback=True):
+                    conn.execute(
+                        sql.SQL("SET LOCAL plan_cache_mode = {}").format(
+                            sql.Literal(f"force_{mode}_plan")
+                        )
+                    )
+                    conn.execute(sql.SQL(call))
+                nested = [text for text in notices if "Query Text:" in text][:-1]  # not the call
+                for number, text in enumerate(nested, 1):
+                    executed = re.search(r"Execution Time: ([\d.]+) ms", text)
+                    took = re.search(r"duration: ([\d.]+) ms", text)
+                    found = executed or took
+                    plans.append(
+                        explain.Plan(
+                            "partitioned.sql",
+                            f"{name}#{number}",
+                            mode,
+                            text,
+                            float(found.group(1)) if found else None,
+                        )
+                    )
+    return plans
+
+
+def children_read(plan: explain.Plan) -> tuple[set[str], set[str]]:
+    """(children in the plan, children the execution read): job_event children scanned in a
+    node that ran at least once."""
+    planned, executed = set(), set()
+    for line in plan.text.splitlines():
+        found = CHILD_SCAN.search(line)
+        if found:
+            planned.add(found.group(1))
+            if "never executed" not in line:
+                executed.add(found.group(1))
+    return planned, executed
+
+
+def measure(
+    dbs: Databases, *, rows: int, jobs: int, repetitions: int, big: str | None, fill_it: bool
+) -> dict[str, Any]:
+    """Fill (unless ``fill_it`` is False: ``big`` is filled already), then measure."""
+    big = big or dbs.fresh("partitioned")
     result: dict[str, Any] = {"empty": [], "big": [], "child_rows": [], "verified": True}
-    try:
-        result["fill"] = fill(big, rows)
-        for repetition in range(repetitions):
-            empty = dbs.fresh("empty")
-            run = ours_once(empty, jobs, f"run{repetition}")
-            result["verified"] &= verify(empty, f"run{repetition}", jobs) and run["flushed"]
-            result["empty"].append(run["rate"])
-            dbs.drop(empty)
-            prefix = f"big{repetition}"
-            wait_for_backends_gone(big, WRITER_APPLICATION, VERIFY_APPLICATION)
-            before = child_rows_read(big)
-            run = ours_once(big, jobs, prefix)
-            wait_for_backends_gone(big, WRITER_APPLICATION)
-            result["child_rows"].append(child_rows_read(big) - before)
-            result["verified"] &= verify(big, prefix, jobs) and run["flushed"]
-            result["big"].append(run["rate"])
-        with psycopg.connect(big, autocommit=True) as conn:
-            result["empty_tables"] = empty_tables(conn)
-        result["plans"] = explain.explain_all(big)
-        with psycopg.connect(big, autocommit=True) as conn:
-            before = current_rows(conn)
-            started = time.perf_counter()
-            cursor: tuple[Any, int] = ("-infinity", 0)
-            while True:
-                found = conn.execute(
-                    "SELECT * FROM otel_jobsteps_archive(1000, now(), %s, %s)", cursor
-                ).fetchone()
-                if not found or not found[3]:
-                    break
-                cursor = (found[0], found[1])
-            result["move_s"] = time.perf_counter() - started
-            result["moved_rows"] = before - current_rows(conn)
-            oldest = _children(conn)[0][0]
-            started = time.perf_counter()
-            dropped = conn.execute(
-                "SELECT * FROM otel_jobsteps_drop_partitions(%s + interval '1 day')", (oldest,)
-            ).fetchall()
-            result["drop_s"] = time.perf_counter() - started
-            result["dropped"] = dropped
-    finally:
-        dbs.drop(big)
+    result["fill"] = fill(big, rows) if fill_it else {"per_day": rows // DAYS // 5 * 5}
+    for repetition in range(repetitions):
+        # The same layout, empty: what the children and the rows cost is the ratio.
+        empty = dbs.fresh("empty")
+        migrate(empty, partition_interval=timedelta(days=1))
+        run = ours_once(empty, jobs, f"run{repetition}")
+        result["verified"] &= verify(empty, f"run{repetition}", jobs) and run["flushed"]
+        result["empty"].append(run["rate"])
+        dbs.drop(empty)
+        prefix = f"big{repetition}"
+        wait_for_backends_gone(big, WRITER_APPLICATION, VERIFY_APPLICATION)
+        before = child_rows_read(big)
+        run = ours_once(big, jobs, prefix)
+        wait_for_backends_gone(big, WRITER_APPLICATION)
+        result["child_rows"].append(child_rows_read(big) - before)
+        result["verified"] &= verify(big, prefix, jobs) and run["flushed"]
+        result["big"].append(run["rate"])
+        print(
+            f"  run {repetition}: empty {result['empty'][-1]:,.0f} steps/s,"
+            f" filled {result['big'][-1]:,.0f} steps/s",
+            flush=True,
+        )
+    with psycopg.connect(big, autocommit=True) as conn:
+        result["empty_tables"] = empty_tables(conn)
+        result["children"] = len(_children(conn))
+    result["plans"] = explain.explain_all(big) + explain_functions(big)
+    with psycopg.connect(big, autocommit=True) as conn:
+        before = current_rows(conn)
+        started = time.perf_counter()
+        cursor: tuple[Any, int] = ("-infinity", 0)
+        while True:
+            found = conn.execute(
+                "SELECT * FROM otel_jobsteps_archive(1000, now(), %s, %s)", cursor
+            ).fetchone()
+            if not found or not found[3]:
+                break
+            cursor = (found[0], found[1])
+        result["move_s"] = time.perf_counter() - started
+        result["moved_rows"] = before - current_rows(conn)
+        oldest = _children(conn)[0][0]
+        started = time.perf_counter()
+        dropped = conn.execute(
+            "SELECT * FROM otel_jobsteps_drop_partitions(%s + interval '1 day')", (oldest,)
+        ).fetchall()
+        result["drop_s"] = time.perf_counter() - started
+        result["dropped"] = dropped
     return result
 
 
@@ -259,7 +390,7 @@ def rows_of(result: dict[str, Any], *, rows: int, jobs: int) -> list[Row]:
             "13",
             f"partitioned: ours, {rows:,} rows in 30 days ({jobs * 3:,} steps, {ok})",
             fmt_rate(big),
-            f"empty default layout {fmt_rate(empty)}",
+            f"the same layout empty {fmt_rate(empty)}",
             fmt_ratio(big / empty),
             ">= 0.80x",
             verdict(big >= 0.8 * empty and result["verified"]),
@@ -297,21 +428,62 @@ def rows_of(result: dict[str, Any], *, rows: int, jobs: int) -> list[Row]:
     ]
 
 
+def plan_report(result: dict[str, Any]) -> list[str]:
+    """One line per statement and plan: Seq Scans of non-empty tables, children read."""
+    lines = []
+    for plan in result["plans"]:
+        planned, executed = children_read(plan)
+        scans = sorted(seq_scans(plan.text, result["empty_tables"]))
+        took = f"{plan.execution_ms:9.1f} ms" if plan.execution_ms is not None else "        ? ms"
+        lines.append(
+            f"  {plan.source:16} {plan.name:36} {plan.mode:7} {took}"
+            f"  seq scans: {', '.join(scans) or '0':28}"
+            f"  children planned {len(planned):2}, read {len(executed):2}"
+            + ("  NOT EXPLAINED" if plan.text.startswith("could not explain") else "")
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", help="loopback server DSN (default: embedded PostgreSQL)")
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--jobs", type=int, default=15_000)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument(
+        "--database", help="fill this database (created if missing) instead of a throwaway one"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="--database is filled already: measure only"
+    )
+    parser.add_argument("--keep", action="store_true", help="do not drop --database at the end")
     parser.add_argument("--verbose", action="store_true", help="print the flagged plans")
     args = parser.parse_args()
     with server(args.dsn) as server_dsn:
         dbs = Databases(server_dsn)
+        big = None
         try:
-            result = measure(dbs, rows=args.rows, jobs=args.jobs, repetitions=args.repetitions)
+            if args.database:
+                big = dbs.dsn(args.database)
+                if not args.reuse:
+                    with psycopg.connect(server_dsn, autocommit=True) as conn:
+                        conn.execute(
+                            sql.SQL("CREATE DATABASE {}").format(sql.Identifier(args.database))
+                        )
+            result = measure(
+                dbs,
+                rows=args.rows,
+                jobs=args.jobs,
+                repetitions=args.repetitions,
+                big=big,
+                fill_it=not args.reuse,
+            )
         finally:
+            if big is not None and not args.keep:
+                dbs.drop(big)
             dbs.close()
     print(f"fill: {result['fill']}")
+    print("\n".join(plan_report(result)))
     if args.verbose:
         for plan in result["plans"]:
             if seq_scans(plan.text, result["empty_tables"]):

@@ -49,8 +49,8 @@ from .throughput import ours_once, verify
 DAYS = 30
 # A Seq Scan on job_event, job_log or a child (which is flagged unless it is empty).
 ANY_SEQ_SCAN = re.compile(r"Seq Scan on (job_(?:event|log)\w*)")
-# A scan of a job_event child, by any method.
-CHILD_SCAN = re.compile(r"Scan(?: using \w+)? on (job_event_p\w+)")
+# A scan of a job_event child's rows, by any method (a Bitmap Index Scan names an index).
+CHILD_SCAN = re.compile(r"(?<!Bitmap Index )Scan(?: Backward)?(?: using \w+)? on (job_event_p\w+)")
 
 # One day's share into one child: jobs of five rows, spread over the day; ids explicit (the
 # children have no identity), each day in its own id range above the current tables' range.

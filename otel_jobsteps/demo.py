@@ -13,12 +13,13 @@ import shlex
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from typing import TextIO
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
-from .context import job_attempt, progress, record_job_event, step
+from .context import job_attempt, progress, record_event, record_job_event, step
 from .embedded import embedded_server
 from .errors import DatabaseUnavailableError
 from .processor import JobStepsProcessor
@@ -31,19 +32,24 @@ __all__ = ["DOMAIN", "JOB_TYPE", "record_seed_story", "run_demo"]
 DOMAIN = "demo"
 JOB_TYPE = "thumbnail"
 FLUSH_TIMEOUT_MS = 10_000
+PAUSE_S = 0.04  # per progress report: the timeline shows bars of some length
 
 
-def _render_and_save(
-    tracer: Tracer, domain: str, job_id: str, attempts_made: int, pause_s: float
+def _attempt(
+    tracer: Tracer, domain: str, job_id: str, attempt: int, stalled: bool, pause_s: float
 ) -> None:
-    with job_attempt(domain, job_id, JOB_TYPE, attempts_made, tracer=tracer):
+    with job_attempt(domain, job_id, JOB_TYPE, attempt - 1, tracer=tracer):
         with step("RENDER", tracer=tracer):
             for done in (25, 50, 75, 100):
                 time.sleep(pause_s)  # the work being measured
                 progress(pct=done, frames=done * 3)
-        with step("SAVE", tracer=tracer):
+                if stalled and done == 50:
+                    record_event("STALLED", "worker lost its lock", tracer=tracer, worker="w1")
+        # Library code's own span between the job and a step: the step still finds its job.
+        with tracer.start_as_current_span("store thumbnail"), step("SAVE", tracer=tracer):
             time.sleep(pause_s / 2)
-            if attempts_made == 0:
+            progress(bytes=4096)
+            if attempt == 1:
                 raise OSError("disk full")
 
 
@@ -52,24 +58,31 @@ def record_seed_story(
     job_id: str,
     *,
     domain: str = DOMAIN,
-    pause_s: float = 0.04,
+    attempts: Sequence[int] = (1, 2),
+    stalled: bool = False,
+    pause_s: float = 0.0,
     out: TextIO | None = None,
 ) -> None:
     """The story the project comes from, as spans: a thumbnail job renders then saves.
 
-    Attempt 1 renders (progress 25..100 %) and fails to save (``OSError: disk full``); a
-    RETRY_SCHEDULED event follows; attempt 2 renders and saves. The demo, the tests and the
-    benchmarks all tell this one story.
+    Attempt 1 renders (progress 25..100 %), writes part of the file and fails to save
+    (``OSError: disk full``); a RETRY_SCHEDULED event follows; attempt 2 renders and saves.
+    ``attempts`` picks which of them are told (attempt 2 alone still runs as the second);
+    ``stalled`` adds a STALLED event halfway through each RENDER; ``pause_s`` gives the work a
+    duration. The demo and the tests (both doors: live spans and OTLP) tell this one story.
     """
-    try:
-        _render_and_save(tracer, domain, job_id, 0, pause_s)
-    except OSError as error:
-        if out is not None:
-            print(f"attempt 1 failed ({error}); retrying", file=out)
-        record_job_event(domain, job_id, "RETRY_SCHEDULED", f"retry after: {error}", tracer=tracer)
-    _render_and_save(tracer, domain, job_id, 1, pause_s)
-    if out is not None:
-        print("attempt 2 completed", file=out)
+    for attempt in attempts:
+        try:
+            _attempt(tracer, domain, job_id, attempt, stalled, pause_s)
+        except OSError as error:
+            if out is not None:
+                print(f"attempt {attempt} failed ({error}); retrying", file=out)
+            record_job_event(
+                domain, job_id, "RETRY_SCHEDULED", f"retry after: {error}", tracer=tracer
+            )
+        else:
+            if out is not None:
+                print(f"attempt {attempt} completed", file=out)
 
 
 def _record_story(dsn: str, schema: str, job_id: str, out: TextIO) -> None:
@@ -77,7 +90,9 @@ def _record_story(dsn: str, schema: str, job_id: str, out: TextIO) -> None:
     provider = TracerProvider()
     provider.add_span_processor(processor)
     try:
-        record_seed_story(provider.get_tracer("otel_jobsteps.demo"), job_id, out=out)
+        record_seed_story(
+            provider.get_tracer("otel_jobsteps.demo"), job_id, pause_s=PAUSE_S, out=out
+        )
         if not processor.force_flush(FLUSH_TIMEOUT_MS):
             raise DatabaseUnavailableError("the demo's rows did not reach the database in time")
     finally:

@@ -16,7 +16,8 @@ from opentelemetry.trace import Tracer
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from otel_jobsteps import JobStepsProcessor, job_attempt, progress, record_event, step
+from otel_jobsteps import JobStepsProcessor
+from otel_jobsteps.demo import record_seed_story
 
 # OTEL_JOBSTEPS_TEST_LAYOUT=partitioned: the interval the test databases are partitioned by.
 PARTITION_INTERVAL = timedelta(days=1)
@@ -74,28 +75,11 @@ def wait_until(
         interval = min(interval * 1.5, max_interval_s)
 
 
-def render_and_save(
-    tracer: Tracer, job_id: str, attempts_made: int, domain: str = "render"
-) -> None:
-    """The seed story: attempt 1 renders and fails to save; later attempts complete."""
-    try:
-        with job_attempt(domain, job_id, "thumbnail", attempts_made, tracer=tracer):
-            with step("RENDER", tracer=tracer):
-                progress(pct=50)
-                record_event("STALLED", "worker lost its lock", tracer=tracer, worker="w1")
-                progress(pct=100)
-            with step("SAVE", tracer=tracer):
-                if attempts_made == 0:
-                    raise OSError("disk full")
-    except OSError:
-        pass
-
-
 def record_two_attempts(tracing: TracingFactory) -> str:
-    """Job render/42: attempt 1 fails to save, attempt 2 completes; returns the job id."""
+    """The seed story (`record_seed_story`, with a STALLED event in each RENDER) as job
+    render / 42: attempt 1 fails to save, attempt 2 completes; returns the job id."""
     tracer, processor = tracing()
-    render_and_save(tracer, "42", 0)
-    render_and_save(tracer, "42", 1)
+    record_seed_story(tracer, "42", domain="render", stalled=True)
     assert processor.force_flush(10_000)
     return "42"
 

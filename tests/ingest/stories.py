@@ -13,36 +13,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Tracer
 
-from otel_jobsteps import (
-    JobStepsProcessor,
-    job_attempt,
-    progress,
-    record_event,
-    record_job_event,
-    step,
-)
+from otel_jobsteps import JobStepsProcessor, job_attempt, progress, record_event, step
 from otel_jobsteps.attributes import JOB_OUTCOME, JOB_STEP_DETAIL, OUTCOME_TARGET_DELETED
+from otel_jobsteps.demo import record_seed_story
 from tests.ingest.requests import proto_spans
 
 
 def seed_story(tracer: Tracer, suffix: str = "") -> None:
-    """The seed: attempt 1 renders and fails to save; a retry is scheduled; attempt 2 succeeds."""
-    job_id = "42" + suffix
-    for made in (0, 1):
-        try:
-            with job_attempt("render", job_id, "thumbnail", made, tracer=tracer):
-                with step("RENDER", tracer=tracer):
-                    progress(pct=50)
-                    progress(pct=100, frames=3)
-                with tracer.start_as_current_span("plain span inside the job"):
-                    with step("SAVE", tracer=tracer):
-                        progress(bytes=10)
-                        if made == 0:
-                            raise OSError("disk full")
-        except OSError:
-            record_job_event(
-                "render", job_id, "RETRY_SCHEDULED", "retry after: disk full", tracer=tracer
-            )
+    """The seed story (`record_seed_story`: the demo's) as job demo / 42``suffix``."""
+    record_seed_story(tracer, "42" + suffix)
 
 
 def other_paths(tracer: Tracer, suffix: str = "") -> None:

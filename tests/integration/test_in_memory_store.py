@@ -20,7 +20,7 @@ def _tell(processor: JobStepsProcessor, job_id: str) -> None:
     provider = TracerProvider()
     provider.add_span_processor(processor)
     try:
-        record_seed_story(provider.get_tracer("tests"), job_id, pause_s=0)
+        record_seed_story(provider.get_tracer("tests"), job_id)
         assert processor.force_flush(10_000)
     finally:
         provider.shutdown()

@@ -60,7 +60,7 @@ def test_latest_attempt_in_detail(dsn: str, two_attempts: str) -> None:
         ("SAVE", "COMPLETED"),
     ]
     render = detail.steps[0]
-    assert render.detail == {"pct": 100}
+    assert render.detail == {"pct": 100, "frames": 300}
     assert render.ended_at is not None
     assert render.duration == render.ended_at - render.started_at
     assert detail.log is not None
@@ -72,6 +72,7 @@ def test_events_apart_from_steps_and_stalled_counted_per_job(dsn: str, two_attem
 
     assert [(e.attempt, e.type, e.message, e.detail) for e in detail.events] == [
         (1, "STALLED", "worker lost its lock", {"worker": "w1"}),
+        (1, "RETRY_SCHEDULED", "retry after: disk full", None),
         (2, "STALLED", "worker lost its lock", {"worker": "w1"}),
     ]
     assert detail.stalled_count == 2
@@ -99,7 +100,7 @@ def test_asked_attempt_has_its_own_steps_and_log(dsn: str, two_attempts: str) ->
     assert detail.log is not None
     assert (detail.log.status, detail.log.reason) == ("FAILED", "error")
     assert detail.log.detail == {"step": "SAVE", "error": "OSError: disk full"}
-    assert len(detail.events) == 2  # events cover every attempt
+    assert len(detail.events) == 3  # events cover every attempt
 
 
 def test_unknown_job_or_attempt_is_none(dsn: str, two_attempts: str) -> None:

@@ -15,10 +15,11 @@ import pytest
 from opentelemetry.trace import set_span_in_context
 
 from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
+from otel_jobsteps.demo import record_seed_story
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.app import job_url
 from tests.faults.proxy import FaultProxy, Mode, Upstream
-from tests.helpers import TracingFactory, render_and_save
+from tests.helpers import TracingFactory
 from tests.web.support import (
     ARTIFACTS,
     DOCS,
@@ -183,7 +184,7 @@ def test_odd_ids_link_to_their_own_page_and_json(
 ) -> None:
     tracer, processor = tracing()
     for domain, job_id in ODD_JOBS:
-        render_and_save(tracer, job_id, 1, domain=domain)
+        record_seed_story(tracer, job_id, domain=domain, attempts=(2,))
     assert processor.force_flush(10_000)
 
     shown = []
@@ -206,7 +207,9 @@ def test_odd_ids_link_to_their_own_page_and_json(
 def test_jobs_page_filters_and_pages(page: Page, base_url: str, tracing: TracingFactory) -> None:
     tracer, processor = tracing()
     for number in range(5):
-        render_and_save(tracer, f"job-{number}", attempts_made=0 if number % 2 == 0 else 1)
+        record_seed_story(
+            tracer, f"job-{number}", domain="render", attempts=(2,) if number % 2 else (1,)
+        )
     assert processor.force_flush(10_000)
 
     page.goto(base_url + "/")

@@ -18,12 +18,13 @@ from starlette.testclient import TestClient
 
 from otel_jobsteps import ConfigurationError, job_attempt, job_detail, step
 from otel_jobsteps.cli import main
+from otel_jobsteps.demo import record_seed_story
 from otel_jobsteps.listen import parse_listen
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.app import CSP, check_exposure, job_url, loopback_hosts
 from otel_jobsteps.web.data import Reader
 from tests.faults.proxy import FaultProxy, Mode, Upstream
-from tests.helpers import TracingFactory, render_and_save
+from tests.helpers import TracingFactory
 from tests.web.support import HOSTILE, ODD_JOBS
 
 SECRET = "hunter2-never-shown"
@@ -117,7 +118,7 @@ def test_every_listed_job_has_a_working_permalink(
 ) -> None:
     tracer, processor = tracing()
     for domain, job_id in ODD_JOBS:
-        render_and_save(tracer, job_id, 1, domain=domain)
+        record_seed_story(tracer, job_id, domain=domain, attempts=(2,))
     assert processor.force_flush(10_000)
 
     links = [
@@ -202,7 +203,9 @@ def test_hostile_strings_are_text_everywhere(
 def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: TracingFactory) -> None:
     tracer, processor = tracing()
     for number in range(7):
-        render_and_save(tracer, f"job-{number}", attempts_made=0 if number % 3 == 0 else 1)
+        record_seed_story(
+            tracer, f"job-{number}", domain="render", attempts=(2,) if number % 3 else (1,)
+        )
     assert processor.force_flush(10_000)
 
     def job_ids(html: str) -> list[str]:

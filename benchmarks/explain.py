@@ -149,11 +149,11 @@ class Parameters:
 
     def values(self, statement: str, names: list[str], types: list[str]) -> list[Any]:
         return [
-            self._array(statement, name) if kind.endswith("[]") else self._scalar(name)
+            self._array(statement, name, kind) if kind.endswith("[]") else self._scalar(name)
             for name, kind in zip(names, types, strict=False)
         ]
 
-    def _array(self, statement: str, name: str) -> list[Any]:
+    def _array(self, statement: str, name: str, kind: str) -> list[Any]:
         new = statement.startswith("insert")
         rows = self.open_steps or [("bench", "none", 1, "none", "FETCH")]
         count = len(rows)
@@ -174,6 +174,10 @@ class Parameters:
             "trace_id": [f"{i:032x}" for i in range(count)],
             "span_id": [f"{i:016x}" for i in range(count)],
         }
+        if name in ("span_id", "phase") and kind != "text[]":
+            return list(range(count))  # OTLP staging keeps span ids and phases as numbers
+        if kind == "bytea[]":
+            return [b""] * count
         if name in columns:
             return columns[name]
         if name.endswith("_us"):

@@ -11,12 +11,13 @@
 -- so the open-step index can serve the probe alone: with the open steps estimated at a handful
 -- of rows (statistics taken on an empty table, no autovacuum), a generic plan that could scan
 -- that index for the updated row would walk every open step once per input row (issue 15).
--- The probes' results travel as one row of arrays sorted by id (the input CTE), and the update
--- reads its rows by e.id = ANY (input.ids), the primary key's index: with no join between the
--- input rows and job_event, no plan can hash a sequential scan of job_event against them (a
--- custom plan of a large batch did, issue 13), and none can loop over the input once per row.
--- Each updated row finds its own input by binary search: width_bucket(e.id, input.ids) is the
--- position of e.id in the sorted ids.
+-- In close_foreign_steps, write_progress and close_steps the probes' results travel as one row
+-- of arrays sorted by id (the input CTE), and the update reads its rows by e.id = ANY
+-- (input.ids), the primary key's index: with no join between the input rows and job_event, no
+-- plan can hash a sequential scan of job_event against them (a custom plan of a large batch
+-- did, issue 13), and none can loop over the input once per row. Each updated row finds its
+-- own input by binary search: width_bucket(e.id, input.ids) is the position of e.id in the
+-- sorted ids (a batch names an attempt once per statement, so each id comes from one input).
 -- ONLY: an attempt with an open step or without a final row is never moved out of job_event
 -- (partitioned layout), so the writer never reads the archive's children.
 -- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.

@@ -25,6 +25,7 @@ _RELATIONS = (
     "job_attempt",
     "job_current_attempt",
     "job_step_duration",
+    "job_latest_attempt",  # a function: {job_latest_attempt}(domain, job_id)
     "otlp_trace",  # OTLP ingest staging
     "otlp_span",
 )

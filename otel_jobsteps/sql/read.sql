@@ -1,7 +1,7 @@
 -- Read queries of job_detail, list_jobs and `otel-jobsteps tail`. Same block format as
--- queries.sql: {job_event}, {job_log} and {job_attempt} are schema-qualified identifiers filled
--- in with psycopg.sql; values are always %(name)s parameters. Column names match the fields of
--- the dataclasses in otel_jobsteps/query.py.
+-- queries.sql: {job_event}, {job_log}, {job_attempt} and the function {job_latest_attempt} are
+-- schema-qualified identifiers filled in with psycopg.sql; values are always %(name)s
+-- parameters. Column names match the fields of the dataclasses in otel_jobsteps/query.py.
 
 -- name: job_attempts --
 -- Every attempt of one job, oldest first, with the server's time of the read.
@@ -73,13 +73,7 @@ SELECT c.domain, c.job_id, latest.attempt, latest.job_type, latest.status, lates
        latest.processing_started_at, latest.ended_at, latest.last_activity_at,
        latest.stalled_count
 FROM candidate AS c
-CROSS JOIN LATERAL (
-    SELECT *
-    FROM {job_attempt} AS a
-    WHERE a.domain = c.domain AND a.job_id = c.job_id
-    ORDER BY a.attempt DESC
-    LIMIT 1
-) AS latest
+CROSS JOIN LATERAL {job_latest_attempt}(c.domain, c.job_id) AS latest
 WHERE (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
   AND (%(status)s::text IS NULL OR latest.status = %(status)s)
   AND latest.last_activity_at

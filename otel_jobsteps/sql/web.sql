@@ -1,7 +1,9 @@
 -- Read queries of the web page (`otel-jobsteps serve`) that the read API has no statement for.
--- Same block format as read.sql: {job_event}, {job_log} and {job_attempt} are schema-qualified
--- identifiers; values are %(name)s parameters. Every statement reads through an index and is
--- bounded by a LIMIT or by one job's key, so a page costs the same on a big table.
+-- Same block format as read.sql: {job_event}, {job_log}, {job_attempt} and the function
+-- {job_latest_attempt} are schema-qualified identifiers; values are %(name)s parameters. Every
+-- statement reads through an index and is bounded by a LIMIT or by one job's key, so a page
+-- costs the same on a big table. A listed job is its latest attempt's job_attempt row
+-- (latest.*), its activity time and its number of attempts: the fields of web.data.JobRow.
 
 -- name: jobs_page --
 -- One page of jobs, the most recently active first, by their latest attempt. A job's activity
@@ -43,21 +45,11 @@ WITH touched AS (
 SELECT f.at AS floor_at, now() AS as_of, page.*
 FROM floor AS f
 LEFT JOIN LATERAL (
-    SELECT c.domain, c.job_id, c.at AS active_at,
-           latest.attempt, latest.job_type, latest.status, latest.reason, latest.error,
-           latest.last_step, latest.open_step, latest.open_step_seen_at, latest.started_at,
-           latest.processing_started_at, latest.ended_at, latest.last_activity_at,
-           latest.stalled_count,
+    SELECT latest.*, c.at AS active_at,
            (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
             WHERE n.domain = c.domain AND n.job_id = c.job_id) AS attempts
     FROM candidate AS c
-    CROSS JOIN LATERAL (
-        SELECT *
-        FROM {job_attempt} AS a
-        WHERE a.domain = c.domain AND a.job_id = c.job_id
-        ORDER BY a.attempt DESC
-        LIMIT 1
-    ) AS latest
+    CROSS JOIN LATERAL {job_latest_attempt}(c.domain, c.job_id) AS latest
     WHERE (f.at IS NULL OR c.at > f.at)
       -- a job with a change above the cursor was on an earlier page (one index probe each)
       AND (%(before_at)s::timestamptz IS NULL
@@ -80,8 +72,8 @@ ORDER BY page.active_at DESC, page.domain DESC, page.job_id DESC;
 -- name: find_job --
 -- Jobs with this exact id, in every domain (or the one given), by their latest attempt. The
 -- domains are walked as a loose index scan of job_event_job (one probe per domain), so the id
--- is then an index condition in each. The latest attempt is read as list_jobs reads it (a
--- LATERAL with LIMIT 1): the job_current_attempt view would be computed whole first.
+-- is then an index condition in each. The latest attempt is read as list_jobs reads it
+-- (job_latest_attempt, LATERAL): the job_current_attempt view would be computed whole first.
 WITH RECURSIVE domains AS (
     (SELECT domain FROM {job_event} ORDER BY domain LIMIT 1)
     UNION ALL
@@ -90,21 +82,11 @@ WITH RECURSIVE domains AS (
     FROM domains AS d
     WHERE d.domain IS NOT NULL
 )
-SELECT d.domain, latest.job_id, latest.last_activity_at AS active_at,
-       latest.attempt, latest.job_type, latest.status, latest.reason, latest.error,
-       latest.last_step, latest.open_step, latest.open_step_seen_at, latest.started_at,
-       latest.processing_started_at, latest.ended_at, latest.last_activity_at,
-       latest.stalled_count,
+SELECT latest.*, latest.last_activity_at AS active_at,
        (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
         WHERE n.domain = d.domain AND n.job_id = %(job_id)s) AS attempts
 FROM domains AS d
-CROSS JOIN LATERAL (
-    SELECT *
-    FROM {job_attempt} AS a
-    WHERE a.domain = d.domain AND a.job_id = %(job_id)s
-    ORDER BY a.attempt DESC
-    LIMIT 1
-) AS latest
+CROSS JOIN LATERAL {job_latest_attempt}(d.domain, %(job_id)s) AS latest
 WHERE d.domain IS NOT NULL
   AND (%(domain)s::text IS NULL OR d.domain = %(domain)s)
 ORDER BY latest.last_activity_at DESC NULLS LAST, d.domain

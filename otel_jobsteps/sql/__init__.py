@@ -25,7 +25,8 @@ _RELATIONS = (
     "job_attempt",
     "job_current_attempt",
     "job_step_duration",
-    "job_latest_attempt",  # a function: {job_latest_attempt}(domain, job_id)
+    "job_latest_attempt",  # functions: {job_latest_attempt}(domain, job_id)
+    "job_step_durations",  # {job_step_durations}(closed_since)
     "otlp_trace",  # OTLP ingest staging
     "otlp_span",
 )

@@ -125,21 +125,8 @@ LIMIT %(limit)s;
 -- name: step_stats --
 -- The job_step_duration view's numbers over a time window (steps closed within since_ago), read
 -- through job_event_recent instead of over every row kept.
-SELECT job_type, step_key,
-       count(*) AS steps,
-       count(*) FILTER (WHERE step_status = 'FAILED') AS failed,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS p50_seconds,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY seconds) AS p95_seconds,
-       max(seconds) AS max_seconds,
-       max(ended_at) AS last_ended_at
-FROM (
-    SELECT job_type, step_key, step_status, ended_at,
-           extract(epoch FROM ended_at - created_at)::double precision AS seconds
-    FROM {job_event}
-    WHERE COALESCE(ended_at, created_at) >= now() - %(since_ago)s::interval
-      AND type = 'STEP' AND ended_at IS NOT NULL
-) AS closed_step
-GROUP BY job_type, step_key
+SELECT job_type, step_key, steps, failed, p50_seconds, p95_seconds, max_seconds, last_ended_at
+FROM {job_step_durations}(now() - %(since_ago)s::interval)
 ORDER BY job_type NULLS LAST, step_key;
 
 -- name: step_failures --

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from .spans import EventLike, attribute_dict
+from .spans import EventLike, attribute_dict, ended_events
 
 __all__ = ["EventLike", "SpanEvent", "SpanFacts", "ended_facts", "started_facts"]
 
@@ -47,8 +47,8 @@ class SpanFacts:
 
 def started_facts(span: ReadableSpan) -> SpanFacts:
     """A live span at its start, read on the writer thread (only what on_start could know)."""
-    context = span.context
     parent = span.parent
+    context = span.context
     return SpanFacts(
         context.trace_id,
         context.span_id,
@@ -62,10 +62,19 @@ def started_facts(span: ReadableSpan) -> SpanFacts:
 
 def ended_facts(span: ReadableSpan) -> SpanFacts:
     """A live span once it has ended: its final attributes, events and status."""
-    facts = started_facts(span)
+    parent = span.parent
+    context = span.context
     status = span.status
-    facts.end_ns = span.end_time or facts.start_ns
-    facts.events = span.events  # the SDK's own events: an ended span gets no more
-    facts.error = status.status_code is StatusCode.ERROR
-    facts.status_message = status.description
-    return facts
+    start_ns = span.start_time or 0
+    return SpanFacts(
+        context.trace_id,
+        context.span_id,
+        0 if parent is None else parent.span_id,
+        span.name,
+        start_ns,
+        span.end_time or start_ns,
+        attribute_dict(span),
+        ended_events(span),
+        status.status_code is StatusCode.ERROR,
+        status.description,
+    )

@@ -24,7 +24,7 @@ from .db import check_dsn
 from .detail import DEFAULT_MAX_DETAIL_BYTES
 from .errors import ConfigurationError
 from .facts import ended_facts, started_facts
-from .recorder import StepRecorder, StepStarted
+from .recorder import Command, StepRecorder, StepStarted
 from .schema import check_writable_tables, migrate
 from .spans import attribute_dict, events_added, newest_progress_event, plain_attributes
 from .stats import Stats
@@ -106,30 +106,54 @@ class _LiveSpans:
         self._steps: dict[int, _WatchedStep] = {}
         self._max_steps = max_steps
         self._next_poll = 0.0
+        self._deferred: ReadableSpan | None = None  # a start that waits one item for its end
         self.backlogged: Callable[[], bool] = lambda: False  # the writer's, once it exists
 
     def handle(self, item: SpanStarted | SpanEnded) -> None:
-        record = self._record
+        deferred = self._deferred
+        if deferred is not None:
+            self._deferred = None
+            if type(item) is SpanEnded and item.span.context is deferred.context:
+                self._record_all(self.translator.whole(ended_facts(item.span)))
+                return
+            self._start(deferred)
         if type(item) is SpanEnded:
-            span = item.span
-            watched = self._steps.pop(span.context.span_id, None)
-            if watched is not None and watched.newest is not None:
-                # Polled before: events since then ride with the close. Never polled: the
-                # translation takes the newest progress from the ended span's events.
-                self._poll(watched, span)
-            for command in self.translator.ended(ended_facts(span)):
-                record(command)
-            return
-        commands = self.translator.started(started_facts(item.span))
+            self._end(item.span)
+        elif item.span.end_time is not None:
+            # Ended already: its end is most likely the next item, and the two are read as one.
+            self._deferred = item.span
+        else:
+            self._start(item.span)
+
+    def _settle(self) -> None:
+        """Apply a start held back to meet its end: whatever comes next must see it."""
+        deferred = self._deferred
+        if deferred is not None:
+            self._deferred = None
+            self._start(deferred)
+
+    def _record_all(self, commands: list[Command]) -> None:
         for command in commands:
-            record(command)
+            self._record(command)
+
+    def _start(self, span: ReadableSpan) -> None:
+        for command in self.translator.started(started_facts(span)):
+            self._record(command)
             if type(command) is StepStarted:
                 steps = self._steps
                 if not steps:
                     self._next_poll = self._clock() + self._poll_interval
-                steps[command.span_id] = _WatchedStep(item.span)
+                steps[command.span_id] = _WatchedStep(span)
                 if len(steps) > self._max_steps:  # the translation forgot it too
                     del steps[next(iter(steps))]
+
+    def _end(self, span: ReadableSpan) -> None:
+        watched = self._steps.pop(span.context.span_id, None)
+        if watched is not None and watched.newest is not None:
+            # Polled before: events since then ride with the close. Never polled: the
+            # translation takes the newest progress from the ended span's events.
+            self._poll(watched, span)
+        self._record_all(self.translator.ended(ended_facts(span)))
 
     def _poll(self, watched: _WatchedStep, span: ReadableSpan) -> None:
         added = events_added(span)
@@ -163,6 +187,7 @@ class _LiveSpans:
         return due
 
     def fire_due(self, now: float | None = None) -> None:
+        self._settle()
         now = self._clock() if now is None else now
         if self._steps and now >= self._next_poll:
             # A poll costs about a microsecond per running step: with very many, look less often.
@@ -172,18 +197,21 @@ class _LiveSpans:
 
     def flush_timers(self) -> None:
         """A flush: every progress added before it is read now, and every window written."""
+        self._settle()
         self._poll_all()
         self.recorder.flush_timers()
 
     # The rest of what the writer needs is the recorder's.
 
     def take_batch(self) -> Batch | None:
+        self._settle()
         return self.recorder.take_batch()
 
     def pending_operations(self) -> int:
         return self.recorder.pending_operations()
 
     def open_steps(self) -> list[tuple[str, str, int, str]]:
+        self._settle()
         return self.recorder.open_steps()
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "ProgressReported",
     "Scope",
     "StepEnded",
+    "StepRan",
     "StepRecorder",
     "StepStarted",
 ]
@@ -90,6 +91,21 @@ class StepEnded(NamedTuple):
     error: str | None
 
 
+class StepRan(NamedTuple):
+    """A step whose start, newest progress and end arrive together: what StepStarted,
+    ProgressReported (if ``progress`` is not empty) and StepEnded say one after the other."""
+
+    scope: Scope
+    key: str
+    span_id: int
+    start_ns: int
+    end_ns: int
+    failed: bool
+    explicit_detail: object
+    error: str | None
+    progress: Mapping[str, Any]  # the newest progress event's attributes; empty if none
+
+
 class JobEnded(NamedTuple):
     scope: Scope
     end_ns: int
@@ -106,7 +122,9 @@ class EventRecorded(NamedTuple):
     time_ns: int
 
 
-Command = JobStarted | StepStarted | ProgressReported | StepEnded | JobEnded | EventRecorded
+Command = (
+    JobStarted | StepStarted | ProgressReported | StepEnded | StepRan | JobEnded | EventRecorded
+)
 
 
 @dataclass(slots=True, eq=False)
@@ -132,6 +150,13 @@ class _Attempt:
     start_us: int = 0
     # Forgotten once (evicted) and seen again: the step it may hold open is not known here.
     forgotten: bool = False
+
+
+def _progress_detail(attributes: Mapping[str, Any]) -> Detail:
+    """The detail a progress event carries: its attributes, or the one JSON object it names."""
+    if len(attributes) == 1 and JOB_STEP_DETAIL in attributes:
+        return parse_detail(attributes[JOB_STEP_DETAIL]) or {}
+    return attributes if type(attributes) is dict else dict(attributes)
 
 
 class StepRecorder:
@@ -168,6 +193,7 @@ class StepRecorder:
             StepStarted: self._step_started,
             ProgressReported: self._progress,
             StepEnded: self._step_ended,
+            StepRan: self._step_ran,
             JobEnded: self._job_ended,
             EventRecorded: self._event,
         }
@@ -271,34 +297,65 @@ class StepRecorder:
         state = self._attempt(command.scope)
         key = clean_text(command.key, MAX_STEP_KEY_CHARS)
         open_step = state.open
-        if open_step is not None:
-            if open_step.key == key:
-                open_step.holders += 1
-                return
-            self._close(state, open_step, COMPLETED, None, None, command.start_ns // 1000)
+        if open_step is not None and open_step.key == key:
+            open_step.holders += 1
+            return
+        row = self._new_step_row(state, key, command.span_id, command.start_ns // 1000)
+        state.open = _OpenStep(key, row, state)
+
+    def _new_step_row(self, state: _Attempt, key: str, span_id: int, start_us: int) -> EventRow:
+        """The row of a step that starts now (RUNNING), after closing the one open before."""
+        if state.open is not None:
+            self._close(state, state.open, COMPLETED, None, None, start_us)
         elif state.forgotten:
-            self._close_unknown_step(state, COMPLETED, None, command.start_ns // 1000)
+            self._close_unknown_step(state, COMPLETED, None, start_us)
         scope = state.scope
         # Positional (EventRow's field order): this runs once per step on the writer thread.
         row = EventRow(
             scope.domain, scope.job_id, scope.job_type, scope.attempt, STEP, key, RUNNING,
-            None, None, state.trace_hex, format(command.span_id, "016x"), state.execution_id,
-            command.start_ns // 1000, None,
+            None, None, state.trace_hex, format(span_id, "016x"), state.execution_id,
+            start_us, None,
         )  # fmt: skip
         self._batch.add_step(row, state.execution_id)
-        state.open = _OpenStep(key, row, state)
         state.last_step = key
+        return row
+
+    def _step_ran(self, command: StepRan) -> None:
+        """Start, progress and end at once: one row inserted closed (or folded, as always)."""
+        state = self._attempt(command.scope)
+        key = clean_text(command.key, MAX_STEP_KEY_CHARS)
+        if state.open is not None and state.open.key == key:
+            # The same step is open already: this span joins and leaves it, its progress counts.
+            scope, raw_key = command.scope, command.key
+            self._step_started(StepStarted(scope, raw_key, command.span_id, command.start_ns))
+            if command.progress:
+                self._progress(ProgressReported(scope, raw_key, command.progress))
+            self._step_ended(
+                StepEnded(
+                    scope, raw_key, command.end_ns, command.failed, command.explicit_detail,
+                    command.error,
+                )
+            )  # fmt: skip
+            return
+        row = self._new_step_row(state, key, command.span_id, command.start_ns // 1000)
+        explicit = parse_detail(command.explicit_detail)
+        if explicit is not None:
+            row.detail = explicit
+        elif command.progress and key == command.key:  # progress finds the step by its raw key
+            row.detail = _progress_detail(command.progress)
+        late = self._is_late(state.scope, command.end_ns)
+        row.step_status = FAILED if command.failed or late else COMPLETED
+        message = command.error if command.failed else (TIME_LIMIT if late else None)
+        row.message = None if message is None else clean_text(message)
+        row.ended_us = max(command.end_ns // 1000, row.created_us)
+        state.last_close_us = max(state.last_close_us, row.ended_us)
 
     def _progress(self, command: ProgressReported) -> None:
         state = self._attempts.get(command.scope.span_id)
         if state is None or state.open is None or state.open.key != command.key:
             return  # the step was closed already: a late event must not touch any row
         step = state.open
-        attributes = command.attributes
-        if len(attributes) == 1 and JOB_STEP_DETAIL in attributes:  # a whole JSON object
-            detail = parse_detail(attributes[JOB_STEP_DETAIL]) or {}
-        else:
-            detail = attributes if type(attributes) is dict else dict(attributes)
+        detail = _progress_detail(command.attributes)
         debounce = self._debounce
         now = debounce.now()
         if self._batch.is_unwritten(step.row):

@@ -1,14 +1,14 @@
 """The places that reach into the OpenTelemetry SDK's private span state, kept together.
 
-Both are speed the public API cannot give: a plain dict lookup instead of a Mapping ``get`` that
-raises and catches KeyError on every miss, and an event count without copying the event list
-(the writer polls it while a step runs). Each falls back to public behaviour when the SDK's
-internals look different.
+All are speed the public API cannot give: a plain dict lookup instead of a Mapping ``get`` that
+raises and catches KeyError on every miss, an event count without copying the event list (the
+writer polls it while a step runs), and an ended span's events without a locked copy. Each
+falls back to public behaviour when the SDK's internals look different.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -17,6 +17,7 @@ from opentelemetry.sdk.util import BoundedList
 __all__ = [
     "EventLike",
     "attribute_dict",
+    "ended_events",
     "events_added",
     "latest_progress",
     "newest_progress_event",
@@ -36,7 +37,9 @@ def plain_attributes(attributes: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
     """The span's attributes as a plain mapping, read-only by convention."""
-    return plain_attributes(getattr(span, "_attributes", None) or span.attributes)
+    attributes = getattr(span, "_attributes", None)
+    # Not `or`: the truth of BoundedAttributes is a Python-level __len__ call.
+    return plain_attributes(span.attributes if attributes is None else attributes)
 
 
 def events_added(span: ReadableSpan) -> int:
@@ -48,6 +51,16 @@ def events_added(span: ReadableSpan) -> int:
     if type(events) is BoundedList:
         return len(events._dq) + events.dropped  # type: ignore[attr-defined]
     return len(span.events) + span.dropped_events
+
+
+def ended_events(span: ReadableSpan) -> Sequence[Event]:
+    """The events of an ended span, not copied: the SDK adds none once the end time is set
+    (``add_event`` checks it under the span's lock), so the list can no longer change."""
+    events = getattr(span, "_events", None)
+    if type(events) is BoundedList:
+        dq: Sequence[Event] = events._dq  # type: ignore[attr-defined]
+        return dq
+    return span.events
 
 
 def newest_progress_event(span: ReadableSpan) -> Event | None:

@@ -36,6 +36,7 @@ from .recorder import (
     ProgressReported,
     Scope,
     StepEnded,
+    StepRan,
     StepStarted,
 )
 from .spans import latest_progress
@@ -166,6 +167,34 @@ class SpanTranslator:
         explicit = attributes.get(JOB_STEP_DETAIL)
         commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error))
         return commands
+
+    def whole(self, span: SpanFacts) -> list[Command]:
+        """The commands of `started` then `ended` for a span whose start and end arrive with
+        nothing in between (live: adjacent in the writer's queue); a step's as one StepRan."""
+        attributes = span.attributes
+        key = attributes.get(JOB_STEP_KEY)
+        parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
+        if (
+            key is None
+            or parent is None
+            or JOB_ID in attributes
+            or JOB_EVENT_TYPE in attributes
+            or span.span_id in self._open
+        ):
+            return self.started(span) + self.ended(span)
+        return [
+            StepRan(
+                parent.scope,
+                key if type(key) is str else str(key),
+                span.span_id,
+                span.start_ns,
+                span.end_ns or span.start_ns,
+                span.error,
+                attributes.get(JOB_STEP_DETAIL),
+                _error_text(span) if span.error else None,
+                latest_progress(reversed(span.events)),
+            )
+        ]
 
     # -- interpretation -----------------------------------------------------------------------
 

@@ -152,6 +152,11 @@ class _Attempt:
     forgotten: bool = False
 
 
+def _job_columns(scope: Scope) -> tuple[str, str, str | None, int]:
+    """domain, job_id, job_type, attempt: the columns every row of the attempt starts with."""
+    return scope.domain, scope.job_id, scope.job_type, scope.attempt
+
+
 def _progress_detail(attributes: Mapping[str, Any]) -> Detail:
     """The detail a progress event carries: its attributes, or the one JSON object it names."""
     if len(attributes) == 1 and JOB_STEP_DETAIL in attributes:
@@ -309,12 +314,10 @@ class StepRecorder:
             self._close(state, state.open, COMPLETED, None, None, start_us)
         elif state.forgotten:
             self._close_unknown_step(state, COMPLETED, None, start_us)
-        scope = state.scope
         # Positional (EventRow's field order): this runs once per step on the writer thread.
         row = EventRow(
-            scope.domain, scope.job_id, scope.job_type, scope.attempt, STEP, key, RUNNING,
-            None, None, state.trace_hex, format(span_id, "016x"), state.execution_id,
-            start_us, None,
+            *_job_columns(state.scope), STEP, key, RUNNING, None, None, state.trace_hex,
+            format(span_id, "016x"), state.execution_id, start_us, None,
         )  # fmt: skip
         self._batch.add_step(row, state.execution_id)
         state.last_step = key
@@ -398,41 +401,25 @@ class StepRecorder:
             detail = {"step": failed_step or state.last_step}
             if command.error:
                 detail["error"] = clean_text(command.error)
+        # Never dated before the attempt's start or the step close it follows.
+        created_us = max(end_us, state.last_close_us, state.start_us)
         self._batch.add_job_log(
-            JobLogRow(
-                domain=scope.domain,
-                job_id=scope.job_id,
-                job_type=scope.job_type,
-                attempt=scope.attempt,
-                status=status,
-                reason=reason,
-                detail=detail,
-                trace_id=state.trace_hex,
-                # Never dated before the attempt's start or the step close it follows.
-                created_us=max(end_us, state.last_close_us, state.start_us),
-            )
+            JobLogRow(*_job_columns(scope), status, reason, detail, state.trace_hex, created_us)
         )
 
     def _event(self, command: EventRecorded) -> None:
         scope = command.scope
-        self._batch.add_event(
-            EventRow(
-                domain=scope.domain,
-                job_id=scope.job_id,
-                job_type=scope.job_type,
-                attempt=scope.attempt,
-                type=clean_text(command.type, MAX_STEP_KEY_CHARS),
-                step_key=None,
-                step_status=None,
-                detail=dict(command.detail) if command.detail else None,
-                message=None if command.message is None else clean_text(command.message),
-                trace_id=format(scope.trace_id, "032x") if scope.trace_id else None,
-                span_id=format(scope.span_id, "016x") if scope.span_id else None,
-                execution_id=scope.execution,
-                created_us=command.time_ns // 1000,
-                ended_us=None,
-            )
-        )
+        kind = clean_text(command.type, MAX_STEP_KEY_CHARS)
+        detail = dict(command.detail) if command.detail else None
+        message = None if command.message is None else clean_text(command.message)
+        trace_id = format(scope.trace_id, "032x") if scope.trace_id else None
+        span_id = format(scope.span_id, "016x") if scope.span_id else None
+        created_us = command.time_ns // 1000
+        row = EventRow(
+            *_job_columns(scope), kind, None, None, detail, message, trace_id, span_id,
+            scope.execution, created_us, None,
+        )  # fmt: skip
+        self._batch.add_event(row)
 
     # -- helpers ------------------------------------------------------------------------------
 

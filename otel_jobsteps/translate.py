@@ -12,20 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .attributes import (
-    JOB_ATTEMPT,
-    JOB_DOMAIN,
-    JOB_EVENT_DETAIL,
-    JOB_EVENT_MESSAGE,
-    JOB_EVENT_TYPE,
-    JOB_EXECUTION,
-    JOB_ID,
-    JOB_OUTCOME,
-    JOB_STEP_DETAIL,
-    JOB_STEP_KEY,
-    JOB_TIME_LIMIT,
-    JOB_TYPE,
-)
+from . import attributes as attr
 from .detail import clean_text, parse_detail
 from .facts import SpanFacts
 from .recorder import (
@@ -106,13 +93,13 @@ class SpanTranslator:
     def started(self, span: SpanFacts) -> list[Command]:
         """The commands a span's start implies (an ordinary-event span is complete at start)."""
         attributes = span.attributes
-        if JOB_EVENT_TYPE in attributes:
+        if attr.JOB_EVENT_TYPE in attributes:
             event = self._event(span, attributes)
             return [] if event is None else [event]
         span_id = span.span_id
         if span_id in self._open:
             return []
-        if JOB_ID in attributes:
+        if attr.JOB_ID in attributes:
             scope = self._job_scope(span, attributes)
             if scope is not None:
                 self._remember(span_id, _OpenSpan(scope, None))
@@ -121,7 +108,7 @@ class SpanTranslator:
         if parent is None:
             return []  # outside any job scope
         scope = parent.scope
-        key = attributes.get(JOB_STEP_KEY)
+        key = attributes.get(attr.JOB_STEP_KEY)
         if key is None:
             self._remember(span_id, _OpenSpan(scope, None))  # not a step; its children are
             return []
@@ -139,7 +126,7 @@ class SpanTranslator:
 
     def ended(self, span: SpanFacts) -> list[Command]:
         """The commands a span's end implies: a step's close, or the attempt's end."""
-        if JOB_EVENT_TYPE in span.attributes:
+        if attr.JOB_EVENT_TYPE in span.attributes:
             return []  # an ordinary event is whole at its start: `started` recorded it
         span_id = span.span_id
         commands: list[Command] = []
@@ -158,13 +145,15 @@ class SpanTranslator:
         attributes = span.attributes
         end_ns = span.end_ns or span.start_ns
         if key is None:
-            commands.append(JobEnded(scope, end_ns, span.error, attributes.get(JOB_OUTCOME), error))
+            commands.append(
+                JobEnded(scope, end_ns, span.error, attributes.get(attr.JOB_OUTCOME), error)
+            )
             return commands
         if not found.reported:  # received, or a live step that ended before it was polled
             latest = latest_progress(reversed(span.events))
             if latest:
                 commands.append(ProgressReported(scope, key, latest))
-        explicit = attributes.get(JOB_STEP_DETAIL)
+        explicit = attributes.get(attr.JOB_STEP_DETAIL)
         commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error))
         return commands
 
@@ -172,13 +161,13 @@ class SpanTranslator:
         """The commands of `started` then `ended` for a span whose start and end arrive with
         nothing in between (live: adjacent in the writer's queue); a step's as one StepRan."""
         attributes = span.attributes
-        key = attributes.get(JOB_STEP_KEY)
+        key = attributes.get(attr.JOB_STEP_KEY)
         parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
         if (
             key is None
             or parent is None
-            or JOB_ID in attributes
-            or JOB_EVENT_TYPE in attributes
+            or attr.JOB_ID in attributes
+            or attr.JOB_EVENT_TYPE in attributes
             or span.span_id in self._open
         ):
             return self.started(span) + self.ended(span)
@@ -190,7 +179,7 @@ class SpanTranslator:
                 span.start_ns,
                 span.end_ns or span.start_ns,
                 span.error,
-                attributes.get(JOB_STEP_DETAIL),
+                attributes.get(attr.JOB_STEP_DETAIL),
                 _error_text(span) if span.error else None,
                 latest_progress(reversed(span.events)),
             )
@@ -209,25 +198,25 @@ class SpanTranslator:
         """An ordinary event: in the parent's job scope, or in the scope its attributes name."""
         parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
         scope = parent.scope if parent is not None else None
-        if scope is None and JOB_ID in attributes:
+        if scope is None and attr.JOB_ID in attributes:
             scope = self._job_scope(span, attributes, event=True)
         if scope is None:
             return None
-        message = attributes.get(JOB_EVENT_MESSAGE)
+        message = attributes.get(attr.JOB_EVENT_MESSAGE)
         return EventRecorded(
             scope,
-            str(attributes[JOB_EVENT_TYPE]),
+            str(attributes[attr.JOB_EVENT_TYPE]),
             None if message is None else str(message),
-            parse_detail(attributes.get(JOB_EVENT_DETAIL)),
+            parse_detail(attributes.get(attr.JOB_EVENT_DETAIL)),
             span.start_ns,
         )
 
     def _job_scope(
         self, span: SpanFacts, attributes: Mapping[str, Any], *, event: bool = False
     ) -> Scope | None:
-        domain = attributes.get(JOB_DOMAIN)
-        job_id = attributes.get(JOB_ID)
-        attempt = _attempt_number(attributes.get(JOB_ATTEMPT))
+        domain = attributes.get(attr.JOB_DOMAIN)
+        job_id = attributes.get(attr.JOB_ID)
+        attempt = _attempt_number(attributes.get(attr.JOB_ATTEMPT))
         if (
             domain in (None, "")
             or job_id in (None, "")
@@ -238,14 +227,14 @@ class SpanTranslator:
         ):
             self._problem(
                 "invalid_job_span",
-                f"span {clean_text(span.name, 200)!r} ignored: needs non-empty {JOB_DOMAIN} and "
-                f"{JOB_ID} (<= {MAX_ID_CHARS} characters) and an integer {JOB_ATTEMPT} "
-                f"in 1..{MAX_ATTEMPT}",
+                f"span {clean_text(span.name, 200)!r} ignored: needs non-empty "
+                f"{attr.JOB_DOMAIN} and {attr.JOB_ID} (<= {MAX_ID_CHARS} characters) and an "
+                f"integer {attr.JOB_ATTEMPT} in 1..{MAX_ATTEMPT}",
             )
             return None
-        job_type = attributes.get(JOB_TYPE)
-        execution = attributes.get(JOB_EXECUTION)
-        deadline = None if event else _deadline(span.start_ns, attributes.get(JOB_TIME_LIMIT))
+        job_type = attributes.get(attr.JOB_TYPE)
+        execution = attributes.get(attr.JOB_EXECUTION)
+        deadline = None if event else _deadline(span.start_ns, attributes.get(attr.JOB_TIME_LIMIT))
         # An event names its scope; it does not own an execution of the attempt.
         trace_id, span_id = (0, 0) if event else (span.trace_id, span.span_id)
         return Scope(

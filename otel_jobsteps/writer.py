@@ -83,18 +83,17 @@ class Writer:
         wake_threshold: int = 1000,
         clock: Any = time.monotonic,
     ) -> None:
-        self._handler = handler
-        self._store = store
-        self._stats = stats
-        self._max_queue = max_queue_size
-        self._max_batch_commands = max_batch_commands
-        self._max_pending_operations = max_pending_operations
-        self._backoff_initial = backoff_initial_s
-        self._backoff_max = backoff_max_s
+        self._handler, self._store, self._stats, self._clock = handler, store, stats, clock
+        # Bounds: queued commands, commands per drain, row operations held while the database
+        # is away.
+        self._max_queue, self._max_batch_commands, self._max_pending_operations = (
+            max_queue_size,
+            max_batch_commands,
+            max_pending_operations,
+        )
+        self._backoff_initial, self._backoff_max = backoff_initial_s, backoff_max_s
         self._heartbeat_interval = heartbeat_interval_s
-        self._linger = linger_s
-        self._wake_threshold = wake_threshold
-        self._clock = clock
+        self._linger, self._wake_threshold = linger_s, wake_threshold
         self._init_runtime()
 
     def _init_runtime(self) -> None:

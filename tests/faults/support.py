@@ -211,6 +211,22 @@ def start_open_step(tracer: trace.Tracer, job_id: str) -> tuple[trace.Span, trac
     return job, render
 
 
+def close_open_step(
+    job: trace.Span, render: trace.Span, progress: dict[str, Any] | None = None
+) -> JobRows:
+    """End a job left open by `start_open_step`, its step reporting ``progress`` first; the
+    rows it must leave."""
+    if progress is not None:
+        render.add_event("progress", progress)
+    render.end()
+    job.end()
+    assert isinstance(job, ReadableSpan)
+    assert job.attributes is not None
+    job_id = job.attributes[JOB_ID]
+    rendered = ("RENDER", "COMPLETED", progress, None, started_at(render), ended_at(render))
+    return JobRows([(job_id, 1, *rendered)], (job_id, 1, "COMPLETED", None, None, ended_at(job)))
+
+
 def stat(processor: JobStepsProcessor, name: str) -> int:
     value = processor.stats().get(name, 0)
     assert isinstance(value, int)

@@ -39,13 +39,12 @@ from tests.faults.support import (
     BridgeFactory,
     JobRows,
     assert_rows,
-    ended_at,
+    close_open_step,
     expected_steps,
     plan,
     run_job,
     run_jobs,
     start_open_step,
-    started_at,
     stat,
     step_rows,
 )
@@ -92,9 +91,7 @@ def test_refused_outage_loses_nothing_and_overwrites_nothing(
         "UPDATE job_event SET step_status = 'FAILED', message = 'abandoned', ended_at = now()"
         f" WHERE job_id = 'settled' RETURNING {STEP_COLUMNS}"
     ).fetchall()
-    render.add_event("progress", {"pct": 99})
-    render.end()
-    job.end()
+    closed = close_open_step(job, render, {"pct": 99})  # the sweep's close stays
     during = run_jobs(b.tracer, "during", 6)
     # "retries" is counted just after "write_failed": waiting on it sees both.
     wait_until(lambda: stat(b.processor, "retries") >= 2, what="two retries", max_interval_s=0.002)
@@ -104,8 +101,7 @@ def test_refused_outage_loses_nothing_and_overwrites_nothing(
 
     proxy.set_mode(Mode.PASS)
     assert b.processor.force_flush(15_000)
-    settled_log = ("settled", 1, "COMPLETED", None, None, ended_at(job))
-    assert_rows(conn, [before, JobRows(settled, settled_log), *during])
+    assert_rows(conn, [before, JobRows(settled, closed.log), *during])
 
 
 def test_a_server_that_never_answers_holds_the_writer_not_the_jobs(
@@ -219,26 +215,13 @@ def test_a_backend_killed_mid_run_is_reconnected(
             ).fetchall()
         ),
     )
-    render.add_event("progress", {"pct": 80})
-    render.end()
-    job.end()
+    closed = close_open_step(job, render, {"pct": 80})
     after = run_jobs(b.tracer, "after", 5)
     assert b.processor.force_flush(15_000)
     assert stat(b.processor, "write_failed") >= 1
     assert stat(b.processor, "retries") >= 1
     assert_no_password(b.processor, caplog)
-    killed_step = (
-        "killed",
-        1,
-        "RENDER",
-        "COMPLETED",
-        {"pct": 80},
-        None,
-        started_at(render),
-        ended_at(render),
-    )
-    killed_log = ("killed", 1, "COMPLETED", None, None, ended_at(job))
-    assert_rows(conn, [*jobs, JobRows([killed_step], killed_log), *after])
+    assert_rows(conn, [*jobs, closed, *after])
     assert proxy.accepted == 2  # one reconnect, through the same proxy
 
 

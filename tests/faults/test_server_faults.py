@@ -26,15 +26,11 @@ from tests.faults.support import (
     BridgeFactory,
     JobRows,
     assert_rows,
-    ended_at,
-    expected_logs,
-    expected_steps,
-    log_rows,
+    close_open_step,
     plan,
     run_job,
     run_jobs,
     start_open_step,
-    started_at,
     stat,
     step_rows,
 )
@@ -90,15 +86,6 @@ def assert_failed_with(processor: JobStepsProcessor, sqlstate: str) -> None:
     assert f"[{sqlstate}]" in str(processor.stats()["last_error"])
 
 
-def close_open_step(job: Any, render: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """End a job left open by `start_open_step`; its expected STEP and job_log rows."""
-    render.end()
-    job.end()
-    job_id = job.attributes["job.id"]
-    step_row = (job_id, 1, "RENDER", "COMPLETED", None, None, started_at(render), ended_at(render))
-    return step_row, (job_id, 1, "COMPLETED", None, None, ended_at(job))
-
-
 # -- lock waits, deadlocks, serialization failures --------------------------------------------
 
 
@@ -136,7 +123,7 @@ def test_a_deadlock_victim_batch_is_written_again(
         dsn, "SET deadlock_timeout = '10s'", "LOCK TABLE job_log IN EXCLUSIVE MODE"
     ) as other:
         proxy.blackhole_when(server_sends=b"UPDATE 1\x00")
-        step_row, log_row = close_open_step(job, render)
+        closed = close_open_step(job, render)
         wait_until(lambda: proxy.mode is Mode.BLACKHOLE, what="the step close to run")
         waiter = threading.Thread(
             target=other.execute,
@@ -151,8 +138,7 @@ def test_a_deadlock_victim_batch_is_written_again(
     assert b.processor.force_flush(15_000)
     assert_failed_with(b.processor, "40P01")
     assert_no_row_rejected(b.processor)
-    assert step_rows(conn) == [*expected_steps(jobs), step_row, *expected_steps(after)]
-    assert log_rows(conn) == [*expected_logs(jobs), log_row, *expected_logs(after)]
+    assert_rows(conn, [*jobs, closed, *after])
 
 
 def test_a_serialization_failure_is_written_again(
@@ -166,14 +152,13 @@ def test_a_serialization_failure_is_written_again(
     job, render = start_open_step(b.tracer, "serial")
     assert b.processor.force_flush(10_000)
     with holding(dsn, "UPDATE job_event SET step_status = step_status WHERE job_id = 'serial'"):
-        step_row, log_row = close_open_step(job, render)
+        closed = close_open_step(job, render)
         wait_until(lambda: writer_waits_on_a_lock(conn), what="the writer to wait on the row")
         assert stat(b.processor, "write_failed") == 0
     assert b.processor.force_flush(15_000)
     assert_failed_with(b.processor, "40001")
     assert_no_row_rejected(b.processor)
-    assert step_rows(conn) == [*expected_steps(jobs), step_row]
-    assert log_rows(conn) == [*expected_logs(jobs), log_row]
+    assert_rows(conn, [*jobs, closed])
 
 
 # -- the writer's session ends -----------------------------------------------------------------

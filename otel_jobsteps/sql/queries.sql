@@ -17,7 +17,10 @@
 -- plan can hash a sequential scan of job_event against them (a custom plan of a large batch
 -- did, issue 13), and none can loop over the input once per row. Each updated row finds its
 -- own input by binary search: width_bucket(e.id, input.ids) is the position of e.id in the
--- sorted ids (a batch names an attempt once per statement, so each id comes from one input).
+-- sorted ids. A batch may name one attempt twice (two runs of an attempt under one execution
+-- id): the guard is applied in the probe and DISTINCT ON keeps one input per open step (the
+-- one that would have won had they run one after the other), so the ids are unique and every
+-- array stays aligned with them.
 -- ONLY: an attempt with an open step or without a final row is never moved out of job_event
 -- (partitioned layout), so the writer never reads the archive's children.
 -- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.
@@ -68,17 +71,22 @@ ON CONFLICT (domain, job_id, attempt) DO NOTHING;
 
 -- name: close_foreign_steps --
 -- Close an attempt's open step owned by another execution (a stalled re-run or a zombie).
-WITH input AS (
-    SELECT array_agg(open.id ORDER BY open.id) AS ids,
-           array_agg(t.execution_id ORDER BY open.id) AS execution_ids,
-           array_agg(t.at_us ORDER BY open.id) AS at_us
+WITH chosen AS (
+    SELECT DISTINCT ON (open.id) open.id, t.execution_id, t.at_us
     FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
-                %(execution_id)b::text[], %(at_us)b::bigint[])
-         AS t (domain, job_id, attempt, execution_id, at_us),
+                %(execution_id)b::text[], %(at_us)b::bigint[]) WITH ORDINALITY
+         AS t (domain, job_id, attempt, execution_id, at_us, ord),
          LATERAL (SELECT o.id FROM ONLY {job_event} AS o
                   WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                     AND o.type = 'STEP' AND o.ended_at IS NULL
+                    AND o.execution_id IS DISTINCT FROM t.execution_id
                   LIMIT 1) AS open
+    ORDER BY open.id, t.ord
+), input AS (
+    SELECT array_agg(id ORDER BY id) AS ids,
+           array_agg(execution_id ORDER BY id) AS execution_ids,
+           array_agg(at_us ORDER BY id) AS at_us
+    FROM chosen
 )
 UPDATE ONLY {job_event} AS e
 SET step_status = 'FAILED',
@@ -92,18 +100,24 @@ WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
 -- name: write_progress --
 -- Replace the detail of an open step this execution owns; a closed row is left alone. A
 -- progress write is a sign of life too: it moves heartbeat_at (not indexed: a HOT update).
-WITH input AS (
-    SELECT array_agg(open.id ORDER BY open.id) AS ids,
-           array_agg(t.execution_id ORDER BY open.id) AS execution_ids,
-           array_agg(t.step_key ORDER BY open.id) AS step_keys,
-           array_agg(t.detail ORDER BY open.id) AS details
+-- Of two inputs for one step, the later wins (as if written one after the other).
+WITH chosen AS (
+    SELECT DISTINCT ON (open.id) open.id, t.execution_id, t.step_key, t.detail
     FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
                 %(execution_id)b::text[], %(step_key)b::text[], %(detail)b::text[])
-         AS t (domain, job_id, attempt, execution_id, step_key, detail),
+         WITH ORDINALITY AS t (domain, job_id, attempt, execution_id, step_key, detail, ord),
          LATERAL (SELECT o.id FROM ONLY {job_event} AS o
                   WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                     AND o.type = 'STEP' AND o.ended_at IS NULL
+                    AND o.execution_id = t.execution_id AND o.step_key = t.step_key
                   LIMIT 1) AS open
+    ORDER BY open.id, t.ord DESC
+), input AS (
+    SELECT array_agg(id ORDER BY id) AS ids,
+           array_agg(execution_id ORDER BY id) AS execution_ids,
+           array_agg(step_key ORDER BY id) AS step_keys,
+           array_agg(detail ORDER BY id) AS details
+    FROM chosen
 )
 UPDATE ONLY {job_event} AS e
 SET detail = input.details[width_bucket(e.id, input.ids)]::jsonb,
@@ -115,24 +129,32 @@ WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
 
 -- name: close_steps --
 -- Close an open step this execution owns (step_key NULL: whichever it is); guarded, so a close
--- that lost a race changes nothing.
-WITH input AS (
-    SELECT array_agg(open.id ORDER BY open.id) AS ids,
-           array_agg(t.execution_id ORDER BY open.id) AS execution_ids,
-           array_agg(t.step_key ORDER BY open.id) AS step_keys,
-           array_agg(t.status ORDER BY open.id) AS statuses,
-           array_agg(t.detail ORDER BY open.id) AS details,
-           array_agg(t.message ORDER BY open.id) AS messages,
-           array_agg(t.ended_us ORDER BY open.id) AS ended_us
+-- that lost a race changes nothing. Of two inputs for one step, the first whose guard holds
+-- wins (as if written one after the other).
+WITH chosen AS (
+    SELECT DISTINCT ON (open.id) open.id, t.execution_id, t.step_key, t.status, t.detail,
+           t.message, t.ended_us
     FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
                 %(execution_id)b::text[], %(step_key)b::text[], %(status)b::text[],
-                %(detail)b::text[], %(message)b::text[], %(ended_us)b::bigint[])
+                %(detail)b::text[], %(message)b::text[], %(ended_us)b::bigint[]) WITH ORDINALITY
          AS t (domain, job_id, attempt, execution_id, step_key, status, detail, message,
-               ended_us),
+               ended_us, ord),
          LATERAL (SELECT o.id FROM ONLY {job_event} AS o
                   WHERE o.domain = t.domain AND o.job_id = t.job_id AND o.attempt = t.attempt
                     AND o.type = 'STEP' AND o.ended_at IS NULL
+                    AND o.execution_id = t.execution_id
+                    AND o.step_key = COALESCE(t.step_key, o.step_key)
                   LIMIT 1) AS open
+    ORDER BY open.id, t.ord
+), input AS (
+    SELECT array_agg(id ORDER BY id) AS ids,
+           array_agg(execution_id ORDER BY id) AS execution_ids,
+           array_agg(step_key ORDER BY id) AS step_keys,
+           array_agg(status ORDER BY id) AS statuses,
+           array_agg(detail ORDER BY id) AS details,
+           array_agg(message ORDER BY id) AS messages,
+           array_agg(ended_us ORDER BY id) AS ended_us
+    FROM chosen
 )
 UPDATE ONLY {job_event} AS e
 SET step_status = input.statuses[width_bucket(e.id, input.ids)],

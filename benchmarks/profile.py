@@ -11,20 +11,30 @@ step spans inside a job with our processor and a live writer, flushing now and t
 prints, per thread, where the samples went: by area (our modules, psycopg, the OTel SDK,
 the rest), then the top functions by self and by inclusive samples. With ``--gil`` py-spy
 samples only the thread holding the GIL, which is what the two threads compete for.
+
+``threads`` needs no profiler: it runs the target 2 workload with no processor, then with
+ours, and prints per step the wall time, the CPU time of the job thread and of the writer
+thread, and the garbage collector's CPU time on each (py-spy cannot show collections: they
+are charged to whatever frame allocated). The two threads share one GIL, so with a job that
+never waits the wall time is about the sum of both threads' CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
+import threading
 import time
 from collections import Counter, defaultdict
+from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import set_span_in_context
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor
 
-from .common import STEP_KEYS, Databases, job_attributes, server
+from .common import STEP_KEYS, Databases, job_attributes, run_jobs, server
 from .throughput import ours_once
 
 AREAS = (
@@ -65,6 +75,73 @@ def hot(dsn: str, seconds: float) -> None:
         processor.force_flush(60_000)
         job_number += 1
     provider.shutdown()
+
+
+def _thread_cpu_s(native_id: int) -> float:
+    """CPU seconds (user + system) of one thread of this process, from /proc."""
+    with open(f"/proc/self/task/{native_id}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _CollectorClock:
+    """Adds up the CPU time the garbage collector takes, per thread (job or writer)."""
+
+    def __init__(self) -> None:
+        self.seconds = {"job": 0.0, "writer": 0.0}
+        self._started: dict[int, float] = {}
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        thread = threading.get_ident()
+        if phase == "start":
+            self._started[thread] = time.thread_time()
+            return
+        name = "writer" if threading.current_thread().name == "otel_jobsteps-writer" else "job"
+        self.seconds[name] += time.thread_time() - self._started.pop(thread, time.thread_time())
+
+
+def threads(dsn: str, jobs: int) -> dict[str, float]:
+    """Microseconds per step: wall and CPU, job and writer thread, and their GC share."""
+    provider = TracerProvider()
+    tracer = provider.get_tracer("benchmarks.profile")
+    run_jobs(tracer, "sdk-w", 100)
+    started, cpu = time.perf_counter(), time.thread_time()
+    steps = run_jobs(tracer, "sdk", jobs)
+    per_step = 1e6 / steps
+    out = {
+        "SDK alone: wall": (time.perf_counter() - started) * per_step,
+        "SDK alone: job thread CPU": (time.thread_time() - cpu) * per_step,
+    }
+    processor = JobStepsProcessor(dsn)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("benchmarks.profile")
+    run_jobs(tracer, "ours-w", 50)
+    processor.force_flush(30_000)
+    writer = next(t for t in threading.enumerate() if t.name == "otel_jobsteps-writer")
+    assert writer.native_id is not None
+    collector = _CollectorClock()
+    gc.collect()
+    gc.callbacks.append(collector)
+    try:
+        writer_cpu, cpu = _thread_cpu_s(writer.native_id), time.thread_time()
+        started = time.perf_counter()
+        run_jobs(tracer, "ours", jobs)
+        job_cpu = time.thread_time() - cpu
+        processor.force_flush(300_000)
+        wall = time.perf_counter() - started
+        writer_cpu = _thread_cpu_s(writer.native_id) - writer_cpu
+    finally:
+        gc.callbacks.remove(collector)
+        provider.shutdown()
+    out |= {
+        "ours: wall, first span to flushed": wall * per_step,
+        "ours: job thread CPU": job_cpu * per_step,
+        "ours: of which garbage collection": collector.seconds["job"] * per_step,
+        "ours: writer thread CPU": writer_cpu * per_step,
+        "ours: of which garbage collection ": collector.seconds["writer"] * per_step,
+    }
+    return out
 
 
 def _area(frame: str) -> str:
@@ -144,7 +221,7 @@ def report(path: str, top: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("hot", "throughput", "report"))
+    parser.add_argument("what", choices=("hot", "throughput", "threads", "report"))
     parser.add_argument("file", nargs="?", help="py-spy raw output (for report)")
     parser.add_argument("--dsn", help="loopback server DSN (default: embedded PostgreSQL)")
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -162,6 +239,11 @@ def main() -> None:
         try:
             if args.what == "hot":
                 hot(dbs.fresh("profile"), args.seconds)
+            elif args.what == "threads":
+                for repetition in range(args.repetitions):
+                    print(f"-- repetition {repetition + 1}, {args.jobs * 3:,} steps (us per step)")
+                    for name, value in threads(dbs.fresh("profile"), args.jobs).items():
+                        print(f"{name.strip():42} {value:7.1f}")
             else:
                 for repetition in range(args.repetitions):
                     dsn = dbs.fresh("profile")

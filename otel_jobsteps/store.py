@@ -135,15 +135,45 @@ def _row_getter(names: tuple[str, ...]) -> tuple[attrgetter[Any], attrgetter[Any
 
 
 _ROW_GETTERS = {kind: _row_getter(_FIELD_NAMES[kind]) for kind in (EventRow, JobLogRow)}
+# Every field of a new row in order, the detail object among them (see _rows_json).
+_ROW_FIELDS = {kind: attrgetter(*_FIELD_NAMES[kind]) for kind in (EventRow, JobLogRow)}
+_ROWS_PER_CHUNK = 128
+_STRICT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
+def _rows_json(ops: Sequence[Any], max_detail_bytes: int) -> str:
+    """New rows as one JSON array of arrays, in field order.
+
+    A row's detail rides in it as a JSON object (the SQL's ``r->>N`` gives its text), so the
+    whole batch is encoded by C calls, a chunk of rows each. A chunk whose text could hold a
+    detail that `encode_detail` would change (over ``max_detail_bytes``, NUL, NaN, a value
+    JSON has no word for) is encoded again row by row, each detail by `encode_detail`.
+    """
+    kind = type(ops[0])
+    every_field = _ROW_FIELDS[kind]
+    chunks = []
+    for first in range(0, len(ops), _ROWS_PER_CHUNK):
+        chunk = ops[first : first + _ROWS_PER_CHUNK]
+        try:
+            text = _STRICT_JSON.encode(list(map(every_field, chunk)))
+            if len(text) <= max_detail_bytes and "\\u0000" not in text:
+                chunks.append(text[1:-1])
+                continue
+        except (TypeError, ValueError, RecursionError):
+            pass
+        before, after = _ROW_GETTERS[kind]
+        rows = [
+            (*before(op), encode_detail(op.detail, max_detail_bytes), *after(op)) for op in chunk
+        ]
+        chunks.append(json.dumps(rows)[1:-1])
+    return "[" + ",".join(chunks) + "]"
 
 
 def _params(ops: Sequence[Any], max_detail_bytes: int) -> dict[str, Any]:
     """Statement parameters: new rows as one JSON array of arrays, updates as column arrays."""
     kind = type(ops[0])
-    if kind in _ROW_GETTERS:
-        before, after = _ROW_GETTERS[kind]
-        rows = [(*before(op), encode_detail(op.detail, max_detail_bytes), *after(op)) for op in ops]
-        return {"rows": json.dumps(rows)}
+    if kind in _ROW_FIELDS:
+        return {"rows": _rows_json(ops, max_detail_bytes)}
     params: dict[str, Any] = {}
     for name in _FIELD_NAMES[kind]:
         values = [getattr(op, name) for op in ops]

@@ -114,8 +114,8 @@ def prune(
     Works in transactions of at most ``batch_size`` job_log rows (oldest first) and their
     attempts' job_event rows. An open step is never deleted, nor any row of an attempt that
     still has one; attempts without a job_log row are kept (`sweep` first settles the
-    abandoned ones). ``dry_run`` runs the same batches in one transaction and rolls it back,
-    counting what they deleted.
+    abandoned ones). ``dry_run`` counts what a run would delete now, reading only (a replica
+    or a SELECT-only role will do).
 
     With the partitioned layout, finished attempts' job_event rows first move out of the
     current table into their interval's child, then the children of intervals that ended
@@ -130,16 +130,9 @@ def prune(
     params = {"older_than": older_than, "batch_size": batch_size}
     logs = events = batches = 0
     if dry_run:
-        # The same batches, each seeing the rows the ones before it deleted, all rolled back.
-        with session(conninfo_or_connection, schema=schema) as conn:
-            with conn.transaction(force_rollback=True):
-                while True:
-                    (counts,) = fetch(conn, queries["prune_batch"], params, _Counts)
-                    logs += counts.job_logs
-                    events += counts.job_events
-                    if counts.job_logs < batch_size:
-                        break
-        return PruneResult(logs, events, 0, dry_run=True)
+        with session(conninfo_or_connection, schema=schema, snapshot=True) as conn:
+            (counts,) = fetch(conn, queries["prunable_rows"], params, _Counts)
+        return PruneResult(counts.job_logs, counts.job_events, 0, dry_run=True)
     partitions = 0
     with borrowed_connection(conninfo_or_connection) as conn:
         if is_partitioned(conn, schema=schema):

@@ -85,13 +85,26 @@ FROM quiet AS q
 LEFT JOIN logged AS g USING (domain, job_id, attempt)
 ORDER BY last_seen_at, domain, job_id, attempt;
 
+-- name: prunable_rows --
+-- What prune would delete now, counted read-only (a dry run works on a replica or with SELECT
+-- only): each job_log row past the cutoff and its attempt's rows, one pass through
+-- job_event_job per attempt, which also tells whether the attempt still has an open step.
+SELECT count(*) AS job_logs, COALESCE(sum(e.rows), 0)::bigint AS job_events
+FROM {job_log} AS l
+CROSS JOIN LATERAL (
+    SELECT count(*) AS rows,
+           count(*) FILTER (WHERE e.type = 'STEP' AND e.ended_at IS NULL) AS open_steps
+    FROM {job_event} AS e
+    WHERE (e.domain, e.job_id, e.attempt) = (l.domain, l.job_id, l.attempt)
+) AS e
+WHERE l.created_at < now() - %(older_than)s::interval AND e.open_steps = 0;
+
 -- name: prune_batch --
 -- Delete up to batch_size job_log rows past the cutoff, oldest first, with their attempts'
 -- job_event rows. An attempt with an open step is skipped whole, and an open step is never
 -- deleted even if one appeared since (checked again in the DELETE). The batch is read through
 -- job_log_ended_attempt and handed on as arrays: a generic plan, which cannot know batch_size,
--- then still deletes by primary key and, per attempt, through job_event_job. A dry run is these
--- batches in one transaction, rolled back.
+-- then still deletes by primary key and, per attempt, through job_event_job.
 WITH batch AS (
     SELECT array_agg(old.id) AS ids,
            array_agg(old.domain) AS domains,

@@ -214,6 +214,19 @@ def test_prune_works_in_batches(dsn: str, conn: psycopg.Connection[Any]) -> None
     assert prune(dsn, timedelta(days=30)).job_logs == 0
 
 
+def test_prune_dry_run_only_reads(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """A preview works where nothing can be written (a replica, a SELECT-only role) and
+    counts what the real run then deletes, sparing an attempt that still has an open step."""
+    finished_attempt(conn, "old", 1, age="40 days")
+    finished_attempt(conn, "kept", 1, age="40 days")
+    open_step(conn, "kept", age="1 day")  # a late step of a finished attempt
+    with psycopg.connect(dsn, options="-c default_transaction_read_only=on") as read_only:
+        preview = prune(read_only, timedelta(days=30), dry_run=True)
+    assert (preview.job_logs, preview.job_events) == (1, 2)
+    result = prune(dsn, timedelta(days=30))
+    assert (result.job_logs, result.job_events) == (preview.job_logs, preview.job_events)
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -193,6 +193,7 @@ class Parameters:
             "since_ago": "1 hour",
             "limit": 50,
             "after_id": max(0, self.max_id - 100),
+            "after_created_at": "-infinity",
             "older_than": "1 hour",
             "batch_size": 1000,
         }.get(name)

@@ -124,9 +124,10 @@ def indexes_built_after(conn: psycopg.Connection[Any], table: str) -> Iterator[N
     """Drop ``table``'s indexes (constraints' too) for the block, then build them again: a sorted
     build beats inserting millions of rows into every index one by one."""
     found = conn.execute(
-        "SELECT i.indexrelid::regclass::text, c.conname, pg_get_indexdef(i.indexrelid),"
+        "SELECT x.relname, c.conname, pg_get_indexdef(i.indexrelid),"
         "       pg_get_constraintdef(c.oid)"
-        " FROM pg_index AS i LEFT JOIN pg_constraint AS c ON c.conindid = i.indexrelid"
+        " FROM pg_index AS i JOIN pg_class AS x ON x.oid = i.indexrelid"
+        " LEFT JOIN pg_constraint AS c ON c.conindid = i.indexrelid"
         "  AND c.conrelid = i.indrelid"
         " WHERE i.indrelid = %s::regclass",
         (table,),
@@ -451,25 +452,28 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=15_000)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument(
-        "--database", help="fill this database (created if missing) instead of a throwaway one"
+        "--database",
+        help="create and fill this database instead of a throwaway one (it must not exist)",
     )
     parser.add_argument(
         "--reuse", action="store_true", help="--database is filled already: measure only"
     )
-    parser.add_argument("--keep", action="store_true", help="do not drop --database at the end")
+    parser.add_argument(
+        "--keep", action="store_true", help="do not drop the database this run created"
+    )
     parser.add_argument("--verbose", action="store_true", help="print the flagged plans")
     args = parser.parse_args()
     with server(args.dsn) as server_dsn:
         dbs = Databases(server_dsn)
-        big = None
+        big = dbs.dsn(args.database) if args.database else None
+        created = False  # only a database this run created is ever dropped
         try:
-            if args.database:
-                big = dbs.dsn(args.database)
-                if not args.reuse:
-                    with psycopg.connect(server_dsn, autocommit=True) as conn:
-                        conn.execute(
-                            sql.SQL("CREATE DATABASE {}").format(sql.Identifier(args.database))
-                        )
+            if big is not None and not args.reuse:
+                with psycopg.connect(server_dsn, autocommit=True) as conn:
+                    conn.execute(
+                        sql.SQL("CREATE DATABASE {}").format(sql.Identifier(args.database))
+                    )
+                created = True
             result = measure(
                 dbs,
                 rows=args.rows,
@@ -479,7 +483,7 @@ def main() -> None:
                 fill_it=not args.reuse,
             )
         finally:
-            if big is not None and not args.keep:
+            if big is not None and created and not args.keep:
                 dbs.drop(big)
             dbs.close()
     print(f"fill: {result['fill']}")

@@ -130,9 +130,7 @@ def prune(
     params = {"older_than": older_than, "batch_size": batch_size}
     logs = events = batches = 0
     if dry_run:
-        with session(conninfo_or_connection, schema=schema, snapshot=True) as conn:
-            (counts,) = fetch(conn, queries["prunable_rows"], params, _Counts)
-        return PruneResult(counts.job_logs, counts.job_events, 0, dry_run=True)
+        return _count_prunable(conninfo_or_connection, queries["prunable_rows"], params, schema)
     partitions = 0
     with borrowed_connection(conninfo_or_connection) as conn:
         if is_partitioned(conn, schema=schema):
@@ -149,6 +147,31 @@ def prune(
             if counts.job_logs < batch_size:
                 break
     return PruneResult(logs, events, batches, dry_run=False, partitions=partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prunable(Record):
+    job_logs: int
+    job_events: int
+    scanned: int
+    last_created_at: datetime | None
+    last_id: int | None
+
+
+def _count_prunable(
+    target: Target, query: sql.Composed, params: dict[str, Any], schema: str
+) -> PruneResult:
+    """A dry run: what prune's batches would delete, read in batches in one snapshot."""
+    logs = events = 0
+    after: dict[str, Any] = {"after_created_at": "-infinity", "after_id": 0}
+    with session(target, schema=schema, snapshot=True) as conn:
+        while True:
+            (batch,) = fetch(conn, query, {**params, **after}, _Prunable)
+            logs += batch.job_logs
+            events += batch.job_events
+            if batch.scanned < params["batch_size"]:
+                return PruneResult(logs, events, 0, dry_run=True)
+            after = {"after_created_at": batch.last_created_at, "after_id": batch.last_id}
 
 
 def _drop_partitions(

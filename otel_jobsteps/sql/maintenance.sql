@@ -86,18 +86,29 @@ LEFT JOIN logged AS g USING (domain, job_id, attempt)
 ORDER BY last_seen_at, domain, job_id, attempt;
 
 -- name: prunable_rows --
--- What prune would delete now, counted read-only (a dry run works on a replica or with SELECT
--- only): each job_log row past the cutoff and its attempt's rows, one pass through
--- job_event_job per attempt, which also tells whether the attempt still has an open step.
-SELECT count(*) AS job_logs, COALESCE(sum(e.rows), 0)::bigint AS job_events
-FROM {job_log} AS l
+-- What prune would delete, counted read-only (a dry run works on a replica or with SELECT
+-- only), batch_size job_log rows past the cutoff at a time in (created_at, id) order after the
+-- previous batch's last row (job_log_ended_attempt, index only), each with its attempt's rows
+-- in one pass through job_event_job, which also tells whether the attempt has an open step.
+SELECT count(*) FILTER (WHERE e.open_steps = 0) AS job_logs,
+       COALESCE(sum(e.rows) FILTER (WHERE e.open_steps = 0), 0)::bigint AS job_events,
+       count(*) AS scanned,
+       (array_agg(l.created_at ORDER BY l.created_at DESC, l.id DESC))[1] AS last_created_at,
+       (array_agg(l.id ORDER BY l.created_at DESC, l.id DESC))[1] AS last_id
+FROM (
+    SELECT p.id, p.created_at, p.domain, p.job_id, p.attempt
+    FROM {job_log} AS p
+    WHERE p.created_at < now() - %(older_than)s::interval
+      AND (p.created_at, p.id) > (%(after_created_at)s::timestamptz, %(after_id)s::bigint)
+    ORDER BY p.created_at, p.id
+    LIMIT %(batch_size)s
+) AS l
 CROSS JOIN LATERAL (
     SELECT count(*) AS rows,
            count(*) FILTER (WHERE e.type = 'STEP' AND e.ended_at IS NULL) AS open_steps
     FROM {job_event} AS e
     WHERE (e.domain, e.job_id, e.attempt) = (l.domain, l.job_id, l.attempt)
-) AS e
-WHERE l.created_at < now() - %(older_than)s::interval AND e.open_steps = 0;
+) AS e;
 
 -- name: prune_batch --
 -- Delete up to batch_size job_log rows past the cutoff, oldest first, with their attempts'

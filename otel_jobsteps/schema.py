@@ -67,7 +67,7 @@ def migrate(
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             ).format(table)
         )
-        done = {row[0] for row in conn.execute(sql.SQL("SELECT version FROM {}").format(table))}
+        done = dict(conn.execute(sql.SQL("SELECT version, name FROM {}").format(table)).fetchall())
         # Migration files use unqualified names: point search_path at the schema for them only.
         conn.execute(
             "SELECT set_config('search_path', %s, true)",
@@ -75,6 +75,12 @@ def migrate(
         )
         for version, name, text in migrations():
             if version in done:
+                if done[version] != name:  # a build's unreleased migration, since replaced
+                    raise ConfigurationError(
+                        f"schema {schema!r} has migration {version} {done[version]!r} applied,"
+                        f" but this version's migration {version} is {name!r}: migrate a"
+                        " fresh schema (or database) and move the data over"
+                    )
                 continue
             conn.execute(text)
             conn.execute(

@@ -116,7 +116,10 @@ class _LiveSpans:
             if type(item) is SpanEnded and item.span.context is deferred.context:
                 self._record_all(self.translator.whole(ended_facts(item.span)))
                 return
-            self._start(deferred)
+            try:
+                self._start(deferred)
+            except Exception as error:  # noqa: BLE001 - it must not take this item down with it
+                self._problem("internal_error", error)
         if type(item) is SpanEnded:
             self._end(item.span)
         elif item.span.end_time is not None:

@@ -391,3 +391,36 @@ def test_steps_and_events_inside_a_job_use_its_tracer(
         ("STEP", "RENDER", {"pct": 5}),
         ("STALLED", None, None),
     ]
+
+
+def test_a_step_read_after_its_end_is_one_closed_row_and_nested_spans_keep_the_order() -> None:
+    """The writer reads a start whose span has ended together with its end when that end is
+    the next item (one closed insert); anything between them is applied in queue order."""
+    processor = JobStepsProcessor(store=InMemoryStore())
+    queued: list[Any] = []
+    processor._submit = queued.append  # the writer is not involved: items applied by hand
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("job", attributes=job_attributes()):
+        with tracer.start_as_current_span("a", attributes={JOB_STEP_KEY: "A"}) as span:
+            span.add_event("progress", {"pct": 50})
+        with tracer.start_as_current_span("b", attributes={JOB_STEP_KEY: "B"}):
+            with tracer.start_as_current_span("c", attributes={JOB_STEP_KEY: "C"}):
+                pass
+    for item in queued:
+        processor._live.handle(item)
+    ops = written(processor._live.take_batch())
+    steps = [
+        (op.step_key, op.step_status, op.detail) for name, op in ops if name == "insert_events"
+    ]
+    closes = [(op.step_key, op.status) for name, op in ops if name == "close_steps"]
+    # B is closed by C's start (one open step per attempt); B's own end then finds C open.
+    assert steps == [
+        ("A", "COMPLETED", {"pct": 50}),
+        ("B", "COMPLETED", None),
+        ("C", "COMPLETED", None),
+    ]
+    assert closes == []
+    assert [type(item).__name__ for item in queued[1:3]] == ["SpanStarted", "SpanEnded"]
+    provider.shutdown()

@@ -26,7 +26,7 @@ import otel_jobsteps
 from otel_jobsteps import job_attempt, step
 from otel_jobsteps.cli import parse_duration
 from otel_jobsteps.timeline import printable
-from tests.helpers import TracingFactory, record_two_attempts
+from tests.helpers import TracingFactory
 
 UNREACHABLE = "postgresql://u:s3cret@127.0.0.1:1/x"
 TIMEOUT_S = 120
@@ -67,11 +67,6 @@ def run(dsn: str) -> Run:
         )
 
     return run_command
-
-
-@pytest.fixture
-def two_attempts(tracing: TracingFactory) -> str:
-    return record_two_attempts(tracing)
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], code: int = 2) -> str:

@@ -24,12 +24,7 @@ from otel_jobsteps import (
     step,
 )
 from otel_jobsteps.query import ActivityFollower
-from tests.helpers import TracingFactory, record_two_attempts, rows
-
-
-@pytest.fixture
-def two_attempts(tracing: TracingFactory) -> str:
-    return record_two_attempts(tracing)
+from tests.helpers import TracingFactory, rows
 
 
 def detail_of(

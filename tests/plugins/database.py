@@ -23,6 +23,7 @@ from tests.helpers import (
     create_database,
     database_dsn,
     drop_database,
+    record_two_attempts,
 )
 
 
@@ -113,3 +114,9 @@ def tracing(dsn: str) -> Iterator[TracingFactory]:
     yield build
     for provider in providers:
         provider.shutdown()
+
+
+@pytest.fixture
+def two_attempts(tracing: TracingFactory) -> str:
+    """The seed story recorded (render / 42: attempt 1 fails in SAVE, attempt 2 completes)."""
+    return record_two_attempts(tracing)

@@ -14,7 +14,6 @@ from tests.helpers import TracingFactory
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
-from tests.helpers import record_two_attempts
 from tests.web.support import (
     ARTIFACTS,
     BROWSER_ARGS,
@@ -23,12 +22,6 @@ from tests.web.support import (
     chromium,
     record_hostile,
 )
-
-
-@pytest.fixture
-def seeded(tracing: TracingFactory) -> str:
-    """The seed story (render / 42: attempt 1 fails in SAVE, attempt 2 completes)."""
-    return record_two_attempts(tracing)
 
 
 @pytest.fixture

@@ -138,13 +138,13 @@ def test_running_bar_grows_and_the_page_settles_without_reload(
 
 
 def test_error_page_recovers_in_place_when_the_database_returns(
-    page: Page, dsn: str, seeded: str
+    page: Page, dsn: str, two_attempts: str
 ) -> None:
     with FaultProxy(Upstream.from_dsn(dsn)) as proxy:
         app = create_app(proxy.dsn_for(dsn), refresh_s=REFRESH_S)
         with live_server(app) as base:
             proxy.set_mode(Mode.REFUSE)
-            response = page.goto(base + job_url("render", seeded))
+            response = page.goto(base + job_url("render", two_attempts))
             assert response is not None
             assert response.status == 503
             assert page.locator("h1").inner_text() == "Database unavailable"

@@ -57,8 +57,8 @@ class Markup(HTMLParser):
         ]
 
 
-def test_job_page_shows_the_seed_story(client: TestClient, seeded: str) -> None:
-    response = client.get(job_url("render", seeded))
+def test_job_page_shows_the_seed_story(client: TestClient, two_attempts: str) -> None:
+    response = client.get(job_url("render", two_attempts))
 
     assert response.status_code == 200
     page = Markup(response.text)
@@ -80,23 +80,23 @@ def test_job_page_shows_the_seed_story(client: TestClient, seeded: str) -> None:
     assert sum(bool(re.search(r"uiFind=[0-9a-f]{16}&", u)) for u in links) == 2
 
 
-def test_attempt_parameter_selects_the_steps_shown(client: TestClient, seeded: str) -> None:
-    first = client.get(job_url("render", seeded, 1))
+def test_attempt_parameter_selects_the_steps_shown(client: TestClient, two_attempts: str) -> None:
+    first = client.get(job_url("render", two_attempts, 1))
     rows = Markup(first.text).all("tr", **{"class": "step failed"})
 
     assert first.status_code == 200
     assert "Steps of attempt 1" in first.text
     assert [r["data-key"] for r in rows] == ["SAVE"]
-    assert client.get(job_url("render", seeded, 9)).status_code == 404
+    assert client.get(job_url("render", two_attempts, 9)).status_code == 404
     assert client.get(job_url("render", "no-such-job")).status_code == 404
-    assert client.get(job_url("render", seeded) + "?attempt=x").status_code == 400
+    assert client.get(job_url("render", two_attempts) + "?attempt=x").status_code == 400
 
 
-def test_api_returns_the_read_api_as_json(client: TestClient, dsn: str, seeded: str) -> None:
-    detail = job_detail(dsn, "render", seeded)
+def test_api_returns_the_read_api_as_json(client: TestClient, dsn: str, two_attempts: str) -> None:
+    detail = job_detail(dsn, "render", two_attempts)
     assert detail is not None
 
-    got = client.get("/api" + job_url("render", seeded)).json()
+    got = client.get("/api" + job_url("render", two_attempts)).json()
     listed = client.get("/api/jobs").json()
 
     expected = detail.to_dict()
@@ -104,7 +104,7 @@ def test_api_returns_the_read_api_as_json(client: TestClient, dsn: str, seeded: 
         k: v for k, v in expected.items() if k != "as_of"
     }
     assert [(j["domain"], j["job_id"], j["status"]) for j in listed] == [
-        ("render", seeded, "COMPLETED")
+        ("render", two_attempts, "COMPLETED")
     ]
     assert client.get("/api/jobs?status=failed").json() == []
     assert client.get("/api/jobs/render/nothing").status_code == 404
@@ -148,7 +148,9 @@ def test_every_listed_job_has_a_working_permalink(
 @pytest.mark.parametrize(
     "path", ["/", "/running", "/steps", "/api/jobs", "/static/app.css", "/jobs/render/42"]
 )
-def test_every_response_carries_a_strict_policy(client: TestClient, seeded: str, path: str) -> None:
+def test_every_response_carries_a_strict_policy(
+    client: TestClient, two_attempts: str, path: str
+) -> None:
     response = client.get(path)
 
     assert response.status_code == 200
@@ -158,8 +160,8 @@ def test_every_response_carries_a_strict_policy(client: TestClient, seeded: str,
     assert response.headers["x-frame-options"] == "DENY"
 
 
-def test_pages_have_no_inline_script_or_style(client: TestClient, seeded: str) -> None:
-    for path in ("/", job_url("render", seeded), "/running", "/steps"):
+def test_pages_have_no_inline_script_or_style(client: TestClient, two_attempts: str) -> None:
+    for path in ("/", job_url("render", two_attempts), "/running", "/steps"):
         page = Markup(client.get(path).text)
         scripts = page.all("script")
         assert [s["src"] for s in scripts] == ["/static/live.js"]
@@ -261,7 +263,7 @@ def test_running_page_lists_open_steps(client: TestClient, tracing: TracingFacto
     assert "data-refresh-ms" not in client.get(job_url("render", "busy")).text
 
 
-def test_steps_page_links_to_recent_failures(client: TestClient, seeded: str) -> None:
+def test_steps_page_links_to_recent_failures(client: TestClient, two_attempts: str) -> None:
     response = client.get("/steps")
     stats = {(s["job_type"], s["step_key"]): s for s in client.get("/api/steps").json()}
     link = "/steps/failures?type=thumbnail&amp;key=SAVE&amp;window=24h"
@@ -275,7 +277,7 @@ def test_steps_page_links_to_recent_failures(client: TestClient, seeded: str) ->
     assert client.get("/steps/failures").status_code == 400
 
 
-def test_token_is_required_when_set(dsn: str, seeded: str) -> None:
+def test_token_is_required_when_set(dsn: str, two_attempts: str) -> None:
     with TestClient(create_app(dsn, token=SECRET), follow_redirects=False) as client:
         assert client.get("/").status_code == 401
         assert client.get("/api/jobs").json() == {"error": "authentication required"}
@@ -374,7 +376,7 @@ def test_serve_refuses_bad_options_in_one_line(
     assert SECRET not in err
 
 
-def test_works_with_a_select_only_role(dsn: str, seeded: str) -> None:
+def test_works_with_a_select_only_role(dsn: str, two_attempts: str) -> None:
     role = "web_reader_" + re.sub(r"\W", "", dsn.rsplit("_", 1)[-1])[:12]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
@@ -386,9 +388,11 @@ def test_works_with_a_select_only_role(dsn: str, seeded: str) -> None:
     try:
         reader_dsn = make_conninfo(dsn, user=role)
         with TestClient(create_app(reader_dsn)) as client:
-            for path in ("/", job_url("render", seeded), "/running", "/steps", "/api/jobs"):
+            for path in ("/", job_url("render", two_attempts), "/running", "/steps", "/api/jobs"):
                 assert client.get(path).status_code == 200, path
-            assert client.get("/api" + job_url("render", seeded)).json()["current_attempt"] == 2
+            assert (
+                client.get("/api" + job_url("render", two_attempts)).json()["current_attempt"] == 2
+            )
         with Reader(reader_dsn)._snapshot() as conn:  # every read runs READ ONLY
             assert conn.execute("SHOW transaction_read_only").fetchone() == ("on",)
             with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
@@ -399,16 +403,16 @@ def test_works_with_a_select_only_role(dsn: str, seeded: str) -> None:
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
-def test_database_down_gives_503_and_recovers(dsn: str, seeded: str) -> None:
+def test_database_down_gives_503_and_recovers(dsn: str, two_attempts: str) -> None:
     with FaultProxy(Upstream.from_dsn(dsn)) as proxy:
         app = create_app(proxy.dsn_for(dsn, password=SECRET))
         with TestClient(app) as client:
             assert client.get("/").status_code == 200
             proxy.set_mode(Mode.REFUSE)
-            page = client.get(job_url("render", seeded))
+            page = client.get(job_url("render", two_attempts))
             api = client.get("/api/jobs")
             proxy.set_mode(Mode.PASS)
-            back = client.get(job_url("render", seeded))
+            back = client.get(job_url("render", two_attempts))
 
     assert page.status_code == 503
     assert "Database unavailable" in page.text

@@ -33,23 +33,39 @@ _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 # Built once: json.dumps with options builds a new encoder on every call.
 _STRICT = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 NUL_REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Well inside sys.get_int_max_str_digits() (4300 digits by default, about 14,280 bits).
+_MAX_INT_BITS = 13_000
 
 
 def clean_text(value: object, max_chars: int | None = None) -> str:
-    """A str PostgreSQL accepts: NUL replaced (text columns reject it), optionally cut."""
-    text = value if isinstance(value, str) else str(value)
+    """A str PostgreSQL accepts: NUL and surrogates (UTF-8 has no lone half of a pair; text and
+    jsonb reject both) replaced, optionally cut."""
+    text = value if isinstance(value, str) else _as_text(value)
     if "\x00" in text:
         text = text.replace("\x00", NUL_REPLACEMENT)
+    if not text.isascii():
+        text = _SURROGATE.sub(NUL_REPLACEMENT, text)
     if max_chars is not None and len(text) > max_chars:
         text = text[:max_chars]
     return text
 
 
+def _as_text(value: object) -> str:
+    """str(value), or a marker where even that fails (an int past Python's digit limit)."""
+    try:
+        return str(value)
+    except ValueError:
+        return f"<{type(value).__name__} too large to show>"
+
+
 def _clean_value(value: Any, depth: int = 0) -> Any:
     if isinstance(value, str):
         return clean_text(value)
-    if isinstance(value, bool) or value is None or isinstance(value, int):
+    if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, int):  # JSON text of an int past Python's digit limit cannot be made
+        return value if value.bit_length() <= _MAX_INT_BITS else _as_text(value)
     if isinstance(value, float):
         # JSON has no NaN or Infinity; jsonb rejects them.
         return value if math.isfinite(value) else None
@@ -70,8 +86,8 @@ def encode_detail(
         return None
     try:  # the common case, all in C: plain JSON values, no NaN, no NUL
         text = _STRICT.encode(detail)
-        if "\\u0000" in text:
-            raise ValueError("NUL")
+        if "\\u0000" in text or "\\ud" in text:  # NUL, or a surrogate (maybe a lone one)
+            raise ValueError("NUL or surrogate")
     except (TypeError, ValueError, RecursionError):
         text = json.dumps(_clean_value(detail), separators=(",", ":"))
     if len(text) > max_bytes:  # ASCII-only JSON: characters are bytes

@@ -344,7 +344,7 @@ class StepRecorder:
         explicit = parse_detail(command.explicit_detail)
         if explicit is not None:
             row.detail = explicit
-        elif command.progress and key == command.key:  # progress finds the step by its raw key
+        elif command.progress:
             row.detail = _progress_detail(command.progress)
         late = self._is_late(state.scope, command.end_ns)
         row.step_status = FAILED if command.failed or late else COMPLETED
@@ -355,8 +355,10 @@ class StepRecorder:
 
     def _progress(self, command: ProgressReported) -> None:
         state = self._attempts.get(command.scope.span_id)
-        if state is None or state.open is None or state.open.key != command.key:
+        if state is None or state.open is None:
             return  # the step was closed already: a late event must not touch any row
+        if state.open.key != clean_text(command.key, MAX_STEP_KEY_CHARS):
+            return  # another step is open now
         step = state.open
         detail = _progress_detail(command.attributes)
         debounce = self._debounce

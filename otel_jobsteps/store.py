@@ -145,28 +145,41 @@ def _rows_json(ops: Sequence[Any], max_detail_bytes: int) -> str:
     """New rows as one JSON array of arrays, in field order.
 
     A row's detail rides in it as a JSON object (the SQL's ``r->>N`` gives its text), so the
-    whole batch is encoded by C calls, a chunk of rows each. A chunk whose text could hold a
-    detail that `encode_detail` would change (over ``max_detail_bytes``, NUL, NaN, a value
-    JSON has no word for) is encoded again row by row, each detail by `encode_detail`.
+    whole batch is encoded by C calls, a chunk of rows each.
     """
     kind = type(ops[0])
-    every_field = _ROW_FIELDS[kind]
-    chunks = []
-    for first in range(0, len(ops), _ROWS_PER_CHUNK):
-        chunk = ops[first : first + _ROWS_PER_CHUNK]
-        try:
-            text = _STRICT_JSON.encode(list(map(every_field, chunk)))
-            if len(text) <= max_detail_bytes and "\\u0000" not in text:
-                chunks.append(text[1:-1])
-                continue
-        except (TypeError, ValueError, RecursionError):
-            pass
-        before, after = _ROW_GETTERS[kind]
-        rows = [
-            (*before(op), encode_detail(op.detail, max_detail_bytes), *after(op)) for op in chunk
-        ]
-        chunks.append(json.dumps(rows)[1:-1])
-    return "[" + ",".join(chunks) + "]"
+    chunks = (ops[first : first + _ROWS_PER_CHUNK] for first in range(0, len(ops), _ROWS_PER_CHUNK))
+    return "[" + ",".join(_chunk_json(kind, chunk, max_detail_bytes) for chunk in chunks) + "]"
+
+
+def _chunk_json(
+    kind: type[EventRow] | type[JobLogRow],
+    chunk: Sequence[Any],
+    max_detail_bytes: int,
+    *,
+    split: bool = True,
+) -> str:
+    """Rows of ``chunk`` as JSON array elements. Text that could hold a detail `encode_detail`
+    would change (over ``max_detail_bytes``, NUL, a lone surrogate, NaN, a value JSON has no
+    word for) is encoded again row by row, each detail by `encode_detail` ("\\ud" matches a
+    valid pair too: those rows take that path). A chunk too long to tell is first split once
+    into parts of about half ``max_detail_bytes`` each, which rows of even size then pass."""
+    try:
+        text = _STRICT_JSON.encode(list(map(_ROW_FIELDS[kind], chunk)))
+    except (TypeError, ValueError, RecursionError):
+        text = ""
+    if text and "\\u0000" not in text and "\\ud" not in text:
+        if len(text) <= max_detail_bytes:
+            return text[1:-1]
+        if split and len(chunk) > 1:
+            size = max(1, len(chunk) * max_detail_bytes // (2 * len(text)))
+            return ",".join(
+                _chunk_json(kind, chunk[first : first + size], max_detail_bytes, split=False)
+                for first in range(0, len(chunk), size)
+            )
+    before, after = _ROW_GETTERS[kind]
+    rows = [(*before(op), encode_detail(op.detail, max_detail_bytes), *after(op)) for op in chunk]
+    return json.dumps(rows)[1:-1]
 
 
 def _params(ops: Sequence[Any], max_detail_bytes: int) -> dict[str, Any]:

@@ -10,12 +10,14 @@ ours) read the rows back with `InMemoryStore.steps` and `InMemoryStore.job_logs`
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from .detail import encode_detail
 from .store import STATEMENTS
 from .vocabulary import ABANDONED, FAILED, STEP
 
@@ -46,6 +48,8 @@ def apply(
     events = [] if events is None else events
     logs = [] if logs is None else logs
     for _, op in operations:
+        if isinstance(op, (EventRow, JobLogRow, CloseStep, Progress)) and op.detail is not None:
+            op = replace(op, detail=_stored(op.detail))
         if isinstance(op, EventRow):
             _insert(events, replace(op))
         elif isinstance(op, JobLogRow):
@@ -69,6 +73,11 @@ def apply(
         else:
             _settle_earlier_attempts(events, logs, op)
     return events
+
+
+def _stored(detail: Mapping[str, Any]) -> Any:
+    """The detail as the jsonb column keeps it (cleaned, bounded: what the store sends)."""
+    return json.loads(encode_detail(detail) or "null")
 
 
 def _open_rows(events: list[EventRow], domain: str, job_id: str) -> list[EventRow]:

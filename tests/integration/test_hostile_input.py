@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
@@ -23,10 +24,16 @@ from otel_jobsteps import (
 from tests.helpers import TracingFactory, rows
 
 _examples = itertools.count()
-texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.just("a\x00b")
+# NUL and a lone surrogate: text and jsonb refuse both.
+texts = (
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
+    | st.just("a\x00b")
+    | st.just("a\ud800b")
+)
 scalars = (
     texts
     | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.just(10**5000)  # past Python's int-to-text digit limit
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.booleans()
     | st.none()
@@ -105,22 +112,34 @@ def test_a_huge_detail_becomes_a_truncation_marker(
     assert detail["keys"] == ["blob", "small"]
 
 
-def test_text_columns_never_receive_nul(
-    tracing: TracingFactory, conn: psycopg.Connection[Any]
+@pytest.mark.parametrize("bad", ["\x00", "\ud800"], ids=["nul", "lone-surrogate"])
+def test_text_columns_never_receive_what_postgresql_refuses(
+    tracing: TracingFactory, conn: psycopg.Connection[Any], bad: str
 ) -> None:
     tracer, processor = tracing()
-    with job_attempt("do\x00main", "j\x00b", "ty\x00pe", tracer=tracer):
-        with step("ST\x00EP", tracer=tracer):
-            raise_and_swallow()
+    with job_attempt(f"do{bad}main", f"j{bad}b", f"ty{bad}pe", tracer=tracer):
+        with step(f"ST{bad}EP", tracer=tracer):
+            progress({f"k{bad}": f"v{bad}"})
+            raise_and_swallow(f"bad {bad} byte")
+        with pytest.raises(ValueError, match="failed"), step("NEXT", tracer=tracer):
+            raise ValueError(f"failed {bad}")
     assert processor.force_flush(10_000)
-    assert rows(conn, "SELECT domain, job_id, job_type, step_key FROM job_event") == [
-        ("do\ufffdmain", "j\ufffdb", "ty\ufffdpe", "ST\ufffdEP")
+    assert not any(k.startswith("rejected_") for k in processor.stats()), processor.stats()
+    scope = ("do\ufffdmain", "j\ufffdb", "ty\ufffdpe")
+    assert rows(
+        conn,
+        "SELECT domain, job_id, job_type, step_key, step_status, detail,"
+        " strpos(message, 'failed \ufffd') > 0 FROM job_event ORDER BY id",
+    ) == [
+        (*scope, "ST\ufffdEP", "COMPLETED", {"k\ufffd": "v\ufffd"}, None),
+        (*scope, "NEXT", "FAILED", None, True),
     ]
+    assert rows(conn, "SELECT status FROM job_log") == [("COMPLETED",)]
 
 
-def raise_and_swallow() -> None:
+def raise_and_swallow(message: str) -> None:
     try:
-        raise ValueError("bad \x00 byte")
+        raise ValueError(message)
     except ValueError:
         pass
 

@@ -22,6 +22,9 @@ DETAILS: list[Any] = [
     {"big": "x" * 5000},
     {"odd": object()},
     {"nested": {"list": [1, 2.5, True, None]}},
+    {"lone": "a\ud800b", "pair": "\U0001f680"},
+    {"huge": 10**5000},
+    {"medium": "y" * 600},
 ]
 
 
@@ -59,3 +62,9 @@ def test_every_detail_reads_as_encode_detail_writes_it(max_bytes: int, rows: int
 def test_plain_details_ride_as_objects() -> None:
     decoded = json.loads(_rows_json([_row(0, {"done": 1})], 64 * 1024))
     assert decoded[0][7] == {"done": 1}
+
+
+def test_even_rows_too_long_for_one_chunk_still_ride_as_objects() -> None:
+    """128 rows of 600-byte details exceed 64 KiB together, not one by one."""
+    decoded = json.loads(_rows_json([_row(n, {"pad": "y" * 600}) for n in range(300)], 64 * 1024))
+    assert all(row[7] == {"pad": "y" * 600} for row in decoded)

@@ -77,9 +77,10 @@ def rejects_row(error: BaseException) -> bool:
     sqlstate = getattr(error, "sqlstate", None)
     if sqlstate:
         return SQLSTATE_CLASSES.get(sqlstate[:2], ("retry", ""))[0] == "row"
-    # Without a SQLSTATE: psycopg could not send a value of one row (client side), or the
-    # connection failed, or the error is not PostgreSQL's at all.
-    return isinstance(error, (psycopg.DataError, psycopg.IntegrityError))
+    # Without a SQLSTATE: psycopg could not send a value of one row, or a value could not be
+    # made into a parameter at all (ValueError, TypeError: client side, the same every time),
+    # or the connection failed, or the error is not PostgreSQL's at all.
+    return isinstance(error, (psycopg.DataError, psycopg.IntegrityError, ValueError, TypeError))
 
 
 class _NoReply(Exception):
@@ -313,7 +314,7 @@ class StepStore:
                     try:
                         with cur.connection.transaction():
                             cur.execute(self._queries[name], _params([op], self._max_detail_bytes))
-                    except psycopg.Error as error:
+                    except (psycopg.Error, ValueError, TypeError) as error:
                         if not rejects_row(error):
                             raise
                         on_rejected(name, error)

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, progress, step
+from otel_jobsteps.demo import record_seed_story
 from tests.helpers import TracingFactory, rows, wait_until
 
 
@@ -27,24 +28,9 @@ def _at(ns: int) -> datetime:
     )
 
 
-def _seed_story(tracer: trace.Tracer) -> None:
-    """Attempt 1: RENDER completes, SAVE fails. Attempt 2: both complete."""
-    for made in (0, 1):
-        try:
-            with job_attempt("render", "42", "thumbnail", made, tracer=tracer):
-                with step("RENDER", tracer=tracer):
-                    progress(pct=100)
-                with step("SAVE", tracer=tracer):
-                    progress(bytes=10)
-                    if made == 0:
-                        raise OSError("disk full")
-        except OSError:
-            pass
-
-
 def test_seed_story_rows(tracing: TracingFactory, conn: psycopg.Connection[Any]) -> None:
     tracer, processor = tracing()
-    _seed_story(tracer)
+    record_seed_story(tracer, "42", domain="render")
     assert processor.force_flush(10_000)
     steps = rows(
         conn,
@@ -52,10 +38,10 @@ def test_seed_story_rows(tracing: TracingFactory, conn: psycopg.Connection[Any])
         " FROM job_event WHERE type = 'STEP' ORDER BY id",
     )
     assert steps == [
-        (1, "RENDER", "COMPLETED", {"pct": 100}, None, True),
-        (1, "SAVE", "FAILED", {"bytes": 10}, "OSError: disk full", True),
-        (2, "RENDER", "COMPLETED", {"pct": 100}, None, True),
-        (2, "SAVE", "COMPLETED", {"bytes": 10}, None, True),
+        (1, "RENDER", "COMPLETED", {"pct": 100, "frames": 300}, None, True),
+        (1, "SAVE", "FAILED", {"bytes": 4096}, "OSError: disk full", True),
+        (2, "RENDER", "COMPLETED", {"pct": 100, "frames": 300}, None, True),
+        (2, "SAVE", "COMPLETED", {"bytes": 4096}, None, True),
     ]
     logs = rows(conn, "SELECT attempt, status, reason, detail FROM job_log ORDER BY attempt")
     assert logs == [

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from opentelemetry import trace
 
@@ -64,12 +64,10 @@ def ensure_recording(provider: trace.TracerProvider | None) -> None:
 
 @dataclass(frozen=True)
 class AdapterSettings:
-    """What an adapter's ``instrument()`` was given: the jobs' domain and the tracer's provider.
+    """What an adapter's ``instrument()`` was given: its tracer's name, the jobs' domain and
+    the tracer's provider (an adapter with options of its own subclasses it)."""
 
-    Each adapter subclasses it with its tracer name and its own options.
-    """
-
-    tracer_name: ClassVar[str]
+    tracer_name: str
     domain: str
     tracer_provider: trace.TracerProvider | None
 

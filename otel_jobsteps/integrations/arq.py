@@ -25,7 +25,6 @@ import asyncio
 import functools
 import time
 from collections.abc import MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 from arq.typing import WorkerCoroutine
@@ -50,11 +49,6 @@ TRACER_NAME = "otel_jobsteps.integrations.arq"
 RUNNING_KEY_PREFIX = "otel_jobsteps:arq:running:"
 _MARK_TTL_S = 88_400  # as long as arq keeps the job's try counter
 _DEFAULT_JOB_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True)
-class _Settings(AdapterSettings):
-    tracer_name = TRACER_NAME
 
 
 def instrument(
@@ -107,7 +101,7 @@ def instrument_function(
     detect_stalls: bool = True,
 ) -> Function:
     """One arq function (as ``functions`` lists it) wrapped to record each run; idempotent."""
-    adapter = _Settings(domain, tracer_provider)
+    adapter = AdapterSettings(TRACER_NAME, domain, tracer_provider)
     original = func(function)
     if is_wrapped(original.coroutine):
         return original

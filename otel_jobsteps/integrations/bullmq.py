@@ -49,7 +49,6 @@ Processor = Callable[..., Awaitable[Any]]
 
 @dataclass(frozen=True)
 class _Settings(AdapterSettings):
-    tracer_name = TRACER_NAME
     check_lock: bool
 
 
@@ -69,7 +68,7 @@ def instrument(
     late-completion check). Calling it again changes the settings (so code's own call wins over
     the zero-code one made at construction), never wraps twice.
     """
-    _workers[worker] = _Settings(domain, tracer_provider, check_lock)
+    _workers[worker] = _Settings(TRACER_NAME, domain, tracer_provider, check_lock)
     processor = worker.processor
     if processor is None or is_wrapped(processor):
         return worker

@@ -50,7 +50,6 @@ TRACER_NAME = "otel_jobsteps.integrations.celery"
 
 @dataclass(frozen=True)
 class _Settings(AdapterSettings):
-    tracer_name = TRACER_NAME
     job_type: Callable[[Task], str]
     flush_timeout_ms: int
 
@@ -75,7 +74,7 @@ def instrument(
     Calling it twice for one app changes the settings, never wraps twice.
     """
     _apps[app] = _Settings(
-        domain, tracer_provider, job_type or _task_name, max(1, int(flush_timeout_ms))
+        TRACER_NAME, domain, tracer_provider, job_type or _task_name, max(1, int(flush_timeout_ms))
     )
     app.on_after_finalize.connect(_on_after_finalize, weak=False)
     signals.worker_init.connect(_on_worker_init, weak=False)

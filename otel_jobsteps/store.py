@@ -77,10 +77,10 @@ def rejects_row(error: BaseException) -> bool:
     sqlstate = getattr(error, "sqlstate", None)
     if sqlstate:
         return SQLSTATE_CLASSES.get(sqlstate[:2], ("retry", ""))[0] == "row"
-    # Without a SQLSTATE: psycopg could not send a value of one row, or a value could not be
-    # made into a parameter at all (ValueError, TypeError: client side, the same every time),
-    # or the connection failed, or the error is not PostgreSQL's at all.
-    return isinstance(error, (psycopg.DataError, psycopg.IntegrityError, ValueError, TypeError))
+    # Without a SQLSTATE: psycopg could not send a value of one row (a DataError, or text it
+    # cannot encode: the same on every try), or the connection failed, or the error is not
+    # PostgreSQL's at all (a bug of ours: retried, never taken for a bad row and dropped).
+    return isinstance(error, (psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError))
 
 
 class _NoReply(Exception):
@@ -314,7 +314,7 @@ class StepStore:
                     try:
                         with cur.connection.transaction():
                             cur.execute(self._queries[name], _params([op], self._max_detail_bytes))
-                    except (psycopg.Error, ValueError, TypeError) as error:
+                    except (psycopg.Error, UnicodeEncodeError) as error:
                         if not rejects_row(error):
                             raise
                         on_rejected(name, error)

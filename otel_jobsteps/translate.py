@@ -53,7 +53,8 @@ def _error_text(span: SpanFacts) -> str | None:
         if event.name == "exception" and attributes:
             kind = attributes.get("exception.type", "Exception")
             message = attributes.get("exception.message", "")
-            return f"{kind}: {message}" if message else str(kind)
+            kind = clean_text(kind)  # attribute values may be anything: text that never fails
+            return f"{kind}: {clean_text(message)}" if message else kind
     return span.status_message or None
 
 
@@ -112,7 +113,7 @@ class SpanTranslator:
         if key is None:
             self._remember(span_id, _OpenSpan(scope, None))  # not a step; its children are
             return []
-        key = key if type(key) is str else str(key)
+        key = key if type(key) is str else clean_text(key)
         self._remember(span_id, _OpenSpan(scope, key))
         return [StepStarted(scope, key, span_id, span.start_ns)]
 
@@ -174,7 +175,7 @@ class SpanTranslator:
         return [
             StepRan(
                 parent.scope,
-                key if type(key) is str else str(key),
+                key if type(key) is str else clean_text(key),
                 span.span_id,
                 span.start_ns,
                 span.end_ns or span.start_ns,
@@ -205,8 +206,8 @@ class SpanTranslator:
         message = attributes.get(attr.JOB_EVENT_MESSAGE)
         return EventRecorded(
             scope,
-            str(attributes[attr.JOB_EVENT_TYPE]),
-            None if message is None else str(message),
+            clean_text(attributes[attr.JOB_EVENT_TYPE]),
+            None if message is None else clean_text(message),
             parse_detail(attributes.get(attr.JOB_EVENT_DETAIL)),
             span.start_ns,
         )
@@ -222,8 +223,8 @@ class SpanTranslator:
             or job_id in (None, "")
             or attempt is None
             or not 1 <= attempt <= MAX_ATTEMPT
-            or len(str(domain)) > MAX_ID_CHARS
-            or len(str(job_id)) > MAX_ID_CHARS
+            or _text_length(domain) > MAX_ID_CHARS
+            or _text_length(job_id) > MAX_ID_CHARS
         ):
             self._problem(
                 "invalid_job_span",
@@ -247,6 +248,14 @@ class SpanTranslator:
             span_id,
             deadline,
         )
+
+
+def _text_length(value: object) -> int:
+    """Characters of ``value`` as text; an int too large to write out is too long for an id."""
+    try:
+        return len(value if type(value) is str else str(value))
+    except ValueError:
+        return MAX_ID_CHARS + 1
 
 
 def _deadline(start_ns: int, limit: object) -> int | None:

@@ -63,7 +63,7 @@ def test_only_errors_about_the_row_itself_take_the_one_at_a_time_path(
         pytest.param(psycopg.OperationalError("server closed the connection"), False, id="lost"),
         pytest.param(psycopg.InterfaceError("the connection is closed"), False, id="closed"),
         pytest.param(psycopg.DataError("cannot dump this value"), True, id="client-data"),
-        pytest.param(ValueError("Exceeds the limit (4300 digits)"), True, id="unencodable"),
+        pytest.param(TypeError("a bug of ours building parameters"), False, id="our-bug"),
         pytest.param(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogate"), True, id="utf8"),
         pytest.param(RuntimeError("a bug of ours"), False, id="not-postgres"),
     ],

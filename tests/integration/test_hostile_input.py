@@ -188,3 +188,34 @@ def test_a_deeply_nested_detail_never_loses_the_close_it_rides_with(
     ]
     assert got[2][4], "the unreadable explicit detail is kept as its text"
     assert rows(conn, "SELECT status FROM job_log") == [("COMPLETED",)]
+
+
+def test_ints_too_large_to_write_out_never_lose_a_row(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    """An attribute may be any int; past Python's digit limit ``str()`` itself fails."""
+    huge = 10**5000
+    tracer, processor = tracing()
+    with tracer.start_as_current_span("job", attributes={"job.domain": "d", "job.id": huge}):
+        pass  # an id too long: the span is ignored, counted as invalid
+    with job_attempt("hostile", "huge", "t", tracer=tracer):
+        with tracer.start_as_current_span("step", attributes={"job.step.key": huge}) as span:
+            span.add_event("progress", {"n": 1})
+        with tracer.start_as_current_span(
+            "event", attributes={"job.event.type": huge, "job.event.message": huge}
+        ):
+            pass
+        with tracer.start_as_current_span("fails", attributes={"job.step.key": "FAILS"}) as span:
+            span.record_exception(ValueError("boom"), {"exception.type": huge})
+            span.set_status(StatusCode.ERROR)
+    assert processor.force_flush(10_000)
+    stats = processor.stats()
+    assert "internal_error" not in stats, stats
+    assert stats.get("invalid_job_span") == 1, stats
+    marker = "<int too large to show>"
+    assert rows(conn, "SELECT type, step_key, step_status, message FROM job_event ORDER BY id") == [
+        ("STEP", marker, "COMPLETED", None),
+        (marker, None, None, marker),
+        ("STEP", "FAILS", "FAILED", f"{marker}: boom"),
+    ]
+    assert rows(conn, "SELECT status FROM job_log") == [("COMPLETED",)]

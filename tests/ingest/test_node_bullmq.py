@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from tests.ingest.collector import Collector, CollectorFactory
 from tests.queues.support import (
     REDIS_URL,
     REQUIRE_BROKERS,
+    WorkerProcess,
     assert_retried_then_completed,
     broker,
     step_rows,
@@ -59,49 +59,38 @@ def queue(node_example: Path) -> Iterator[str]:
         client.close()
 
 
-NodeWorker = Callable[..., subprocess.Popen[bytes]]
+NodeWorker = Callable[..., WorkerProcess]
 
 
 @pytest.fixture
 def node_worker(node_example: Path, queue: str, tmp_path: Path) -> Iterator[NodeWorker]:
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[WorkerProcess] = []
 
-    def start(collector: Collector, **env: str) -> subprocess.Popen[bytes]:
-        log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - the child writes it
-        process = subprocess.Popen(
-            ["node", "worker.js"],
-            cwd=node_example,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={
+    def start(collector: Collector, **env: str) -> WorkerProcess:
+        worker = WorkerProcess(
+            ["node", str(node_example / "worker.js")],
+            {
                 **os.environ,
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.traces_url,
                 "REDIS_URL": REDIS_URL,
                 "QUEUE": queue,
                 **env,
             },
+            tmp_path / "worker.log",
         )
-        log.close()
-        started.append(process)
+        started.append(worker)
 
         def ready() -> bool:
-            text = (tmp_path / "worker.log").read_text(errors="replace")
-            if process.poll() is not None:
-                raise AssertionError(f"the Node worker exited: {text}")
-            return "worker ready" in text
+            if worker.process.poll() is not None:
+                raise AssertionError(f"the Node worker exited: {worker.log()}")
+            return "worker ready" in worker.log()
 
         wait_until(ready, what="the Node worker")
-        return process
+        return worker
 
     yield start
-    for process in started:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    for worker in started:
+        worker.stop(grace_s=15)
 
 
 def enqueue(queue: str, name: str, job_id: str, attempts: int = 1) -> None:

@@ -157,6 +157,16 @@ def _job_columns(scope: Scope) -> tuple[str, str, str | None, int]:
     return scope.domain, scope.job_id, scope.job_type, scope.attempt
 
 
+def _closing(
+    state: _Attempt, row: EventRow, ended_us: int, message: str | None
+) -> tuple[int, str | None]:
+    """A step close's time, never before the row's start (on every path), and its message made
+    safe; the attempt's last close moves with it (its final row is never dated before)."""
+    ended_us = max(ended_us, row.created_us)
+    state.last_close_us = max(state.last_close_us, ended_us)
+    return ended_us, None if message is None else clean_text(message)
+
+
 def _progress_detail(attributes: Mapping[str, Any]) -> Detail:
     """The detail a progress event carries: its attributes, or the one JSON object it names."""
     if len(attributes) == 1 and JOB_STEP_DETAIL in attributes:
@@ -346,12 +356,8 @@ class StepRecorder:
             row.detail = explicit
         elif command.progress:
             row.detail = _progress_detail(command.progress)
-        late = self._is_late(state.scope, command.end_ns)
-        row.step_status = FAILED if command.failed or late else COMPLETED
-        message = command.error if command.failed else (TIME_LIMIT if late else None)
-        row.message = None if message is None else clean_text(message)
-        row.ended_us = max(command.end_ns // 1000, row.created_us)
-        state.last_close_us = max(state.last_close_us, row.ended_us)
+        row.step_status, message = self._end_status(state.scope, command)
+        row.ended_us, row.message = _closing(state, row, command.end_ns // 1000, message)
 
     def _progress(self, command: ProgressReported) -> None:
         state = self._attempts.get(command.scope.span_id)
@@ -381,11 +387,16 @@ class StepRecorder:
         step.holders -= 1
         if step.holders > 0:
             return
-        late = self._is_late(state.scope, command.end_ns)
-        status = FAILED if command.failed or late else COMPLETED
-        message = command.error if command.failed else (TIME_LIMIT if late else None)
+        status, message = self._end_status(state.scope, command)
         explicit = parse_detail(command.explicit_detail)
         self._close(state, step, status, explicit, message, command.end_ns // 1000)
+
+    def _end_status(self, scope: Scope, command: StepEnded | StepRan) -> tuple[str, str | None]:
+        """A step span's end: FAILED with its error, FAILED time_limit when it ended after the
+        attempt's limit, else COMPLETED."""
+        late = self._is_late(scope, command.end_ns)
+        status = FAILED if command.failed or late else COMPLETED
+        return status, command.error if command.failed else (TIME_LIMIT if late else None)
 
     def _job_ended(self, command: JobEnded) -> None:
         scope = command.scope
@@ -455,14 +466,12 @@ class StepRecorder:
         message: str | None,
         ended_us: int,
     ) -> None:
-        ended_us = max(ended_us, step.row.created_us)  # never before its start, on every path
         # Cancel the trailing write first: its detail rides with the close instead.
         pending = self._debounce.cancel(step)
         detail = explicit if explicit is not None else pending
         state.open = None
-        state.last_close_us = max(state.last_close_us, ended_us)
-        message = None if message is None else clean_text(message)
         row = step.row
+        ended_us, message = _closing(state, row, ended_us, message)
         if self._batch.is_unwritten(row):
             row.step_status = status
             row.ended_us = ended_us

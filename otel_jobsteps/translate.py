@@ -113,7 +113,7 @@ class SpanTranslator:
         if key is None:
             self._remember(span_id, _OpenSpan(scope, None))  # not a step; its children are
             return []
-        key = key if type(key) is str else clean_text(key)
+        key = _step_key(key)
         self._remember(span_id, _OpenSpan(scope, key))
         return [StepStarted(scope, key, span_id, span.start_ns)]
 
@@ -175,7 +175,7 @@ class SpanTranslator:
         return [
             StepRan(
                 parent.scope,
-                key if type(key) is str else clean_text(key),
+                _step_key(key),
                 span.span_id,
                 span.start_ns,
                 span.end_ns or span.start_ns,
@@ -256,6 +256,11 @@ def _text_length(value: object) -> int:
         return len(value if type(value) is str else str(value))
     except ValueError:
         return MAX_ID_CHARS + 1
+
+
+def _step_key(value: object) -> str:
+    """``job.step.key`` as text (the recorder cleans and cuts it; a str passes untouched)."""
+    return value if type(value) is str else clean_text(value)
 
 
 def _deadline(start_ns: int, limit: object) -> int | None:

@@ -15,7 +15,6 @@ is skipped, as OpenTelemetry skips any instrumentor whose import fails.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from collections.abc import Callable, Collection
 from typing import Any
@@ -25,6 +24,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 )
 
 from .auto import DOMAIN_VARIABLE
+from .stats import logger
 
 __all__ = [
     "JobStepsArqInstrumentor",
@@ -32,9 +32,6 @@ __all__ = [
     "JobStepsCeleryInstrumentor",
     "JobStepsRQInstrumentor",
 ]
-
-
-logger = logging.getLogger("otel_jobsteps")
 
 
 def _domain(default: str) -> str:

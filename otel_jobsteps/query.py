@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 from .db import Record, Target, fetch, session
 from .errors import ConfigurationError
 from .sql import qualified_queries
+from .vocabulary import STATUSES  # public from here too (the CLI and web filter by them)
 
 __all__ = [
     "STATUSES",
@@ -38,9 +39,6 @@ __all__ = [
     "list_jobs",
     "read_target",
 ]
-
-STATUSES = ("RUNNING", "COMPLETED", "FAILED")
-"""Statuses of an attempt (and of a step): running, or how it ended."""
 
 
 @dataclass(frozen=True, slots=True)

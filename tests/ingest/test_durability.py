@@ -4,8 +4,10 @@ away the receiver answers 503 with Retry-After, and the exporter's retries land 
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import psycopg
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -56,11 +58,23 @@ def test_sigterm_finishes_the_requests_in_flight(
     sender.start()
     wait_until(lambda: proxy.mode is Mode.BLACKHOLE, what="the request to reach the database")
     collector.process.send_signal(signal.SIGTERM)  # ...when the receiver is told to stop
+    # Released only once shutdown has begun (the listener is closed first), so the request is
+    # finished by the graceful shutdown, not before the signal is noticed.
+    wait_until(lambda: _refuses(collector.url), what="collect to stop accepting connections")
     proxy.set_mode(Mode.PASS)
     sender.join()
     assert replies == [200]
     assert collector.process.wait(timeout=30) in (0, -signal.SIGTERM)
     assert table_rows(second_dsn) == table_rows(dsn)
+
+
+def _refuses(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 def test_database_away_503_then_the_exporters_retries_land_once(

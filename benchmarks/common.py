@@ -53,12 +53,16 @@ def server(dsn: str | None) -> Iterator[str]:
         yield embedded_dsn
 
 
+def free_port() -> int:
+    """A loopback TCP port free a moment ago: nothing listens there until someone binds it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def closed_port_dsn() -> str:
     """A DSN on 127.0.0.1 whose port nothing listens on (the port was free a moment ago)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    return f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
 
 
 def server_version(dsn: str) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from .common import (
     count_closed_steps,
     fmt_rate,
     fmt_ratio,
+    free_port,
     run_jobs,
     verdict,
 )
@@ -68,16 +68,10 @@ def encoded_requests(prefix: str, requests: int, spans_per_request: int) -> list
     return bodies
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def collect(dsn: str, *options: str) -> Iterator[tuple[str, int]]:
     """A running ``otel-jobsteps collect``: (its /v1/traces URL, its pid); stopped after."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", dsn,
          "--listen", f"127.0.0.1:{port}", "--retry-after", "1", *options],

@@ -6,6 +6,7 @@ test modules import helpers from here, never from a conftest or from another tes
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -129,3 +130,10 @@ def counts(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         conn,
         "SELECT job_id, attempt, count(*) FROM job_event GROUP BY 1, 2 ORDER BY 1, 2",
     )
+
+
+def free_port() -> int:
+    """A loopback TCP port free a moment ago: nothing listens there until someone binds it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -4,7 +4,6 @@ shown (every line of the cause, one printable line), and the TCP bounds every co
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import psycopg
@@ -13,6 +12,7 @@ import pytest
 from otel_jobsteps.db import borrowed_connection
 from otel_jobsteps.errors import DatabaseUnavailableError, describe
 from otel_jobsteps.store import SQLSTATE_CLASSES, StepStore, rejects_row
+from tests.helpers import free_port
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TABLE_ROW = re.compile(r"^\s*\| `(\w\w)` \| (row|retry) \| (.+) \|$", re.MULTILINE)
@@ -94,16 +94,8 @@ def test_a_server_detail_quoting_job_strings_is_one_printable_bounded_line() -> 
     assert len(text) <= 1000
 
 
-def _closed_port() -> int:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port: int = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
-    return port
-
-
 def test_a_refused_connection_says_connection_refused_without_the_password() -> None:
-    dsn = f"postgresql://u:hunter2@127.0.0.1:{_closed_port()}/db?sslmode=disable"
+    dsn = f"postgresql://u:hunter2@127.0.0.1:{free_port()}/db?sslmode=disable"
     with pytest.raises(DatabaseUnavailableError) as raised, borrowed_connection(dsn):
         pass
     message = str(raised.value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,12 +32,6 @@ def table_rows(dsn: str, jobs: str = "%") -> tuple[list[tuple[Any, ...]], list[t
             conn.execute(EVENT_ROWS, (jobs,)).fetchall(),
             conn.execute(LOG_ROWS, (jobs,)).fetchall(),
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -13,8 +13,8 @@ import pytest
 
 from otel_jobsteps import migrate
 from tests.faults.proxy import FaultProxy, Upstream
-from tests.helpers import PARTITION_INTERVAL, wait_until
-from tests.ingest.collector import Collector, CollectorFactory, free_port
+from tests.helpers import PARTITION_INTERVAL, free_port, wait_until
+from tests.ingest.collector import Collector, CollectorFactory
 from tests.ingest.stories import Recording
 
 

@@ -6,7 +6,6 @@ through the entry points of the installed package; the RQ ``-w`` route needs no 
 
 from __future__ import annotations
 
-import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from redis import Redis
 from rq import Queue as RQQueue
 from rq import Retry
 
+from tests.helpers import free_port
 from tests.queues.support import (
     WorkerFactory,
     WorkerProcess,
@@ -34,12 +34,6 @@ from tests.queues.support import (
 BIN = Path(sys.executable).parent
 CELERY_SAVE_ERROR = "celery.exceptions.Retry: Retry in 0s: OSError('disk full')"
 RQ_JOBS = "tests.queues.apps_rq"
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _env(domain: str, queue: str, **extra: str) -> dict[str, str]:
@@ -62,7 +56,7 @@ def _beside_otlp() -> dict[str, str]:
     return {
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
     }
 
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
@@ -30,10 +30,6 @@ from otel_jobsteps import (
     step,
 )
 from tests.helpers import TracingFactory, wait_until
-
-if TYPE_CHECKING:
-    pass
-
 
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -12,21 +11,14 @@ from collections.abc import Iterator
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 SECRET = "pa55-not-for-eyes"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 @pytest.fixture
 def served(dsn: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [
             sys.executable,

@@ -29,6 +29,7 @@ __all__ = [
     "SQLSTATE_CLASSES",
     "StepStore",
     "rejects_row",
+    "statements",
 ]
 
 # What a failed write means, by SQLSTATE class (the code's first two characters); the README's
@@ -69,6 +70,16 @@ STATEMENTS: tuple[tuple[str, str], ...] = (
 _forgotten: list[psycopg.Connection[Any]] = []
 _DETAIL_FIELDS = frozenset({"detail"})
 _SKIPPED_FIELDS = frozenset({"segment"})
+
+
+def statements(batch: Batch) -> list[tuple[str, Sequence[Any]]]:
+    """Each non-empty statement of each segment of ``batch``, in write order."""
+    return [
+        (name, ops)
+        for segment in batch.segments
+        for name, attr in STATEMENTS
+        if (ops := getattr(segment, attr))
+    ]
 
 
 def rejects_row(error: BaseException) -> bool:
@@ -283,7 +294,7 @@ class StepStore:
     def write(self, batch: Batch) -> None:
         """Write the batch in one transaction (raises on any failure; nothing is then written)."""
         with self._transaction() as cur:
-            for name, ops in self._statements(batch):
+            for name, ops in statements(batch):
                 cur.execute(self._queries[name], _params(ops, self._max_detail_bytes))
                 if name == "insert_events" and cur.rowcount < len(ops):
                     self._take_over_open_steps(cur, ops)
@@ -309,7 +320,7 @@ class StepStore:
     ) -> None:
         """Write each operation in its own savepoint; report and skip those PostgreSQL rejects."""
         with self._transaction() as cur:
-            for name, ops in self._statements(batch):
+            for name, ops in statements(batch):
                 for op in ops:
                     try:
                         with cur.connection.transaction():
@@ -349,13 +360,3 @@ class StepStore:
             self._queries["refresh_heartbeats"],
             {"domain": domains, "job_id": job_ids, "attempt": attempts, "execution_id": executions},
         )
-
-    @staticmethod
-    def _statements(batch: Batch) -> list[tuple[str, Sequence[Any]]]:
-        """Each non-empty statement of each segment, in write order."""
-        return [
-            (name, ops)
-            for segment in batch.segments
-            for name, attr in STATEMENTS
-            if (ops := getattr(segment, attr))
-        ]

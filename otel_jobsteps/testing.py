@@ -18,7 +18,7 @@ from typing import Any
 
 from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
 from .detail import encode_detail
-from .store import STATEMENTS
+from .store import statements
 from .vocabulary import ABANDONED, FAILED, STEP
 
 __all__ = ["InMemoryStore", "apply", "operations"]
@@ -30,12 +30,7 @@ def operations(batch: Batch | None) -> list[tuple[str, Operation]]:
     """(statement, operation) pairs of a batch in the order the store executes them."""
     if batch is None:
         return []
-    return [
-        (name, op)
-        for segment in batch.segments
-        for name, attr in STATEMENTS
-        for op in getattr(segment, attr)
-    ]
+    return [(name, op) for name, ops in statements(batch) for op in ops]
 
 
 def apply(

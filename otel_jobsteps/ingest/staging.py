@@ -140,10 +140,9 @@ class Staging:
         raise AssertionError("unreachable")
 
     def ready(self) -> None:
-        """Raise `StagingUnavailable` unless a connection is open or opens now: checked before
-        a request's body is decoded, so a database that is away costs no decoding memory."""
-        if self.resting():
-            raise StagingUnavailable("the database was unreachable a moment ago")
+        """Raise `StagingUnavailable` unless a connection is open or opens now: checked (after
+        `resting`) before a request's body is decoded, so a database that is away costs no
+        decoding memory."""
         with self._store() as store:
             try:
                 store.connection()

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.batch import Batch
 from otel_jobsteps.recorder import JobStarted, Scope, StepRecorder, StepStarted
-from otel_jobsteps.store import StepStore, _params
+from otel_jobsteps.store import StepStore, _params, statements
 from tests.helpers import TracingFactory, rows, wait_until
 
 WORKERS = 4
@@ -109,7 +109,7 @@ def test_a_step_opened_concurrently_by_another_execution_is_taken_over(
     holder = theirs.connection()
     holder.execute("BEGIN")
     with holder.cursor() as cur:  # their open step, not yet committed
-        for name, ops in StepStore._statements(_open_step_batch("theirs", 1_000)):
+        for name, ops in statements(_open_step_batch("theirs", 1_000)):
             cur.execute(theirs._queries[name], _params(ops, 1024))
     writer = threading.Thread(target=ours.write, args=(_open_step_batch("ours", 2_000),))
     writer.start()

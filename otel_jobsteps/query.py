@@ -28,6 +28,7 @@ from .vocabulary import STATUSES  # public from here too (the CLI and web filter
 __all__ = [
     "STATUSES",
     "ActivityFollower",
+    "AttemptRow",
     "AttemptSummary",
     "EventRecord",
     "JobActivity",
@@ -87,26 +88,29 @@ class StepRecord(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class EventRecord(Record):
-    """An ordinary (non-STEP) event of the job, tagged with its attempt."""
+class AttemptRow(Record):
+    """What every row written for one attempt has: its number, its detail, when it was written."""
 
     attempt: int
-    type: str
-    message: str | None
     detail: dict[str, Any] | None
     created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
-class JobLogEntry(Record):
-    """The final row of a finished attempt."""
+class EventRecord(AttemptRow):
+    """An ordinary (non-STEP) event of the job: its type and message."""
 
-    attempt: int
+    type: str
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobLogEntry(AttemptRow):
+    """The final row of a finished attempt: its status, why, and the trace it ran in."""
+
     status: str
     reason: str | None
-    detail: dict[str, Any] | None
     trace_id: str | None
-    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

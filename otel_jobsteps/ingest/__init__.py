@@ -8,18 +8,18 @@ order) -> translate (shared with the processor) -> recorder -> store.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..listen import parse_listen
 from .mapping import JobMapping
+from .settings import DEFAULT_MAX_BODY_BYTES, CollectSettings
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["JobMapping", "app_from_environment", "serve_collect"]
+__all__ = ["CollectSettings", "JobMapping", "app_from_environment", "serve_collect"]
 
 # How uvicorn's worker processes receive the receiver's settings (they import the app anew).
 SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
@@ -31,20 +31,13 @@ def app_from_environment() -> Starlette:
     from .app import create_app
     from .staging import Staging
 
-    settings: dict[str, Any] = json.loads(os.environ[SETTINGS_ENV])
-    staging = Staging(
-        settings["dsn"],
-        schema=settings["schema"],
-        connections=settings["connections"],
-        settle_after_s=settings["settle_after_s"],
-        mappings=[JobMapping(**mapping) for mapping in settings["mappings"]],
-    )
+    settings = CollectSettings.from_json(os.environ[SETTINGS_ENV])
     return create_app(
-        staging,
-        max_body_bytes=settings["max_body_bytes"],
-        max_in_flight=4 * settings["connections"],
-        retry_after_s=settings["retry_after_s"],
-        settle_every_s=min(60.0, max(1.0, settings["settle_after_s"] / 4)),
+        Staging(settings),
+        max_body_bytes=settings.max_body_bytes,
+        max_in_flight=4 * settings.connections,
+        retry_after_s=settings.retry_after_s,
+        settle_every_s=min(60.0, max(1.0, settings.settle_after_s / 4)),
     )
 
 
@@ -69,26 +62,24 @@ def serve_collect(
     import uvicorn
 
     from ..db import redact
-    from .app import DEFAULT_MAX_BODY_BYTES
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
-    checker = Staging(dsn, schema=schema, connections=1)
+    settings = CollectSettings(
+        dsn,
+        schema=schema,
+        connections=connections,
+        settle_after_s=settle_after_s,
+        mappings=tuple(mappings),
+        max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+        retry_after_s=retry_after_s,
+    )
+    checker = Staging(dataclasses.replace(settings, connections=1))
     try:
         checker.check()
     finally:
         checker.close()
-    os.environ[SETTINGS_ENV] = json.dumps(
-        {
-            "dsn": dsn,
-            "schema": schema,
-            "connections": connections,
-            "settle_after_s": settle_after_s,
-            "mappings": [dataclasses.asdict(mapping) for mapping in mappings],
-            "max_body_bytes": max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-            "retry_after_s": retry_after_s,
-        }
-    )
+    os.environ[SETTINGS_ENV] = settings.to_json()
     announce(f"collect: http://{listen}/v1/traces -> {redact(dsn)} (schema {schema})")
     uvicorn.run(
         f"{__name__}:app_from_environment",

@@ -27,13 +27,13 @@ from starlette.routing import Route
 
 from ..stats import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
+from .settings import DEFAULT_MAX_BODY_BYTES
 from .staging import Staging, StagingUnavailable
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # after decompression
 _DECODERS: dict[str, Callable[[bytes], Decoded]] = {PROTOBUF: decode_protobuf, JSON: decode_json}
 _INVALID_ARGUMENT = 3  # google.rpc.Code
 _RESOURCE_EXHAUSTED = 8

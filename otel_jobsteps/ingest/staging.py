@@ -34,11 +34,10 @@ from ..store import StepStore, rejects_row
 from ..translate import SpanTranslator
 from .decode import decode_span
 from .derive import trace_commands
-from .mapping import JobMapping
+from .settings import CollectSettings
 
-__all__ = ["DEFAULT_MAX_SPANS_PER_TRACE", "Receipt", "Staging", "StagingUnavailable"]
+__all__ = ["Receipt", "Staging", "StagingUnavailable"]
 
-DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 _RETRIED = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 _TRANSACTION_ATTEMPTS = 5
 
@@ -68,33 +67,23 @@ def _signed(span_id: int) -> int:
 class Staging:
     """Stages received spans and derives rows; one instance per receiver process, thread-safe.
 
-    ``connections`` stores (each one connection) serve requests in parallel.
+    ``settings.connections`` stores (each one connection) serve requests in parallel.
     """
 
-    def __init__(
-        self,
-        conninfo: str,
-        *,
-        schema: str = "public",
-        connections: int = 4,
-        settle_after_s: float = 600.0,
-        mappings: Sequence[JobMapping] = (),
-        connect_timeout_s: float = 5.0,
-        max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE,
-        stats: Stats | None = None,
-    ) -> None:
-        self._schema = schema
-        self._queries = qualified_queries("ingest.sql", schema)
-        self._settle_after_s = settle_after_s
-        self._max_spans_per_trace = max_spans_per_trace
-        self._pause_s = min(1.0, connect_timeout_s)
+    def __init__(self, settings: CollectSettings, *, stats: Stats | None = None) -> None:
+        self.settings = settings
+        self._queries = qualified_queries("ingest.sql", settings.schema)
+        self._pause_s = min(1.0, settings.connect_timeout_s)
         self._down_until = 0.0
-        self._mappings = tuple(mappings)
         self.stats = stats or Stats()
         self._stores: queue.LifoQueue[StepStore] = queue.LifoQueue()
-        for _ in range(connections):
+        for _ in range(settings.connections):
             self._stores.put(
-                StepStore(conninfo, schema=schema, connect_timeout_s=connect_timeout_s)
+                StepStore(
+                    settings.dsn,
+                    schema=settings.schema,
+                    connect_timeout_s=settings.connect_timeout_s,
+                )
             )
 
     def resting(self) -> bool:
@@ -192,7 +181,10 @@ class Staging:
     def _within_limit(self, rows: list[_Row], state: dict[str, Any]) -> list[_Row]:
         """The rows that fit under the per-trace span limit (every request re-derives its traces
         from all their spans: an unbounded trace would make each request dearer than the last)."""
-        room = {trace: self._max_spans_per_trace - count for trace, (_, count, _) in state.items()}
+        room = {
+            trace: self.settings.max_spans_per_trace - count
+            for trace, (_, count, _) in state.items()
+        }
         kept = []
         for row in rows:
             if room[row[0]] > 0:
@@ -202,7 +194,7 @@ class Staging:
             self.stats.problem(
                 "spans_over_trace_limit",
                 f"{len(rows) - len(kept)} spans rejected: their trace has "
-                f"{self._max_spans_per_trace} spans already",
+                f"{self.settings.max_spans_per_trace} spans already",
             )
         return kept
 
@@ -240,7 +232,7 @@ class Staging:
                 commands = trace_commands(
                     spans[trace],
                     translator,
-                    mappings=self._mappings,
+                    mappings=self.settings.mappings,
                     derived_before=derived_before.get(trace, ()),
                 )
             except Exception as error:  # noqa: BLE001 - one trace must not fail the request
@@ -318,13 +310,13 @@ class Staging:
                 self.stats.problem("database_unavailable", describe(error))
                 return
             try:
-                check_writable_tables(conn, schema=self._schema)
+                check_writable_tables(conn, schema=self.settings.schema)
                 with conn.transaction():
                     conn.execute(self._queries["staged_spans"], {"trace_id": []})
             except (SchemaNotMigratedError, psycopg.errors.UndefinedTable):
                 raise SchemaNotMigratedError(
-                    f"schema {self._schema!r} lacks the otel_jobsteps tables or the OTLP staging"
-                    " tables: run `otel-jobsteps migrate`"
+                    f"schema {self.settings.schema!r} lacks the otel_jobsteps tables or the"
+                    " OTLP staging tables: run `otel-jobsteps migrate`"
                 ) from None
 
     def settle(self, *, limit: int = 1000) -> tuple[int, int]:
@@ -335,7 +327,7 @@ class Staging:
                 with conn.transaction():
                     found = conn.execute(
                         self._queries["settle_traces"],
-                        {"after_s": self._settle_after_s, "limit": limit},
+                        {"after_s": self.settings.settle_after_s, "limit": limit},
                     ).fetchall()
             except psycopg.OperationalError as error:
                 raise self._unavailable(store, error) from None
@@ -344,7 +336,7 @@ class Staging:
             self.stats.problem(
                 "orphan_spans",
                 f"{orphans} spans dropped: no job span of their trace arrived within "
-                f"{self._settle_after_s:g} s",
+                f"{self.settings.settle_after_s:g} s",
             )
         return len(found), orphans
 

@@ -8,6 +8,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otel_jobsteps.attributes import JOB_EVENT_TYPE, JOB_ID
 from otel_jobsteps.ingest.decode import decode_protobuf
+from otel_jobsteps.ingest.settings import CollectSettings
 from otel_jobsteps.ingest.staging import Staging
 from tests.ingest.collector import table_rows
 from tests.ingest.requests import request_of
@@ -22,7 +23,7 @@ def test_orphans_are_dropped_when_settled_and_late_copies_ignored(
     steps = [s for s, k in zip(spans, keys, strict=True) if not k & {JOB_ID, JOB_EVENT_TYPE}]
     jobs = [s for s, k in zip(spans, keys, strict=True) if JOB_ID in k and JOB_EVENT_TYPE not in k]
     decoded = decode_protobuf(request_of(steps).SerializeToString())
-    staging = Staging(second_dsn, settle_after_s=0.0, connections=1)
+    staging = Staging(CollectSettings(second_dsn, settle_after_s=0.0, connections=1))
     try:
         assert staging.receive(decoded.spans, decoded.wire).staged == len(steps)
         assert staging.settle() == (2, len(steps))  # two attempts' traces, nothing of them kept
@@ -46,7 +47,7 @@ def test_a_trace_stops_taking_spans_at_its_limit(recording: Recording, second_ds
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
     trace = max(by_trace.values(), key=len)  # attempt 1: job span, RENDER, plain, SAVE
-    staging = Staging(second_dsn, max_spans_per_trace=3, connections=1)
+    staging = Staging(CollectSettings(second_dsn, max_spans_per_trace=3, connections=1))
     try:
         first = decode_protobuf(request_of(trace[:2]).SerializeToString())
         assert staging.receive(first.spans, first.wire).rejected == 0

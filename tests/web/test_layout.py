@@ -125,7 +125,14 @@ def test_attempts_share_one_axis_and_widths_follow_durations() -> None:
         _step(2, "RENDER", 5, 9, "COMPLETED"),
         _step(2, "SAVE", 9, 10, "COMPLETED"),
     ]
-    log = JobLogEntry(1, "FAILED", "error", None, TRACE, T0 + timedelta(seconds=4))
+    log = JobLogEntry(
+        attempt=1,
+        detail=None,
+        created_at=T0 + timedelta(seconds=4),
+        status="FAILED",
+        reason="error",
+        trace_id=TRACE,
+    )
 
     timeline = build_timeline(attempts, rows, [log], T0 + timedelta(seconds=60), None)
 

@@ -1,0 +1,45 @@
+"""What one receiver is told: where to write, how to derive rows, what to accept.
+
+`serve_collect` hands these to uvicorn's worker processes through the environment (they import
+the app anew), so they round-trip through JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .mapping import JobMapping
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_SPANS_PER_TRACE", "CollectSettings"]
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # after decompression
+DEFAULT_MAX_SPANS_PER_TRACE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class CollectSettings:
+    """A receiver's settings. ``connections``: database connections serving requests in
+    parallel; traces untouched for ``settle_after_s`` are settled; ``mappings`` turn other
+    conventions' spans into jobs."""
+
+    dsn: str
+    schema: str = "public"
+    connections: int = 4
+    settle_after_s: float = 600.0
+    mappings: tuple[JobMapping, ...] = ()
+    max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE
+    connect_timeout_s: float = 5.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    retry_after_s: int = 2
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> CollectSettings:
+        fields: dict[str, Any] = json.loads(text)
+        mappings = tuple(JobMapping(**mapping) for mapping in fields.pop("mappings"))
+        return cls(**fields, mappings=mappings)

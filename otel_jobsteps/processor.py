@@ -1,9 +1,10 @@
-"""JobStepsProcessor: door one. The job thread records facts; the writer thread interprets them.
+"""JobStepsProcessor: door one. The job thread records facts; the writer interprets them.
 
 The SDK calls the hooks synchronously and does not catch what they raise. So a hook only asks
 "is this span in a job scope?" (a dict lookup), and if so appends the SDK's own span object to
-the writer's queue, as BatchSpanProcessor does. On the writer thread `translate` turns the span
-into the recorder's commands, the same translation the OTLP receiver uses.
+the writer's queue, as BatchSpanProcessor does. On the writer thread `watch` reads the queued
+spans as facts and `Interpretation` turns them into the recorder's commands through
+`translate`, the same translation the OTLP receiver uses.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
@@ -23,17 +24,19 @@ from .batch import Batch
 from .db import check_dsn
 from .detail import DEFAULT_MAX_DETAIL_BYTES
 from .errors import ConfigurationError
-from .facts import ended_facts, started_facts
-from .recorder import Command, StepRecorder, StepStarted
+from .facts import SpanFacts
+from .recorder import StepRecorder
+from .relay import Relay, WriterSettings
 from .schema import check_writable_tables, migrate
-from .spans import attribute_dict, events_added, newest_progress_event, plain_attributes
+from .spans import attribute_dict
 from .stats import Stats
 from .store import StepStore
 from .telemetry import register_metrics
 from .translate import DEFAULT_MAX_OPEN_SPANS, SpanTranslator
+from .watch import FactsReader, SpanEnded, SpanStarted, SpanWatch
 from .writer import RowStore, Writer
 
-__all__ = ["JobStepsProcessor"]
+__all__ = ["Interpretation", "JobStepsProcessor", "SpanEnded", "SpanStarted"]
 
 # Queue items are built with tuple.__new__: 0.08 instead of 0.25 us a NamedTuple call costs on
 # the job's thread (benchmarks/hot_path.py); tests/unit/test_processor.py checks their arity.
@@ -42,6 +45,9 @@ _new = tuple.__new__
 # A running step's events are looked at this often: the first progress is written this soon.
 PROGRESS_POLL_S = 0.05
 MIN_PROGRESS_POLL_S = 0.005  # with no debounce at all
+
+# Where spans are interpreted and written: a thread of the job's process, or a child process.
+WRITERS = ("thread", "process")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -54,35 +60,12 @@ def _env_int(name: str, default: int) -> int:
         raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
 
 
-class SpanStarted(NamedTuple):
-    """Queued by on_start: a span in a job scope (or one that may open a scope) started."""
+class Interpretation:
+    """Facts -> the translation's commands -> the recorder: what turns spans into rows.
 
-    span: Span
-
-
-class SpanEnded(NamedTuple):
-    """Queued by on_end: a span that was queued at its start has ended."""
-
-    span: ReadableSpan
-
-
-class _WatchedStep:
-    """A live step span the writer polls for new events while it runs."""
-
-    __slots__ = ("added", "newest", "span")
-
-    def __init__(self, span: ReadableSpan) -> None:
-        self.span = span
-        self.added = 0  # events_added() when last polled
-        self.newest: object = None  # the progress event last reported
-
-
-class _LiveSpans:
-    """The writer's handler for door one: queued live spans -> facts -> commands -> recorder.
-
-    Progress needs no hook in the job: while a step runs, the writer polls its span's event
-    count every ``poll_interval_s`` (and at every flush and at its end) and reports the newest
-    progress event when it changed. The job's ``add_event`` stays the SDK's own.
+    It reads door one's facts on the writer thread, or in the writer process (`relay`).
+    Progress is shed first while the writer's held operations are at their bound (the close
+    still takes the step's newest detail).
     """
 
     def __init__(
@@ -90,132 +73,107 @@ class _LiveSpans:
         recorder: StepRecorder,
         translator: SpanTranslator,
         *,
-        poll_interval_s: float,
-        clock: Callable[[], float],
         count: Callable[[str, int], None],
         problem: Callable[[str, object], None],
-        max_steps: int,
     ) -> None:
         self.recorder = recorder
         self.translator = translator
         self._record = recorder.handle
-        self._poll_interval = poll_interval_s
-        self._clock = clock
         self._count = count
         self._problem = problem
-        self._steps: dict[int, _WatchedStep] = {}
-        self._max_steps = max_steps
-        self._next_poll = 0.0
-        self._deferred: ReadableSpan | None = None  # a start that waits one item for its end
         self.backlogged: Callable[[], bool] = lambda: False  # the writer's, once it exists
 
-    def handle(self, item: SpanStarted | SpanEnded) -> None:
-        deferred = self._deferred
-        if deferred is not None:
-            self._deferred = None
-            if type(item) is SpanEnded and item.span.context is deferred.context:
-                self._record_all(self.translator.whole(ended_facts(item.span)))
-                return
-            try:
-                self._start(deferred)
-            except Exception as error:  # noqa: BLE001 - it must not take this item down with it
-                self._problem("internal_error", error)
-        if type(item) is SpanEnded:
-            self._end(item.span)
-        elif item.span.end_time is not None:
-            # Ended already: its end is most likely the next item, and the two are read as one.
-            self._deferred = item.span
-        else:
-            self._start(item.span)
-
-    def _settle(self) -> None:
-        """Apply a start held back to meet its end: whatever comes next must see it."""
-        deferred = self._deferred
-        if deferred is not None:
-            self._deferred = None
-            self._start(deferred)
-
-    def _record_all(self, commands: list[Command]) -> None:
-        for command in commands:
+    def started(self, facts: SpanFacts) -> None:
+        for command in self.translator.started(facts):
             self._record(command)
 
-    def _start(self, span: ReadableSpan) -> None:
-        for command in self.translator.started(started_facts(span)):
+    def whole(self, facts: SpanFacts) -> None:
+        for command in self.translator.whole(facts):
             self._record(command)
-            if type(command) is StepStarted:
-                steps = self._steps
-                if not steps:
-                    self._next_poll = self._clock() + self._poll_interval
-                steps[command.span_id] = _WatchedStep(span)
-                if len(steps) > self._max_steps:  # the translation forgot it too
-                    del steps[next(iter(steps))]
 
-    def _end(self, span: ReadableSpan) -> None:
-        watched = self._steps.pop(span.context.span_id, None)
-        if watched is not None and watched.newest is not None:
-            # Polled before: events since then ride with the close. Never polled: the
-            # translation takes the newest progress from the ended span's events.
-            self._poll(watched, span)
-        self._record_all(self.translator.ended(ended_facts(span)))
+    def ended(self, facts: SpanFacts) -> None:
+        for command in self.translator.ended(facts):
+            self._record(command)
 
-    def _poll(self, watched: _WatchedStep, span: ReadableSpan) -> None:
-        added = events_added(span)
-        if added == watched.added:
+    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> None:
+        if self.backlogged():
+            self._problem("dropped_ProgressReported", "backlog: progress not read")
             return
-        watched.added = added
-        event = newest_progress_event(span)
-        if event is None or event is watched.newest:
-            return  # only exceptions were added
-        watched.newest = event
-        progress = self.translator.progress(
-            span.context.span_id, plain_attributes(event.attributes)
-        )
+        progress = self.translator.progress(span_id, attributes)
         if progress is not None:
             self._count("commands", 1)
             self._record(progress)
 
-    def _poll_all(self) -> None:
-        if self.backlogged():
-            # The database is away and the held operations are at their bound: progress is
-            # the first thing shed (the close still takes the step's newest detail).
-            self._problem("dropped_ProgressReported", "backlog: progress not read")
-            return
-        for watched in list(self._steps.values()):
-            self._poll(watched, watched.span)
-
-    def next_due(self) -> float | None:
-        due = self.recorder.next_due()
-        if self._steps and (due is None or self._next_poll < due):
-            return self._next_poll
-        return due
-
-    def fire_due(self, now: float | None = None) -> None:
-        self._settle()
-        now = self._clock() if now is None else now
-        if self._steps and now >= self._next_poll:
-            # A poll costs about a microsecond per running step: with very many, look less often.
-            self._next_poll = now + max(self._poll_interval, len(self._steps) * 5e-6)
-            self._poll_all()
-        self.recorder.fire_due(now)
-
-    def flush_timers(self) -> None:
-        """A flush: every progress added before it is read now, and every window written."""
-        self._settle()
-        self._poll_all()
-        self.recorder.flush_timers()
-
     # The rest of what the writer needs is the recorder's.
 
     def take_batch(self) -> Batch | None:
-        self._settle()
         return self.recorder.take_batch()
 
     def pending_operations(self) -> int:
         return self.recorder.pending_operations()
 
     def open_steps(self) -> list[tuple[str, str, int, str]]:
-        self._settle()
         return self.recorder.open_steps()
+
+
+def build_interpretation(
+    stats: Stats,
+    *,
+    debounce_ms: float,
+    max_open_spans: int,
+    clock: Callable[[], float] = time.monotonic,
+) -> Interpretation:
+    """The translation and the recorder for live spans, counting into ``stats``."""
+    recorder = StepRecorder(
+        debounce_ms=debounce_ms,
+        clock=clock,
+        on_evict=lambda scope: stats.problem(
+            "evicted_attempts", "a job span never ended: its attempt is forgotten"
+        ),
+    )
+    translator = SpanTranslator(
+        problem=stats.problem, received=False, max_open_spans=max_open_spans
+    )
+    return Interpretation(recorder, translator, count=stats.add, problem=stats.problem)
+
+
+class _LiveSpans:
+    """The writer's handler for door one on its own thread: queued spans -> facts (`watch`)
+    -> interpretation, with running steps polled for progress."""
+
+    def __init__(self, watch: SpanWatch, interpretation: Interpretation) -> None:
+        self.watch = watch
+        self.interpretation = interpretation
+        self.handle = watch.handle
+        self._clock = watch.clock
+
+    def next_due(self) -> float | None:
+        due = self.interpretation.recorder.next_due()
+        poll = self.watch.next_poll()
+        if poll is not None and (due is None or poll < due):
+            return poll
+        return due
+
+    def fire_due(self, now: float | None = None) -> None:
+        now = self._clock() if now is None else now
+        self.watch.poll_due(now)
+        self.interpretation.recorder.fire_due(now)
+
+    def flush_timers(self) -> None:
+        """A flush: every progress added before it is read now, and every window written."""
+        self.watch.poll_all()
+        self.interpretation.recorder.flush_timers()
+
+    def take_batch(self) -> Batch | None:
+        self.watch.settle()
+        return self.interpretation.take_batch()
+
+    def pending_operations(self) -> int:
+        return self.interpretation.pending_operations()
+
+    def open_steps(self) -> list[tuple[str, str, int, str]]:
+        self.watch.settle()
+        return self.interpretation.open_steps()
 
 
 class JobStepsProcessor(SpanProcessor):
@@ -242,12 +200,20 @@ class JobStepsProcessor(SpanProcessor):
         max_open_spans: int | None = None,
         auto_migrate: bool = False,
         store: RowStore | None = None,
+        writer: str | None = None,
         meter_provider: MeterProvider | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         dsn = dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
         if store is None and not dsn:
             raise ConfigurationError("no database: pass dsn= or set OTEL_JOBSTEPS_DSN")
+        if writer is None:  # the environment's choice is for processors that write to PostgreSQL
+            writer = "thread" if store is not None else os.environ.get("OTEL_JOBSTEPS_WRITER")
+        writer = writer or "thread"
+        if writer not in WRITERS:
+            raise ConfigurationError(f"writer must be one of {', '.join(WRITERS)}, got {writer!r}")
+        if writer == "process" and store is not None:
+            raise ConfigurationError("writer='process' writes to PostgreSQL: pass dsn=, not store=")
         self._schema = schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public"
         self._debounce_ms = (
             debounce_ms if debounce_ms is not None else _env_int("OTEL_JOBSTEPS_DEBOUNCE_MS", 1000)
@@ -283,27 +249,45 @@ class JobStepsProcessor(SpanProcessor):
         self._auto_migrate = auto_migrate
         self._clock = clock
         self._stats = Stats()
-        self._store = store or StepStore(
-            check_dsn(dsn or ""),
-            schema=self._schema,
-            connect_timeout_s=connect_timeout_s,
-            statement_timeout_ms=statement_timeout_ms,
-            max_detail_bytes=max_detail_bytes,
-            on_connect=self._prepare_connection,
-        )
-        self._live = self._live_spans()
-        self._writer = writer = Writer(
-            self._live,
-            self._store,
-            self._stats,
-            max_queue_size=queue_size,
-            # Unwritten row operations held while the database is away: same order of memory.
-            max_pending_operations=2 * queue_size,
-            heartbeat_interval_s=heartbeat_interval_s,
-            clock=clock,
-        )
-        self._live.backlogged = writer.backlogged
-        self._submit = writer.submit
+        self._relay: Relay | None = None
+        if writer == "process":
+            settings = WriterSettings(
+                check_dsn(dsn or ""),
+                self._schema,
+                self._debounce_ms,
+                queue_size,
+                shutdown_ms,
+                connect_timeout_s,
+                statement_timeout_ms,
+                heartbeat_interval_s,
+                max_detail_bytes,
+                self._max_open_spans,
+                auto_migrate,
+            )
+            self._relay = Relay(self._watch, settings, self._stats, max_queue_size=queue_size)
+            self._submit = self._relay.submit
+        else:
+            self._store = store or StepStore(
+                check_dsn(dsn or ""),
+                schema=self._schema,
+                connect_timeout_s=connect_timeout_s,
+                statement_timeout_ms=statement_timeout_ms,
+                max_detail_bytes=max_detail_bytes,
+                on_connect=self._prepare_connection,
+            )
+            self._live = self._live_spans()
+            self._writer = Writer(
+                self._live,
+                self._store,
+                self._stats,
+                max_queue_size=queue_size,
+                # Unwritten row operations held while the database is away: same memory order.
+                max_pending_operations=2 * queue_size,
+                heartbeat_interval_s=heartbeat_interval_s,
+                clock=clock,
+            )
+            self._live.interpretation.backlogged = self._writer.backlogged
+            self._submit = self._writer.submit
         # Span id -> True for every queued span not yet ended (job thread; bounded, oldest out).
         self._in_scope: dict[int, bool] = {}
         self._shut_down = False
@@ -346,6 +330,8 @@ class JobStepsProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """True once everything recorded before the call is in the database (trailing progress
         included); False if ``timeout_millis`` passed first."""
+        if self._relay is not None:
+            return self._relay.flush(timeout_millis / 1000.0)
         return self._writer.flush(timeout_millis / 1000.0)
 
     def shutdown(self) -> None:
@@ -353,35 +339,44 @@ class JobStepsProcessor(SpanProcessor):
         if self._shut_down:
             return
         self._shut_down = True
-        self._writer.shutdown(self._shutdown_timeout_s)
+        if self._relay is not None:
+            self._relay.shutdown(self._shutdown_timeout_s)
+        else:
+            self._writer.shutdown(self._shutdown_timeout_s)
 
     def stats(self) -> dict[str, Any]:
         """Counters: commands handled, operations written, retries, drops by kind, last error."""
         data = self._stats.snapshot()
+        if self._relay is not None:
+            # The writer process's counters as of its latest reply, added to the relay's own.
+            data["queued"] = self._relay.queue_length()
+            for name, value in self._relay.child_stats.items():
+                if name == "last_error":
+                    data[name] = value or data[name]
+                else:
+                    data[name] = data.get(name, 0) + value
+            return data
         data["queued"] = self._writer.queue_length()
-        data["open_attempts"] = self._live.recorder.open_attempts()
-        data["open_spans"] = self._live.translator.open_spans()
+        data["open_attempts"] = self._live.interpretation.recorder.open_attempts()
+        data["open_spans"] = self._live.interpretation.translator.open_spans()
         return data
 
     # -- internals ----------------------------------------------------------------------------
 
     def _live_spans(self) -> _LiveSpans:
-        recorder = StepRecorder(
+        interpretation = build_interpretation(
+            self._stats,
             debounce_ms=self._debounce_ms,
+            max_open_spans=self._max_open_spans,
             clock=self._clock,
-            on_evict=lambda scope: self._stats.problem(
-                "evicted_attempts", "a job span never ended: its attempt is forgotten"
-            ),
         )
-        translator = SpanTranslator(
-            problem=self._stats.problem, received=False, max_open_spans=self._max_open_spans
-        )
-        return _LiveSpans(
-            recorder,
-            translator,
+        return _LiveSpans(self._watch(interpretation), interpretation)
+
+    def _watch(self, reader: FactsReader) -> SpanWatch:
+        return SpanWatch(
+            reader,
             poll_interval_s=min(PROGRESS_POLL_S, self._debounce_ms / 1000) or MIN_PROGRESS_POLL_S,
             clock=self._clock,
-            count=self._stats.add,
             problem=self._stats.problem,
             max_steps=self._max_open_spans,
         )
@@ -396,6 +391,9 @@ class JobStepsProcessor(SpanProcessor):
         """The child starts with nothing of the parent's: its open spans belong to the parent."""
         self._stats.reset()
         self._in_scope = {}
+        if self._relay is not None:
+            self._relay.after_fork_in_child()
+            return
         self._live = self._live_spans()
-        self._live.backlogged = self._writer.backlogged
+        self._live.interpretation.backlogged = self._writer.backlogged
         self._writer.after_fork_in_child(self._live)

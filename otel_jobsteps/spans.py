@@ -90,6 +90,25 @@ def latest_progress(newest_first: Iterable[EventLike]) -> Mapping[str, Any]:
     return _EMPTY if event is None else plain_attributes(event.attributes)
 
 
+def events_read(events: Sequence[_E]) -> list[_E]:
+    """The events the translation reads, in order: the newest ``exception`` and the newest
+    other one (progress). A span's other events change nothing it writes."""
+    kept: list[_E] = []
+    exception = progress = False
+    for event in reversed(events):
+        if event.name == "exception":
+            if not exception:
+                exception = True
+                kept.append(event)
+        elif not progress:
+            progress = True
+            kept.append(event)
+        if exception and progress:
+            break
+    kept.reverse()
+    return kept
+
+
 def _first_progress(newest_first: Iterable[_E]) -> _E | None:
     for event in newest_first:
         if event.name != "exception":

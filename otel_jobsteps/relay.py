@@ -1,0 +1,475 @@
+"""The writer process: interpretation and writing outside the job's interpreter (opt-in).
+
+With ``JobStepsProcessor(writer="process")`` the job's hooks queue spans exactly as with the
+writer thread, and a relay thread reads them as facts (`watch`) and sends the facts, in
+order, through a pipe to a child process (``python -m otel_jobsteps.writer_process``) that
+interprets and writes them as the writer thread would. The job's interpreter then spends per
+span only the hooks and the facts' encoding; the translation, the recorder, the statements
+and psycopg run on another core, with their own garbage collector.
+
+Frames in both directions: a 4-byte big-endian length, then a `marshal`-encoded list of
+messages. Relay -> writer: ``("s"|"w"|"e", facts)`` a span started, whole, ended;
+``("p", span_id, attributes)`` a running step's newest progress; ``("f", n)`` flush number n.
+Writer -> relay: ``("a", n, ok, stats)`` flush n done (committed if ok); ``("t", stats)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import marshal
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .facts import SpanEvent, SpanFacts
+from .spans import events_read, plain_attributes
+from .stats import Stats
+from .watch import SpanWatch
+
+__all__ = ["Relay", "WriterSettings", "decode_facts", "read_frames", "write_frame"]
+
+_LENGTH = struct.Struct(">I")
+_MARSHAL_VERSION = 4
+_PLAIN = (str, bool, int, float)
+_MAX_BATCH_ITEMS = 10_000
+_RESTART_BACKOFF_S = (0.5, 30.0)
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """What the writer process needs to write as the writer thread would (sent as JSON)."""
+
+    dsn: str
+    schema: str
+    debounce_ms: float
+    max_queue_size: int
+    shutdown_timeout_ms: int
+    connect_timeout_s: float
+    statement_timeout_ms: int
+    heartbeat_interval_s: float
+    max_detail_bytes: int
+    max_open_spans: int
+    auto_migrate: bool
+
+
+# -- the wire --------------------------------------------------------------------------------
+
+
+def write_frame(fd: int, messages: list[Any]) -> None:
+    """One frame on ``fd``, whole (os.write may take part of it)."""
+    payload = _dumps(messages)
+    data = memoryview(_LENGTH.pack(len(payload)) + payload)
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def read_frames(fd: int) -> Iterator[list[Any]]:
+    """The frames arriving on ``fd`` until it closes."""
+    buffer = bytearray()
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return
+        buffer += chunk
+        while len(buffer) >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(buffer)
+            end = _LENGTH.size + length
+            if len(buffer) < end:
+                break
+            frame = marshal.loads(bytes(buffer[_LENGTH.size : end]))
+            del buffer[:end]
+            yield frame
+
+
+def _dumps(messages: list[Any]) -> bytes:
+    try:
+        return marshal.dumps(messages, _MARSHAL_VERSION)
+    except ValueError:  # a value marshal cannot hold: only that message is made plain
+        return marshal.dumps([_plain(message) for message in messages], _MARSHAL_VERSION)
+
+
+def _plain(value: Any) -> Any:
+    """The same data with every value marshal cannot hold turned into its text."""
+    if value is None or type(value) in _PLAIN:
+        return value
+    if isinstance(value, tuple | list):
+        return tuple(_plain(item) for item in value)
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return str(value)
+
+
+def _plain_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    plain = plain_attributes(attributes)
+    return plain if type(plain) is dict else dict(plain)
+
+
+def _facts_message(kind: str, facts: SpanFacts) -> tuple[Any, ...]:
+    return (
+        kind,
+        facts.trace_id,
+        facts.span_id,
+        facts.parent_span_id,
+        facts.name,
+        facts.start_ns,
+        facts.end_ns,
+        _plain_dict(facts.attributes),
+        tuple(
+            (event.name, getattr(event, "timestamp", 0), _plain_dict(event.attributes))
+            for event in events_read(facts.events)
+        ),
+        facts.error,
+        facts.status_message,
+    )
+
+
+def decode_facts(message: tuple[Any, ...]) -> SpanFacts:
+    """The facts of an ``s``/``w``/``e`` message, as the relay read them."""
+    (_, trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status) = (
+        message
+    )
+    return SpanFacts(
+        trace_id,
+        span_id,
+        parent,
+        name,
+        start_ns,
+        end_ns,
+        attributes,
+        [SpanEvent(*event) for event in events],
+        error,
+        status,
+    )
+
+
+class _Outbox:
+    """The watch's reader on the relay thread: facts become messages for the next frame."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    def started(self, facts: SpanFacts) -> None:
+        self.messages.append(_facts_message("s", facts))
+
+    def whole(self, facts: SpanFacts) -> None:
+        self.messages.append(_facts_message("w", facts))
+
+    def ended(self, facts: SpanFacts) -> None:
+        self.messages.append(_facts_message("e", facts))
+
+    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> None:
+        self.messages.append(("p", span_id, _plain_dict(attributes)))
+
+
+# -- the relay (job's process) ---------------------------------------------------------------
+
+
+class _FlushRequest:
+    __slots__ = ("done", "number", "ok")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.ok = False
+        self.done = threading.Event()
+
+
+class _Child:
+    """One writer process and the two pipe ends the relay keeps."""
+
+    def __init__(self, settings: WriterSettings) -> None:
+        self.exited = False
+        to_child, self.to_fd = os.pipe()
+        self.from_fd, from_child = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "otel_jobsteps.writer_process",
+                    str(to_child),
+                    str(from_child),
+                ],
+                pass_fds=(to_child, from_child),
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            for fd in (self.to_fd, self.from_fd):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_child)
+            os.close(from_child)
+        # The settings travel through the pipe: a password must not show in ps.
+        write_frame(self.to_fd, [json.dumps(settings.__dict__)])
+
+    def close_pipe(self) -> None:
+        """Closing the writer's input ends it: it writes what it holds and exits."""
+        self.to_fd = _close(self.to_fd)
+
+    def close_replies(self) -> None:
+        self.from_fd = _close(self.from_fd)
+
+    def forget(self) -> None:
+        """After fork(), in the child: the parent's pipe ends are closed here, untouched there."""
+        self.close_pipe()
+        self.close_replies()
+
+
+def _close(fd: int) -> int:
+    """Close ``fd`` once (a number closed twice may belong to someone else by then)."""
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return -1
+
+
+class Relay:
+    """Queue -> facts -> frames to the writer process, on one background thread.
+
+    The same queue contract as `writer.Writer` (``submit`` on the hot path, ``flush``,
+    ``shutdown``); a flush is True once the writer process has committed everything queued
+    before it. A writer process that dies is started again (what it held is lost, counted as
+    ``writer_process_exited``).
+    """
+
+    def __init__(
+        self,
+        watch: Callable[[_Outbox], SpanWatch],
+        settings: WriterSettings,
+        stats: Stats,
+        *,
+        max_queue_size: int,
+        linger_s: float = 0.005,
+        wake_threshold: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._make_watch = watch
+        self._settings = settings
+        self._stats = stats
+        self._max_queue = max_queue_size
+        self._linger, self._wake_threshold = linger_s, wake_threshold
+        self._clock = clock
+        self.child_stats: dict[str, Any] = {}
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._outbox = _Outbox()
+        self._watch = self._make_watch(self._outbox)
+        self._queue: deque[Any] = deque()
+        self._wakeup = threading.Event()
+        self._idle = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._child: _Child | None = None
+        self._stopping = False
+        self._flushes: dict[int, _FlushRequest] = {}
+        self._flush_numbers = iter(range(1, 1 << 62))
+        self._failures = 0
+        self._restart_at = 0.0
+
+    # -- application threads ------------------------------------------------------------------
+
+    def submit(self, command: Any) -> None:
+        """Queue a span item (dropped only when the queue is full)."""
+        queue = self._queue
+        if len(queue) >= self._max_queue or self._stopping:
+            reason = "shut down" if self._stopping else "queue full"
+            self._stats.problem("dropped_" + type(command).__name__, reason)
+            return
+        queue.append(command)
+        if self._idle or len(queue) == self._wake_threshold or self._thread is None:
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None and not self._stopping:
+                    thread = threading.Thread(
+                        target=self._run, name="otel_jobsteps-relay", daemon=True
+                    )
+                    thread.start()
+                    self._thread = thread
+        self._wakeup.set()
+
+    def flush(self, timeout_s: float) -> bool:
+        """True once everything submitted before the call is committed; False on timeout."""
+        if self._thread is None or not self._thread.is_alive():
+            return not self._queue
+        request = _FlushRequest(next(self._flush_numbers))
+        self._queue.append(request)
+        self._wakeup.set()
+        return request.done.wait(timeout_s) and request.ok
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Send what is queued, close the pipe and wait up to ``timeout_s`` for the writer
+        process to write it; one still busy then finishes on its own."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._stopping = True
+            thread = self._thread
+        self._wakeup.set()
+        if thread is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        thread.join(timeout_s)
+        child = self._child
+        if child is not None:
+            try:
+                child.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._stats.problem("shutdown_timeout", f"writer process busy after {timeout_s}s")
+
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child gets its own queue, thread and (later) writer process."""
+        if self._child is not None:
+            self._child.forget()
+        self._init_runtime()
+
+    # -- the relay thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._wait()
+            stopping = self._stopping
+            self._relay_queued(final=stopping)
+            if stopping:
+                break
+        self._watch.poll_all()
+        self._send()
+        if self._child is not None:
+            self._child.close_pipe()
+
+    def _wait(self) -> None:
+        queue = self._queue
+        if len(queue) >= self._wake_threshold or self._stopping:
+            return
+        poll = self._watch.next_poll()
+        timeout = None if poll is None else max(0.0, poll - self._clock())
+        if queue:
+            self._wakeup.wait(self._linger if timeout is None else min(timeout, self._linger))
+        else:
+            self._idle = True
+            if not queue:
+                self._wakeup.wait(timeout)
+            self._idle = False
+        self._wakeup.clear()
+
+    def _relay_queued(self, *, final: bool) -> None:
+        queue, handle = self._queue, self._watch.handle
+        while True:
+            count = min(len(queue), _MAX_BATCH_ITEMS)
+            for _ in range(count):
+                item = queue.popleft()
+                try:
+                    if type(item) is _FlushRequest:
+                        self._watch.poll_all()
+                        self._flushes[item.number] = item
+                        self._outbox.messages.append(("f", item.number))
+                    else:
+                        handle(item)
+                except Exception as error:  # noqa: BLE001 - one bad item must not stop the rest
+                    self._stats.problem("internal_error", error)
+            self._watch.poll_due(self._clock())
+            self._send()
+            if not (final and queue):
+                return
+
+    def _send(self) -> None:
+        messages = self._outbox.messages
+        if not messages:
+            return
+        self._outbox.messages = []
+        child = self._running_child()
+        if child is None:
+            self._lost(messages, "writer process not running")
+            return
+        try:
+            write_frame(child.to_fd, messages)
+        except OSError as error:  # it is gone: its replies' reader says so and counts it
+            self._lost(messages, error)
+            self._retire(child)
+
+    def _running_child(self) -> _Child | None:
+        """The writer process, started (again) if there is none and its backoff is over."""
+        child = self._child
+        if child is not None and not child.exited:
+            return child
+        if child is not None:
+            self._retire(child)
+        if self._clock() < self._restart_at:
+            return None
+        try:
+            child = _Child(self._settings)
+        except OSError as error:
+            self._stats.problem("writer_process_failed", error)
+            self._schedule_restart()
+            return None
+        self._child = child
+        threading.Thread(
+            target=self._read_replies,
+            args=(child,),
+            name="otel_jobsteps-relay-replies",
+            daemon=True,
+        ).start()
+        return child
+
+    def _retire(self, child: _Child) -> None:
+        """Relay thread only (it owns the pipe's writing end): forget a writer process."""
+        child.close_pipe()
+        self._child = None
+        self._schedule_restart()
+
+    def _read_replies(self, child: _Child) -> None:
+        try:
+            for frame in read_frames(child.from_fd):
+                for reply in frame:
+                    if reply[0] == "a":
+                        _, number, ok, self.child_stats = reply
+                        request = self._flushes.pop(number, None)
+                        if request is not None:
+                            request.ok = ok
+                            request.done.set()
+                    else:
+                        self.child_stats = reply[1]
+        except (OSError, ValueError, EOFError) as error:
+            self._stats.problem("writer_process_failed", error)
+        finally:
+            child.process.wait()
+            child.close_replies()
+            child.exited = True
+            if not self._stopping:
+                # What it held is lost; the flushes waiting on it cannot say "committed".
+                self._stats.problem(
+                    "writer_process_exited", f"writer process exited ({child.process.returncode})"
+                )
+                for number in list(self._flushes):
+                    request = self._flushes.pop(number, None)
+                    if request is not None:
+                        request.done.set()
+                self._wakeup.set()
+
+    def _schedule_restart(self) -> None:
+        self._failures += 1
+        first, most = _RESTART_BACKOFF_S
+        self._restart_at = self._clock() + min(most, first * 2 ** (self._failures - 1))
+
+    def _lost(self, messages: list[Any], error: object) -> None:
+        self._stats.problem("dropped_facts", error)
+        self._stats.add("dropped_facts", len(messages) - 1)
+        for message in messages:
+            if message[0] == "f":
+                request = self._flushes.pop(message[1], None)
+                if request is not None:
+                    request.done.set()

@@ -1,0 +1,157 @@
+"""Door one's facts: the SDK spans the job's hooks queued, read as facts for an interpreter.
+
+A span is read on the writer's side, never on the job's: at its start, at its end, or once as
+a whole when its start and end are adjacent in the queue (the usual step). While a step runs,
+its event count is polled every ``poll_interval_s`` (and at every flush and at its end) and
+the newest progress event is passed on when it changed, so the job's ``add_event`` stays the
+SDK's own. What reads the facts (`FactsReader`) is the translation on this thread, or the
+writer process (`relay`) when interpretation runs outside the job's interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol
+
+from opentelemetry.sdk.trace import ReadableSpan, Span
+
+from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
+from .facts import SpanFacts, ended_facts, started_facts
+from .spans import events_added, newest_progress_event, plain_attributes
+
+__all__ = ["FactsReader", "SpanEnded", "SpanStarted", "SpanWatch"]
+
+
+class SpanStarted(NamedTuple):
+    """Queued by on_start: a span in a job scope (or one that may open a scope) started."""
+
+    span: Span
+
+
+class SpanEnded(NamedTuple):
+    """Queued by on_end: a span that was queued at its start has ended."""
+
+    span: ReadableSpan
+
+
+class FactsReader(Protocol):
+    """What takes door one's facts, in queue order."""
+
+    def started(self, facts: SpanFacts) -> None: ...
+    def whole(self, facts: SpanFacts) -> None: ...
+    def ended(self, facts: SpanFacts) -> None: ...
+    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> None: ...
+
+
+class _WatchedStep:
+    """A live step span polled for new events while it runs."""
+
+    __slots__ = ("added", "newest", "span")
+
+    def __init__(self, span: ReadableSpan) -> None:
+        self.span = span
+        self.added = 0  # events_added() when last polled
+        self.newest: object = None  # the progress event last passed on
+
+
+def _is_step(attributes: Mapping[str, Any]) -> bool:
+    """A span the translation will take for a step (the job span and events never are)."""
+    return (
+        JOB_STEP_KEY in attributes and JOB_ID not in attributes and JOB_EVENT_TYPE not in attributes
+    )
+
+
+class SpanWatch:
+    """Queued live spans -> facts for ``reader``; running steps polled for progress."""
+
+    def __init__(
+        self,
+        reader: FactsReader,
+        *,
+        poll_interval_s: float,
+        clock: Callable[[], float],
+        problem: Callable[[str, object], None],
+        max_steps: int,
+    ) -> None:
+        self.reader = reader
+        self._problem = problem
+        self._poll_interval = poll_interval_s
+        self.clock = clock
+        self._steps: dict[int, _WatchedStep] = {}
+        self._max_steps = max_steps
+        self._next_poll = 0.0
+        self._deferred: ReadableSpan | None = None  # a start that waits one item for its end
+
+    def handle(self, item: SpanStarted | SpanEnded) -> None:
+        deferred = self._deferred
+        if deferred is not None:
+            self._deferred = None
+            if type(item) is SpanEnded and item.span.context is deferred.context:
+                self.reader.whole(ended_facts(item.span))
+                return
+            try:
+                self._start(deferred)
+            except Exception as error:  # noqa: BLE001 - it must not take this item down with it
+                self._problem("internal_error", error)
+        if type(item) is SpanEnded:
+            self._end(item.span)
+        elif item.span.end_time is not None:
+            # Ended already: its end is most likely the next item, and the two are read as one.
+            self._deferred = item.span
+        else:
+            self._start(item.span)
+
+    def settle(self) -> None:
+        """Pass on a start held back to meet its end: whatever comes next must see it."""
+        deferred = self._deferred
+        if deferred is not None:
+            self._deferred = None
+            self._start(deferred)
+
+    def _start(self, span: ReadableSpan) -> None:
+        facts = started_facts(span)
+        self.reader.started(facts)
+        if _is_step(facts.attributes):
+            steps = self._steps
+            if not steps:
+                self._next_poll = self.clock() + self._poll_interval
+            steps[facts.span_id] = _WatchedStep(span)
+            if len(steps) > self._max_steps:  # the translation forgets the oldest too
+                del steps[next(iter(steps))]
+
+    def _end(self, span: ReadableSpan) -> None:
+        watched = self._steps.pop(span.context.span_id, None)
+        if watched is not None and watched.newest is not None:
+            # Polled before: events since then ride with the close. Never polled: the
+            # translation takes the newest progress from the ended span's events.
+            self._poll(watched, span)
+        self.reader.ended(ended_facts(span))
+
+    def _poll(self, watched: _WatchedStep, span: ReadableSpan) -> None:
+        added = events_added(span)
+        if added == watched.added:
+            return
+        watched.added = added
+        event = newest_progress_event(span)
+        if event is None or event is watched.newest:
+            return  # only exceptions were added
+        watched.newest = event
+        self.reader.progress(span.context.span_id, plain_attributes(event.attributes))
+
+    def next_poll(self) -> float | None:
+        """When running steps are next looked at; None while no step runs."""
+        return self._next_poll if self._steps else None
+
+    def poll_due(self, now: float) -> None:
+        """Look at the running steps if their time has come."""
+        self.settle()
+        if self._steps and now >= self._next_poll:
+            # A poll costs about a microsecond per running step: with very many, look less often.
+            self._next_poll = now + max(self._poll_interval, len(self._steps) * 5e-6)
+            self.poll_all()
+
+    def poll_all(self) -> None:
+        """Every running step's newest progress, now (a flush must see all of it)."""
+        self.settle()
+        for watched in list(self._steps.values()):
+            self._poll(watched, watched.span)

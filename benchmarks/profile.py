@@ -96,7 +96,7 @@ class _CollectorClock:
         if phase == "start":
             self._started[thread] = time.thread_time()
             return
-        name = "writer" if threading.current_thread().name == "otel_jobsteps-writer" else "job"
+        name = "writer" if threading.current_thread().name.startswith("otel_jobsteps-") else "job"
         self.seconds[name] += time.thread_time() - self._started.pop(thread, time.thread_time())
 
 

@@ -3,7 +3,8 @@ table.
 
 Ours: one process runs jobs as fast as it can (3 steps, 3 progress events each); the rate is
 steps from the first span to force_flush returning (after a short warm-up that opens the
-connection). Repetitions interleave ours on a fresh empty database, the pipelined-batch limit
+connection). Repetitions interleave ours on a fresh empty database (with the writer thread, then
+with the writer process), the pipelined-batch limit
 (insert, progress, close per step; 1,000 steps per pipelined transaction) on a fresh database
 and ours on the big table; medians are compared. The big table's seq_scan counters are read
 around each of our runs: the writer must not scan job_event or job_log.
@@ -38,9 +39,9 @@ from .common import (
 TARGET_STEPS_PER_S = 25_000
 
 
-def ours_once(dsn: str, jobs: int, prefix: str) -> dict[str, Any]:
+def ours_once(dsn: str, jobs: int, prefix: str, *, writer: str = "thread") -> dict[str, Any]:
     """One timed run of our processor; verifies every step row is closed and every log written."""
-    processor = JobStepsProcessor(dsn)
+    processor = JobStepsProcessor(dsn, writer=writer)
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("benchmarks.throughput")
@@ -94,6 +95,7 @@ def measure(
     steps = jobs * 3
     result: dict[str, Any] = {
         "ours": [],
+        "process": [],
         "pipe1000": [],
         "big": [],
         "seq_scans": [],
@@ -106,6 +108,12 @@ def measure(
         result["verified"] &= verify(dsn, f"run{repetition}", jobs)
         result["flushed"] &= run["flushed"]
         result["ours"].append(run)
+        dbs.drop(dsn)
+        dsn = dbs.fresh("process")
+        run = ours_once(dsn, jobs, f"proc{repetition}", writer="process")
+        result["verified"] &= verify(dsn, f"proc{repetition}", jobs)
+        result["flushed"] &= run["flushed"]
+        result["process"].append(run)
         dbs.drop(dsn)
         dsn = dbs.fresh("pipe")
         result["pipe1000"].append(baselines.pipelined(dsn, steps, 1000))
@@ -138,6 +146,7 @@ def measure(
 
 def rows(result: dict[str, Any], *, jobs: int, repetitions: int, big_rows: int | None) -> list[Row]:
     ours = median([run["rate"] for run in result["ours"]])
+    process = median([run["rate"] for run in result["process"]])
     generate = median([run["generate_s"] for run in result["ours"]])
     drain = median([run["drain_s"] for run in result["ours"]])
     pipe = median(result["pipe1000"])
@@ -176,6 +185,15 @@ def rows(result: dict[str, Any], *, jobs: int, repetitions: int, big_rows: int |
             fmt_ratio(ours / result["ceiling"]),
             ">= 0.60x",
             verdict(ours >= 0.6 * result["ceiling"] and ok == "rows verified"),
+        ),
+        Row(
+            "2",
+            "ours, writer process, vs the SDK alone",
+            fmt_rate(process),
+            "SDK only",
+            fmt_ratio(process / result["ceiling"]),
+            ">= 0.60x",
+            verdict(process >= 0.6 * result["ceiling"] and ok == "rows verified"),
         ),
         Row(
             "2",

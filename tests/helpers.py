@@ -6,10 +6,12 @@ test modules import helpers from here, never from a conftest or from another tes
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -137,3 +139,20 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def writer_processes() -> list[int]:
+    """Pids of this process's children that run the writer process (``writer="process"``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and b"otel_jobsteps.writer_process" in command:
+            found.append(int(entry.name))
+    return found

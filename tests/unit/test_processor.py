@@ -307,6 +307,19 @@ def test_configuration_errors_are_raised_at_construction(monkeypatch: pytest.Mon
         JobStepsProcessor(UNUSED_DSN)
 
 
+def test_the_writer_is_a_thread_or_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigurationError, match="thread, process.*'fiber'"):
+        JobStepsProcessor(UNUSED_DSN, writer="fiber")
+    with pytest.raises(ConfigurationError, match="not store="):
+        JobStepsProcessor(writer="process", store=InMemoryStore())
+    monkeypatch.setenv("OTEL_JOBSTEPS_WRITER", "fiber")
+    with pytest.raises(ConfigurationError, match="'fiber'"):
+        JobStepsProcessor(UNUSED_DSN)
+    # The environment's choice is for processors that write to PostgreSQL, not for tests'.
+    monkeypatch.setenv("OTEL_JOBSTEPS_WRITER", "process")
+    JobStepsProcessor(store=InMemoryStore()).shutdown()
+
+
 def test_progress_with_nested_values_keeps_them_as_json_objects(
     setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
 ) -> None:

@@ -1,0 +1,175 @@
+"""``writer="process"``: the same rows as the writer thread, live progress, a writer process
+that dies is replaced, and one that outlives its job's process does not stay behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
+from otel_jobsteps.demo import record_seed_story
+from tests.helpers import TracingFactory, rows, wait_until, writer_processes
+
+STEPS = "SELECT attempt, step_key, step_status, detail, message FROM job_event"
+LOGS = "SELECT attempt, status, reason, detail FROM job_log"
+EVENTS = "SELECT attempt, type, message, detail FROM job_event"
+
+
+def _tell(processor: JobStepsProcessor, job_id: str) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    try:
+        record_seed_story(provider.get_tracer("tests"), job_id, stalled=True)
+        assert processor.force_flush(10_000)
+    finally:
+        provider.shutdown()
+
+
+def _story(conn: psycopg.Connection[Any], job_id: str) -> tuple[list[Any], ...]:
+    return (
+        rows(conn, f"{STEPS} WHERE job_id = %s AND type = 'STEP' ORDER BY id", job_id),
+        rows(conn, f"{EVENTS} WHERE job_id = %s AND type <> 'STEP' ORDER BY id", job_id),
+        rows(conn, f"{LOGS} WHERE job_id = %s ORDER BY attempt", job_id),
+    )
+
+
+def test_the_seed_story_reads_the_same_from_the_writer_process(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    _tell(JobStepsProcessor(dsn), "thread")
+    _tell(JobStepsProcessor(dsn, writer="process"), "process")
+
+    by_thread, by_process = _story(conn, "thread"), _story(conn, "process")
+    assert by_process == by_thread
+    steps, events, logs = by_process
+    assert [(s[1], s[2]) for s in steps] == [
+        ("RENDER", "COMPLETED"),
+        ("SAVE", "FAILED"),
+        ("RENDER", "COMPLETED"),
+        ("SAVE", "COMPLETED"),
+    ]
+    assert steps[1][4] == "OSError: disk full"
+    assert [e[1] for e in events] == ["STALLED", "RETRY_SCHEDULED", "STALLED"]
+    assert [log[1] for log in logs] == ["FAILED", "COMPLETED"]
+
+
+def test_progress_reaches_the_row_while_the_step_runs(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing(writer="process", debounce_ms=0)
+    with job_attempt("render", "live", "thumbnail", tracer=tracer), step("RENDER", tracer=tracer):
+        progress(pct=40)
+        assert processor.force_flush(10_000)
+        running = rows(conn, "SELECT step_status, detail, ended_at FROM job_event")
+        assert running == [("RUNNING", {"pct": 40}, None)]
+        progress(pct=90)
+    assert processor.force_flush(10_000)
+    assert rows(conn, "SELECT step_status, detail FROM job_event") == [("COMPLETED", {"pct": 90})]
+    assert processor.stats()["operations_written"] >= 3
+
+
+def test_a_writer_process_that_dies_is_replaced(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing(writer="process")
+    with job_attempt("render", "before", "thumbnail", tracer=tracer), step("A", tracer=tracer):
+        pass
+    assert processor.force_flush(10_000)
+    (first,) = writer_processes()
+
+    os.kill(first, signal.SIGKILL)
+    wait_until(
+        lambda: processor.stats().get("writer_process_exited"), what="the death to be noticed"
+    )
+
+    def written_after() -> bool:
+        # Jobs relayed while no writer process runs are lost (and counted); a later one lands.
+        number = processor.stats().get("dropped_facts", 0)
+        job_id = f"after-{number}"
+        with job_attempt("render", job_id, "thumbnail", tracer=tracer), step("B", tracer=tracer):
+            pass
+        return processor.force_flush(5_000) and bool(
+            rows(conn, "SELECT 1 FROM job_log WHERE job_id = %s", job_id)
+        )
+
+    wait_until(written_after, what="a job written by a new writer process", timeout_s=60)
+    assert writer_processes() not in ([], [first])
+    assert processor.stats()["writer_process_exited"] == 1
+    assert rows(conn, "SELECT status FROM job_log WHERE job_id = 'before'") == [("COMPLETED",)]
+
+
+def test_the_writer_process_finishes_and_ends_with_its_job_process(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A job process that exits without flushing: the provider's exit hook shuts the relay
+    down, the writer process writes what it was sent and exits too."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from opentelemetry.sdk.trace import TracerProvider
+        from otel_jobsteps import JobStepsProcessor, job_attempt, step
+        provider = TracerProvider()
+        provider.add_span_processor(JobStepsProcessor({dsn!r}, writer="process"))
+        tracer = provider.get_tracer("script")
+        for number in range(50):
+            with job_attempt("render", f"exit-{{number}}", "thumbnail", tracer=tracer):
+                with step("A", tracer=tracer):
+                    pass
+        from tests.helpers import writer_processes
+        print(*writer_processes())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert "Traceback" not in done.stderr
+    (writer,) = map(int, done.stdout.split())
+    assert not Path(f"/proc/{writer}").exists()  # reaped by the job process's exit hook
+    assert rows(conn, "SELECT count(*) FROM job_log WHERE job_id LIKE 'exit-%%'") == [(50,)]
+    assert rows(conn, "SELECT count(*) FROM job_event WHERE ended_at IS NULL") == [(0,)]
+
+
+def test_a_forked_child_gets_its_own_writer_process(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor = tracing(writer="process")
+    with job_attempt("render", "parent", "thumbnail", tracer=tracer), step("A", tracer=tracer):
+        pass
+    assert processor.force_flush(10_000)
+    (parents,) = writer_processes()
+
+    pid = os.fork()
+    if pid == 0:  # the child: its own relay and writer process; the parent's pipe untouched
+        code = 1
+        try:
+            with (
+                job_attempt("render", "child", "thumbnail", tracer=tracer),
+                step("B", tracer=tracer),
+            ):
+                pass
+            flushed = processor.force_flush(10_000)
+            code = 0 if flushed and writer_processes() not in ([], [parents]) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    with job_attempt("render", "parent-2", "thumbnail", tracer=tracer), step("C", tracer=tracer):
+        pass
+    assert processor.force_flush(10_000)
+    assert writer_processes() == [parents]
+    logged = rows(conn, "SELECT job_id FROM job_log ORDER BY job_id")
+    assert logged == [("child",), ("parent",), ("parent-2",)]

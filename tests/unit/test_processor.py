@@ -308,7 +308,7 @@ def test_configuration_errors_are_raised_at_construction(monkeypatch: pytest.Mon
 
 
 def test_the_writer_is_a_thread_or_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigurationError, match="thread, process.*'fiber'"):
+    with pytest.raises(ConfigurationError, match=r"thread, process.*'fiber'"):
         JobStepsProcessor(UNUSED_DSN, writer="fiber")
     with pytest.raises(ConfigurationError, match="not store="):
         JobStepsProcessor(writer="process", store=InMemoryStore())

@@ -15,7 +15,7 @@ from opentelemetry.trace import StatusCode
 
 from .spans import EventLike, attribute_dict, ended_events
 
-__all__ = ["EventLike", "SpanEvent", "SpanFacts", "ended_facts", "started_facts"]
+__all__ = ["EventLike", "SpanEvent", "SpanFacts", "ended_facts", "span_fields", "started_facts"]
 
 
 class SpanEvent(NamedTuple):
@@ -45,36 +45,36 @@ class SpanFacts:
     status_message: str | None = None
 
 
-def started_facts(span: ReadableSpan) -> SpanFacts:
-    """A live span at its start, read on the writer thread (only what on_start could know)."""
-    parent = span.parent
+def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) -> tuple[Any, ...]:
+    """A live span's `SpanFacts` fields, in order: as at its start (only what on_start could
+    know), or ended with ``events`` (its final attributes, events and status)."""
     context = span.context
-    return SpanFacts(
-        context.trace_id,
-        context.span_id,
-        0 if parent is None else parent.span_id,
-        span.name,
-        span.start_time or 0,
-        0,
-        attribute_dict(span),
-    )
-
-
-def ended_facts(span: ReadableSpan) -> SpanFacts:
-    """A live span once it has ended: its final attributes, events and status."""
     parent = span.parent
-    context = span.context
-    status = span.status
+    parent_id = 0 if parent is None else parent.span_id
     start_ns = span.start_time or 0
-    return SpanFacts(
+    attributes = attribute_dict(span)
+    if not ended:
+        return (context.trace_id, context.span_id, parent_id, span.name, start_ns, 0, attributes)
+    status = span.status
+    return (
         context.trace_id,
         context.span_id,
-        0 if parent is None else parent.span_id,
+        parent_id,
         span.name,
         start_ns,
         span.end_time or start_ns,
-        attribute_dict(span),
-        ended_events(span),
+        attributes,
+        events,
         status.status_code is StatusCode.ERROR,
         status.description,
     )
+
+
+def started_facts(span: ReadableSpan) -> SpanFacts:
+    """A live span at its start, read on the writer's side."""
+    return SpanFacts(*span_fields(span, ended=False))
+
+
+def ended_facts(span: ReadableSpan) -> SpanFacts:
+    """A live span once it has ended."""
+    return SpanFacts(*span_fields(span, ended=True, events=ended_events(span)))

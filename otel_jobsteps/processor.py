@@ -24,7 +24,7 @@ from .batch import Batch
 from .db import check_dsn
 from .detail import DEFAULT_MAX_DETAIL_BYTES
 from .errors import ConfigurationError
-from .facts import SpanFacts
+from .facts import SpanFacts, ended_facts, started_facts
 from .recorder import StepRecorder
 from .relay import Relay, WriterSettings
 from .schema import check_writable_tables, migrate
@@ -33,7 +33,7 @@ from .stats import Stats
 from .store import StepStore
 from .telemetry import register_metrics
 from .translate import DEFAULT_MAX_OPEN_SPANS, SpanTranslator
-from .watch import FactsReader, SpanEnded, SpanStarted, SpanWatch
+from .watch import SpanEnded, SpanReader, SpanStarted, SpanWatch
 from .writer import RowStore, Writer
 
 __all__ = ["Interpretation", "JobStepsProcessor", "SpanEnded", "SpanStarted"]
@@ -135,6 +135,23 @@ def build_interpretation(
         problem=stats.problem, received=False, max_open_spans=max_open_spans
     )
     return Interpretation(recorder, translator, count=stats.add, problem=stats.problem)
+
+
+class _SpanFacts:
+    """The watch's reader on the writer thread: each span's facts, to the interpretation."""
+
+    def __init__(self, interpretation: Interpretation) -> None:
+        self._interpretation = interpretation
+        self.progress = interpretation.progress
+
+    def started(self, span: ReadableSpan) -> None:
+        self._interpretation.started(started_facts(span))
+
+    def whole(self, span: ReadableSpan) -> None:
+        self._interpretation.whole(ended_facts(span))
+
+    def ended(self, span: ReadableSpan) -> None:
+        self._interpretation.ended(ended_facts(span))
 
 
 class _LiveSpans:
@@ -370,9 +387,9 @@ class JobStepsProcessor(SpanProcessor):
             max_open_spans=self._max_open_spans,
             clock=self._clock,
         )
-        return _LiveSpans(self._watch(interpretation), interpretation)
+        return _LiveSpans(self._watch(_SpanFacts(interpretation)), interpretation)
 
-    def _watch(self, reader: FactsReader) -> SpanWatch:
+    def _watch(self, reader: SpanReader) -> SpanWatch:
         return SpanWatch(
             reader,
             poll_interval_s=min(PROGRESS_POLL_S, self._debounce_ms / 1000) or MIN_PROGRESS_POLL_S,

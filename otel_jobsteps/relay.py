@@ -8,7 +8,8 @@ span only the hooks and the facts' encoding; the translation, the recorder, the 
 and psycopg run on another core, with their own garbage collector.
 
 Frames in both directions: a 4-byte big-endian length, then a `marshal`-encoded list of
-messages. Relay -> writer: ``("s"|"w"|"e", facts)`` a span started, whole, ended;
+messages. Relay -> writer: ``("s"|"w"|"e", fields)`` a span started, whole, ended (its
+`SpanFacts` fields; of its events only those the translation reads);
 ``("p", span_id, attributes)`` a running step's newest progress; ``("f", n)`` flush number n.
 Writer -> relay: ``("a", n, ok, stats)`` flush n done (committed if ok); ``("t", stats)``.
 """
@@ -29,8 +30,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .facts import SpanEvent, SpanFacts
-from .spans import events_read, plain_attributes
+from opentelemetry.sdk.trace import ReadableSpan
+
+from .facts import SpanEvent, SpanFacts, span_fields
+from .spans import ended_events, events_read, plain_attributes
 from .stats import Stats
 from .watch import SpanWatch
 
@@ -112,58 +115,39 @@ def _plain_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     return plain if type(plain) is dict else dict(plain)
 
 
-def _facts_message(kind: str, facts: SpanFacts) -> tuple[Any, ...]:
-    return (
-        kind,
-        facts.trace_id,
-        facts.span_id,
-        facts.parent_span_id,
-        facts.name,
-        facts.start_ns,
-        facts.end_ns,
-        _plain_dict(facts.attributes),
-        tuple(
-            (event.name, getattr(event, "timestamp", 0), _plain_dict(event.attributes))
-            for event in events_read(facts.events)
-        ),
-        facts.error,
-        facts.status_message,
+def _events(span: ReadableSpan) -> tuple[tuple[str, int, dict[str, Any]], ...]:
+    return tuple(
+        (event.name, event.timestamp, _plain_dict(event.attributes))
+        for event in events_read(ended_events(span))
     )
 
 
 def decode_facts(message: tuple[Any, ...]) -> SpanFacts:
     """The facts of an ``s``/``w``/``e`` message, as the relay read them."""
-    (_, trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status) = (
-        message
-    )
+    fields: tuple[Any, ...] = message[1]
+    if len(fields) == 7:  # as at its start
+        return SpanFacts(*fields)
+    trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status = fields
+    decoded = [SpanEvent(*event) for event in events]
     return SpanFacts(
-        trace_id,
-        span_id,
-        parent,
-        name,
-        start_ns,
-        end_ns,
-        attributes,
-        [SpanEvent(*event) for event in events],
-        error,
-        status,
+        trace_id, span_id, parent, name, start_ns, end_ns, attributes, decoded, error, status
     )
 
 
 class _Outbox:
-    """The watch's reader on the relay thread: facts become messages for the next frame."""
+    """The watch's reader on the relay thread: span facts become messages for the next frame."""
 
     def __init__(self) -> None:
         self.messages: list[Any] = []
 
-    def started(self, facts: SpanFacts) -> None:
-        self.messages.append(_facts_message("s", facts))
+    def started(self, span: ReadableSpan) -> None:
+        self.messages.append(("s", span_fields(span, ended=False)))
 
-    def whole(self, facts: SpanFacts) -> None:
-        self.messages.append(_facts_message("w", facts))
+    def whole(self, span: ReadableSpan) -> None:
+        self.messages.append(("w", span_fields(span, ended=True, events=_events(span))))
 
-    def ended(self, facts: SpanFacts) -> None:
-        self.messages.append(_facts_message("e", facts))
+    def ended(self, span: ReadableSpan) -> None:
+        self.messages.append(("e", span_fields(span, ended=True, events=_events(span))))
 
     def progress(self, span_id: int, attributes: Mapping[str, Any]) -> None:
         self.messages.append(("p", span_id, _plain_dict(attributes)))

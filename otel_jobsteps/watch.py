@@ -4,8 +4,9 @@ A span is read on the writer's side, never on the job's: at its start, at its en
 a whole when its start and end are adjacent in the queue (the usual step). While a step runs,
 its event count is polled every ``poll_interval_s`` (and at every flush and at its end) and
 the newest progress event is passed on when it changed, so the job's ``add_event`` stays the
-SDK's own. What reads the facts (`FactsReader`) is the translation on this thread, or the
-writer process (`relay`) when interpretation runs outside the job's interpreter.
+SDK's own. What reads the spans (`SpanReader`) hands their facts to the translation on this
+thread, or to the writer process (`relay`) when interpretation runs outside the job's
+interpreter.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from typing import Any, NamedTuple, Protocol
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
 from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
-from .facts import SpanFacts, ended_facts, started_facts
-from .spans import events_added, newest_progress_event, plain_attributes
+from .spans import attribute_dict, events_added, newest_progress_event, plain_attributes
 
-__all__ = ["FactsReader", "SpanEnded", "SpanStarted", "SpanWatch"]
+__all__ = ["SpanEnded", "SpanReader", "SpanStarted", "SpanWatch"]
 
 
 class SpanStarted(NamedTuple):
@@ -34,12 +34,13 @@ class SpanEnded(NamedTuple):
     span: ReadableSpan
 
 
-class FactsReader(Protocol):
-    """What takes door one's facts, in queue order."""
+class SpanReader(Protocol):
+    """What reads door one's spans, in queue order, as facts (`facts.span_fields`): a span at
+    its start, whole (start and end at once), at its end; a running step's newest progress."""
 
-    def started(self, facts: SpanFacts) -> None: ...
-    def whole(self, facts: SpanFacts) -> None: ...
-    def ended(self, facts: SpanFacts) -> None: ...
+    def started(self, span: ReadableSpan) -> None: ...
+    def whole(self, span: ReadableSpan) -> None: ...
+    def ended(self, span: ReadableSpan) -> None: ...
     def progress(self, span_id: int, attributes: Mapping[str, Any]) -> None: ...
 
 
@@ -66,7 +67,7 @@ class SpanWatch:
 
     def __init__(
         self,
-        reader: FactsReader,
+        reader: SpanReader,
         *,
         poll_interval_s: float,
         clock: Callable[[], float],
@@ -87,7 +88,7 @@ class SpanWatch:
         if deferred is not None:
             self._deferred = None
             if type(item) is SpanEnded and item.span.context is deferred.context:
-                self.reader.whole(ended_facts(item.span))
+                self.reader.whole(item.span)
                 return
             try:
                 self._start(deferred)
@@ -109,13 +110,12 @@ class SpanWatch:
             self._start(deferred)
 
     def _start(self, span: ReadableSpan) -> None:
-        facts = started_facts(span)
-        self.reader.started(facts)
-        if _is_step(facts.attributes):
+        self.reader.started(span)
+        if _is_step(attribute_dict(span)):
             steps = self._steps
             if not steps:
                 self._next_poll = self.clock() + self._poll_interval
-            steps[facts.span_id] = _WatchedStep(span)
+            steps[span.context.span_id] = _WatchedStep(span)
             if len(steps) > self._max_steps:  # the translation forgets the oldest too
                 del steps[next(iter(steps))]
 
@@ -125,7 +125,7 @@ class SpanWatch:
             # Polled before: events since then ride with the close. Never polled: the
             # translation takes the newest progress from the ended span's events.
             self._poll(watched, span)
-        self.reader.ended(ended_facts(span))
+        self.reader.ended(span)
 
     def _poll(self, watched: _WatchedStep, span: ReadableSpan) -> None:
         added = events_added(span)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .processor import Interpretation, build_interpretation
@@ -24,7 +26,7 @@ from .writer import Writer
 
 __all__ = ["main"]
 
-_STATS_EVERY_S = 1.0
+_STATS_EVERY_S = 0.5
 _FLUSH_WAIT_S = 3600.0  # the relay's caller decides how long it waits
 
 
@@ -99,39 +101,54 @@ def main(argv: list[str]) -> int:
     )
     interpretation.backlogged = writer.backlogged
     replies = _Replies(out_fd)
+
+    def snapshot() -> dict[str, Any]:
+        return _snapshot(stats, writer, interpretation)
+
+    def answer_flush(number: int) -> None:
+        ok = writer.flush(_FLUSH_WAIT_S)
+        replies.send(("a", number, ok, snapshot()))
+
+    reporter = threading.Thread(target=replies.report, args=(snapshot,), daemon=True)
+    reporter.start()
     try:
         for frame in frames:
             for message in frame:
                 if message[0] == "f":
-                    ok = writer.flush(_FLUSH_WAIT_S)
-                    replies.send(("a", message[1], ok, _snapshot(stats, writer, interpretation)))
+                    # Waited for on a thread of its own: the pipe keeps being read meanwhile.
+                    threading.Thread(target=answer_flush, args=(message[1],), daemon=True).start()
                 else:
                     writer.submit(message)
-            if replies.due():
-                replies.send(("t", _snapshot(stats, writer, interpretation)))
     finally:
         writer.shutdown(settings.shutdown_timeout_ms / 1000.0)
     return 0
 
 
 class _Replies:
-    """Frames back to the relay; once it is gone, nothing more is sent (its input ends soon)."""
+    """Frames back to the relay, whole (one writer at a time); once it is gone, nothing more
+    is sent (its input ends soon). The counters go back every ``_STATS_EVERY_S`` they changed."""
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
-        self._sent_at = time.monotonic()
-
-    def due(self) -> bool:
-        return time.monotonic() - self._sent_at >= _STATS_EVERY_S
+        self._lock = threading.Lock()
 
     def send(self, reply: tuple[Any, ...]) -> None:
-        self._sent_at = time.monotonic()
-        if self._fd is None:
-            return
-        try:
-            write_frame(self._fd, [reply])
-        except OSError:
-            self._fd = None
+        with self._lock:
+            if self._fd is None:
+                return
+            try:
+                write_frame(self._fd, [reply])
+            except OSError:
+                self._fd = None
+
+    def report(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        sent: dict[str, Any] = {}
+        while self._fd is not None:
+            time.sleep(_STATS_EVERY_S)  # a period, not a wait for something
+            current = snapshot()
+            if current != sent:
+                self.send(("t", current))
+                sent = current
 
 
 if __name__ == "__main__":

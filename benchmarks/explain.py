@@ -19,6 +19,7 @@ import argparse
 import re
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from importlib import resources
 from typing import Any
 
@@ -190,7 +191,7 @@ class Parameters:
             "domain": domain,
             "job_id": job_id,
             "attempt": attempt,
-            "since_ago": "1 hour",
+            "since_at": datetime.now(timezone.utc) - timedelta(hours=1),
             "limit": 50,
             "after_id": max(0, self.max_id - 100),
             "after_created_at": "-infinity",

@@ -10,8 +10,9 @@ partitioned); the current table gets one more day's share with 2% of its jobs st
 empty database, interleaved; rows read from any child during our runs are counted
 (``pg_stat_user_tables``; the writer's updates must skip them). EXPLAIN covers every named
 statement of the package, with any Seq Scan of job_event, job_log or a non-empty child flagged
-(an empty child, like the current interval's, is read by a Seq Scan that costs nothing).
-Last, prune moves today's finished jobs (rows/s) and drops the oldest day (seconds).
+(an empty child, like the current interval's, is read by a Seq Scan that costs nothing), and
+for each windowed read statement the children it scans for a 1-hour window. Last, prune moves
+today's finished jobs (rows/s) and drops the oldest day (seconds).
 
     python -m benchmarks.partitioned [--dsn DSN] [--rows 5000000] [--jobs 15000]
 """
@@ -51,6 +52,11 @@ DAYS = 30
 ANY_SEQ_SCAN = re.compile(r"Seq Scan on (job_(?:event|log)\w*)")
 # A scan of a job_event child's rows, by any method (a Bitmap Index Scan names an index).
 CHILD_SCAN = re.compile(r"(?<!Bitmap Index )Scan(?: Backward)?(?: using \w+)? on (job_event_p\w+)")
+
+# A plan node's condition on the windowed reads' column (job_event_recent's expression).
+WINDOW_CONDITION = re.compile(r"(?:Index Cond|Filter|Recheck Cond): .*COALESCE\(")
+# The read side's statements with a time window (since_at): explain.py asks for the last hour.
+WINDOWED = ("list_jobs", "list_jobs_in_domain", "jobs_page", "step_stats", "step_failures")
 
 # One day's share into one child: jobs of five rows, spread over the day; ids explicit (the
 # children have no identity), each day in its own id range above the current tables' range.
@@ -318,6 +324,22 @@ def children_read(plan: explain.Plan) -> tuple[set[str], set[str]]:
     return planned, executed
 
 
+def window_children(plan: explain.Plan) -> set[str]:
+    """The job_event children a plan scans with the window's condition (the others it names
+    are probes by job id, as the latest attempt of each job listed)."""
+    found: set[str] = set()
+    current = None
+    for line in plan.text.splitlines():
+        scan = CHILD_SCAN.search(line)
+        if scan:
+            current = scan.group(1)
+        elif "->" in line:
+            current = None
+        elif current and WINDOW_CONDITION.search(line):
+            found.add(current)
+    return found
+
+
 def measure(
     dbs: Databases, *, rows: int, jobs: int, repetitions: int, big: str | None, fill_it: bool
 ) -> dict[str, Any]:
@@ -386,6 +408,14 @@ def rows_of(result: dict[str, Any], *, rows: int, jobs: int) -> list[Row]:
     per_day = int(result["fill"]["per_day"])
     dropped = result["dropped"]
     drop_rows = sum(int(events) for _lower, events in dropped)
+    window_read = max(
+        (
+            len(window_children(plan))
+            for plan in result["plans"]
+            if plan.name in WINDOWED and plan.mode == "custom"
+        ),
+        default=0,
+    )
     return [
         Row(
             "13",
@@ -416,6 +446,14 @@ def rows_of(result: dict[str, Any], *, rows: int, jobs: int) -> list[Row]:
         ),
         Row(
             "13",
+            "partitioned: children a 1-hour window reads (custom plans)",
+            f"at most {window_read}",
+            f"of {result['children']} children, {len(WINDOWED)} windowed read statements",
+            "",
+            "the window's",
+        ),
+        Row(
+            "13",
             "partitioned: prune moves finished attempts",
             fmt_rate(result["moved_rows"] / max(result["move_s"], 1e-9), "rows/s"),
             f"{result['moved_rows']:,} rows in {result['move_s']:.1f} s",
@@ -439,7 +477,8 @@ def plan_report(result: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {plan.source:16} {plan.name:36} {plan.mode:7} {took}"
             f"  seq scans: {', '.join(scans) or '0':28}"
-            f"  children planned {len(planned):2}, read {len(executed):2}"
+            f"  children planned {len(planned):2}, read {len(executed):2},"
+            f" by the window {len(window_children(plan)):2}"
             + ("  NOT EXPLAINED" if plan.text.startswith("could not explain") else "")
         )
     return lines

@@ -163,7 +163,12 @@ def fetch(
     query: sql.Composed,
     params: Mapping[str, Any],
     record: type[_R],
+    *,
+    prepare: bool | None = None,
 ) -> list[_R]:
-    """Run a read query whose columns are the fields of ``record``; one instance per row."""
+    """Run a read query whose columns are the fields of ``record``; one instance per row.
+
+    ``prepare=False`` plans it for its values every time (psycopg's ``execute``).
+    """
     with conn.cursor(row_factory=class_row(record)) as cur:
-        return cur.execute(query, params).fetchall()
+        return cur.execute(query, params, prepare=prepare).fetchall()

@@ -39,6 +39,7 @@ __all__ = [
     "job_detail",
     "list_jobs",
     "read_target",
+    "window_start",
 ]
 
 
@@ -224,23 +225,36 @@ def list_jobs(
         raise ConfigurationError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ConfigurationError(f"limit must be a positive integer, got {limit!r}")
-    params = {
-        "domain": domain,
-        "job_type": job_type,
-        "status": status,
-        "since_at": since if isinstance(since, datetime) else None,
-        "since_ago": since if isinstance(since, timedelta) else None,
-        "limit": limit,
-    }
     # One statement per case: a domain given is an index condition, not a filter.
     queries = _queries(schema, in_domain=domain is not None)
     with session(read_target(conninfo_or_connection), schema=schema) as conn:
+        params = {
+            "domain": domain,
+            "job_type": job_type,
+            "status": status,
+            "since_at": since if isinstance(since, datetime) else window_start(conn, since),
+            "limit": limit,
+        }
         # The planner cannot see how few rows are open steps (it multiplies the shares of STEP
-        # rows and of NULL ended_at), nor in a generic plan how recent the cutoff is: on a big
-        # table its estimate passes the JIT thresholds, and compiling costs more than the read.
-        # SET LOCAL: until the end of the transaction (the caller's, when it is one).
+        # rows and of NULL ended_at): on a big table its estimate passes the JIT thresholds,
+        # and compiling costs more than the read. SET LOCAL: until the end of the transaction
+        # (the caller's, when it is one).
         conn.execute("SET LOCAL jit = off")
-        return fetch(conn, queries["list_jobs"], params, JobSummary)
+        return fetch(conn, queries["list_jobs"], params, JobSummary, prepare=False)
+
+
+def window_start(conn: psycopg.Connection[Any], ago: timedelta | None) -> datetime | None:
+    """The server's ``now() - ago`` in ``conn``'s transaction (None: no window).
+
+    The cutoff that ``now() - interval`` inside the read gave (now() is the transaction's
+    start), passed instead as a value: a read planned for its values (``prepare=False``) then
+    knows where its window starts, and in the partitioned layout skips the older children.
+    """
+    if ago is None:
+        return None
+    row = conn.execute("SELECT now() - %s::interval", (ago,)).fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,14 @@
 -- - no child ever holds an open step (CHECK closed_steps_only), so the one-open-step index of
 --   the current job_event covers every open step there is; the same CHECK lets the planner
 --   skip the children in every statement that looks for open steps (all the writer's updates);
--- - job_log, one narrow row per attempt, stays one table with its unique index: a per-row
---   check of every child instead (a trigger) cost 150-250 us per final row with 30 children.
---   prune deletes its old rows in batches, as in the default layout.
+-- - job_log, one narrow row per attempt, stays one table with its unique index (docs/scale.md,
+--   "Why job_log stays one table"); prune deletes its old rows in batches, as in the default
+--   layout.
+-- Each child also has CHECK rows_before_upper_bound: every row's COALESCE(ended_at, created_at)
+-- (what job_event_recent indexes, and what every windowed read compares) is before the end of
+-- its interval, so a read whose window starts after that, with the start a constant in its plan,
+-- skips the child (constraint exclusion). The mover places an attempt by its latest row, and
+-- moves only rows before the child's end: the CHECK holds by construction, late rows included.
 
 CREATE TABLE IF NOT EXISTS otel_jobsteps_layout (
     singleton           boolean PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -83,7 +88,10 @@ BEGIN
     -- INHERIT then makes the child part of what job_event reads.
     EXECUTE format('CREATE TABLE %s (LIKE job_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
                    ' INCLUDING INDEXES, CONSTRAINT closed_steps_only'
-                   ' CHECK (type <> %L OR ended_at IS NOT NULL))', v_event, 'STEP');
+                   ' CHECK (type <> %L OR ended_at IS NOT NULL),'
+                   ' CONSTRAINT rows_before_upper_bound'
+                   ' CHECK (COALESCE(ended_at, created_at) < %L::timestamptz))',
+                   v_event, 'STEP', v_lower + v_step);
     EXECUTE format('ALTER TABLE %s INHERIT job_event_archive', v_event);
     INSERT INTO otel_jobsteps_partition VALUES (v_lower, v_lower + v_step, v_event);
     RETURN v_lower;
@@ -100,17 +108,34 @@ DECLARE
     v_before  timestamptz;
     v_created integer := 0;
     v_at      timestamptz;
+    v_event   text;
 BEGIN
     SELECT partition_interval INTO STRICT v_step FROM otel_jobsteps_layout;
     v_before := COALESCE(ended_before, otel_jobsteps_interval_start(now()));
     PERFORM pg_advisory_xact_lock(otel_jobsteps_move_lock_key());
+    -- Children made by an earlier version got rows_before_upper_bound NOT VALID (below): the
+    -- planner uses it once validated. A scan of the child under SHARE UPDATE EXCLUSIVE, which
+    -- readers, the writer and the mover do not wait for; once per child.
+    FOR v_event IN
+        SELECT p.job_event FROM otel_jobsteps_partition AS p
+        JOIN pg_constraint AS c
+          ON c.conrelid = p.job_event::regclass AND c.conname = 'rows_before_upper_bound'
+        WHERE NOT c.convalidated
+    LOOP
+        EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT rows_before_upper_bound', v_event);
+    END LOOP;
     FOR v_at IN
         SELECT now() UNION ALL SELECT now() + v_step
         UNION ALL
-        SELECT DISTINCT otel_jobsteps_interval_start(l.created_at)
-        FROM ONLY job_event AS e
-        JOIN job_log AS l ON l.domain = e.domain AND l.job_id = e.job_id AND l.attempt = e.attempt
-        WHERE COALESCE(e.ended_at, e.created_at) < v_before AND l.created_at < v_before
+        -- where otel_jobsteps_archive will put each attempt: the interval of its latest row
+        SELECT DISTINCT otel_jobsteps_interval_start(GREATEST(l.created_at, a.latest))
+        FROM (SELECT e.domain, e.job_id, e.attempt,
+                     max(COALESCE(e.ended_at, e.created_at)) AS latest
+              FROM ONLY job_event AS e
+              WHERE COALESCE(e.ended_at, e.created_at) < v_before
+              GROUP BY e.domain, e.job_id, e.attempt) AS a
+        JOIN job_log AS l ON l.domain = a.domain AND l.job_id = a.job_id AND l.attempt = a.attempt
+        WHERE l.created_at < v_before
     LOOP
         IF NOT EXISTS (SELECT 1 FROM otel_jobsteps_partition AS p
                        WHERE v_at >= p.lower_bound AND v_at < p.upper_bound) THEN
@@ -124,13 +149,14 @@ SET search_path FROM CURRENT;
 
 -- Move the finished attempts among the next ``batch_size`` rows of the current job_event, in
 -- the order of when they last changed, after the cursor (after_at, after_id): all of an
--- attempt's rows go together, into the child of the interval in which it ended. Finished: a
--- job_log row dated before ``ended_before`` (default: the start of the current interval), no
--- open step, and that interval's child exists (otel_jobsteps_prepare_partitions). Returns the
--- attempts moved, the rows looked at (0: done) and the cursor to continue after. The cursor
--- walks job_event_recent, so rows that stay (open attempts, attempts without a final row) are
--- passed once per prune, not once per batch; a row that arrives after its attempt moved (a
--- late step, closed since) follows it on a later prune.
+-- attempt's rows go together, into the child of the interval of its latest row (its final row
+-- or a later one: a late step, an event). Finished: a job_log row and every row of the attempt
+-- dated before ``ended_before`` (default: the start of the current interval), no open step,
+-- and that interval's child exists (otel_jobsteps_prepare_partitions). Returns the attempts
+-- moved, the rows looked at (0: done) and the cursor to continue after. The cursor walks
+-- job_event_recent, so rows that stay (open attempts, attempts without a final row) are passed
+-- once per prune, not once per batch; a row that arrives after its attempt moved (a late step,
+-- closed since) follows on a later prune, into its own interval's child when it is newer.
 DROP FUNCTION IF EXISTS otel_jobsteps_archive(integer, timestamptz);
 CREATE OR REPLACE FUNCTION otel_jobsteps_archive(
     batch_size integer,
@@ -174,17 +200,24 @@ BEGIN
     after_id := v_seen_id[scanned];
     SELECT array_agg(a.domain), array_agg(a.job_id), array_agg(a.attempt), array_agg(a.ended)
     INTO v_domain, v_job_id, v_attempt, v_ended
-    FROM (SELECT DISTINCT w.domain, w.job_id, w.attempt, l.created_at AS ended
-          FROM unnest(v_domain, v_job_id, v_attempt) AS w (domain, job_id, attempt)
-          JOIN job_log AS l
-            ON l.domain = w.domain AND l.job_id = w.job_id AND l.attempt = w.attempt
-          WHERE l.created_at < v_before
-            AND NOT EXISTS (SELECT 1 FROM ONLY job_event AS o
-                            WHERE o.domain = w.domain AND o.job_id = w.job_id
-                              AND o.attempt = w.attempt
-                              AND o.type = 'STEP' AND o.ended_at IS NULL)
+    FROM (SELECT t.domain, t.job_id, t.attempt, t.ended
+          FROM (SELECT DISTINCT w.domain, w.job_id, w.attempt,
+                       GREATEST(l.created_at,
+                                (SELECT max(COALESCE(o.ended_at, o.created_at))
+                                 FROM ONLY job_event AS o
+                                 WHERE o.domain = w.domain AND o.job_id = w.job_id
+                                   AND o.attempt = w.attempt)) AS ended
+                FROM unnest(v_domain, v_job_id, v_attempt) AS w (domain, job_id, attempt)
+                JOIN job_log AS l
+                  ON l.domain = w.domain AND l.job_id = w.job_id AND l.attempt = w.attempt
+                WHERE l.created_at < v_before
+                  AND NOT EXISTS (SELECT 1 FROM ONLY job_event AS o
+                                  WHERE o.domain = w.domain AND o.job_id = w.job_id
+                                    AND o.attempt = w.attempt
+                                    AND o.type = 'STEP' AND o.ended_at IS NULL)) AS t
+          WHERE t.ended < v_before
             AND EXISTS (SELECT 1 FROM otel_jobsteps_partition AS p
-                        WHERE l.created_at >= p.lower_bound AND l.created_at < p.upper_bound))
+                        WHERE t.ended >= p.lower_bound AND t.ended < p.upper_bound))
          AS a;
     IF v_domain IS NULL THEN
         RETURN;
@@ -200,6 +233,8 @@ BEGIN
             ' moved AS (DELETE FROM ONLY job_event AS e USING batch AS t'
             '           WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt'
             '             AND NOT (e.type = %L AND e.ended_at IS NULL)'
+            -- a row written since the attempt was chosen, newer than the child, stays for later
+            '             AND COALESCE(e.ended_at, e.created_at) < $6'
             '           RETURNING e.*)'
             ' INSERT INTO %s SELECT * FROM moved', 'STEP', v_part.job_event)
         USING v_domain, v_job_id, v_attempt, v_ended, v_part.lower_bound, v_part.upper_bound;
@@ -238,3 +273,30 @@ BEGIN
     END LOOP;
 END $$
 SET search_path FROM CURRENT;
+
+-- Children made by an earlier version (without rows_before_upper_bound): it placed an attempt
+-- by its final row, so a late row can be newer than the child's interval. Each gets the
+-- constraint with a bound past its newest row (read through its job_event_recent), NOT VALID:
+-- adding it takes only a moment, and new rows must satisfy it at once; the planner ignores it
+-- until otel_jobsteps_prepare_partitions (prune) has validated it. Under the mover's lock, so
+-- no row moves in between.
+DO $$
+DECLARE
+    v_part   otel_jobsteps_partition;
+    v_newest timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(otel_jobsteps_move_lock_key());
+    FOR v_part IN
+        SELECT p.* FROM otel_jobsteps_partition AS p
+        WHERE NOT EXISTS (SELECT 1 FROM pg_constraint AS c
+                          WHERE c.conrelid = p.job_event::regclass
+                            AND c.conname = 'rows_before_upper_bound')
+    LOOP
+        EXECUTE format('SELECT max(COALESCE(ended_at, created_at)) FROM %s', v_part.job_event)
+        INTO v_newest;
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT rows_before_upper_bound'
+                       ' CHECK (COALESCE(ended_at, created_at) < %L::timestamptz) NOT VALID',
+                       v_part.job_event,
+                       GREATEST(v_part.upper_bound, v_newest + interval '1 microsecond'));
+    END LOOP;
+END $$;

@@ -44,7 +44,10 @@ WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s;
 -- Candidates are read through indexes, bounded by the cutoff: rows written or closed since
 -- (job_event_recent), open steps with a heartbeat since (job_event_one_open_step) and final rows
 -- since (job_log_ended_attempt); the filters then apply to each candidate's latest attempt. The
--- cutoff is written out where an index reads it, so the planner estimates with its value.
+-- cutoff is written out where an index reads it, so the planner estimates with its value. It is
+-- a timestamp (query.py turns "the last hour" into one with the server's clock) and the
+-- statement is planned for it each time: in the partitioned layout a constant cutoff lets the
+-- planner skip the children older than the window (CHECK rows_before_upper_bound).
 -- The in_domain placeholder is empty, or a condition on the domain parameter (query.py): one
 -- statement per case, so even a generic plan of the domain case reads that domain's rows only
 -- (domain leads the indexes it uses).
@@ -52,7 +55,7 @@ WITH candidate AS (
     SELECT domain, job_id
     FROM {job_event}
     WHERE COALESCE(ended_at, created_at)
-          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+          >= COALESCE(%(since_at)s::timestamptz, '-infinity')
       {in_domain}
     UNION
     -- an open step started before the cutoff is active only if a heartbeat came since
@@ -60,12 +63,12 @@ WITH candidate AS (
     FROM {job_event}
     WHERE type = 'STEP' AND ended_at IS NULL {in_domain}
       AND heartbeat_at
-          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+          >= COALESCE(%(since_at)s::timestamptz, '-infinity')
     UNION
     SELECT domain, job_id
     FROM {job_log}
     WHERE created_at
-          >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+          >= COALESCE(%(since_at)s::timestamptz, '-infinity')
       {in_domain}
 )
 SELECT c.domain, c.job_id, latest.attempt, latest.job_type, latest.status, latest.reason,
@@ -77,7 +80,7 @@ CROSS JOIN LATERAL {job_latest_attempt}(c.domain, c.job_id) AS latest
 WHERE (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
   AND (%(status)s::text IS NULL OR latest.status = %(status)s)
   AND latest.last_activity_at
-      >= COALESCE(%(since_at)s::timestamptz, now() - %(since_ago)s::interval, '-infinity')
+      >= COALESCE(%(since_at)s::timestamptz, '-infinity')
 ORDER BY latest.last_activity_at DESC, c.domain, c.job_id
 LIMIT %(limit)s;
 

@@ -13,19 +13,20 @@
 -- its index newest first from the page cursor and stops after 8 rows per job asked for; only jobs
 -- above the deepest point a full branch reached are complete, so the others wait for the next
 -- page (floor_at). The cursor is (at, domain, job_id), exclusive; a cursor without domain and job
--- id includes its time; NULLs mean the first page. since_ago NULL: no time window.
+-- id includes its time; NULLs mean the first page. since_at: where the time window starts (NULL:
+-- none), a timestamp planned for (data.py), so the partitioned layout's old children are skipped.
 WITH touched AS (
     (SELECT 'event' AS branch, domain, job_id, COALESCE(ended_at, created_at) AS at
      FROM {job_event}
      WHERE COALESCE(ended_at, created_at) <= COALESCE(%(before_at)s::timestamptz, 'infinity')
-       AND COALESCE(ended_at, created_at) >= COALESCE(now() - %(since_ago)s::interval, '-infinity')
+       AND COALESCE(ended_at, created_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
      ORDER BY COALESCE(ended_at, created_at) DESC
      LIMIT %(limit)s::integer * 8)
     UNION ALL
     (SELECT 'log', domain, job_id, created_at
      FROM {job_log}
      WHERE created_at <= COALESCE(%(before_at)s::timestamptz, 'infinity')
-       AND created_at >= COALESCE(now() - %(since_ago)s::interval, '-infinity')
+       AND created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
      ORDER BY created_at DESC
      LIMIT %(limit)s::integer * 8)
 ), floor AS (
@@ -123,17 +124,17 @@ ORDER BY GREATEST(created_at, heartbeat_at), id
 LIMIT %(limit)s;
 
 -- name: step_stats --
--- The job_step_duration view's numbers over a time window (steps closed within since_ago), read
+-- The job_step_duration view's numbers over a time window (steps closed since since_at), read
 -- through job_event_recent instead of over every row kept.
 SELECT job_type, step_key, steps, failed, p50_seconds, p95_seconds, max_seconds, last_ended_at
-FROM {job_step_durations}(now() - %(since_ago)s::interval)
+FROM {job_step_durations}(%(since_at)s::timestamptz)
 ORDER BY job_type NULLS LAST, step_key;
 
 -- name: step_failures --
--- Recent failures of one step key of one job type, newest first, within since_ago.
+-- Recent failures of one step key of one job type, newest first, since since_at.
 SELECT domain, job_id, attempt, step_key, message, detail, created_at AS started_at, ended_at
 FROM {job_event}
-WHERE COALESCE(ended_at, created_at) >= now() - %(since_ago)s::interval
+WHERE COALESCE(ended_at, created_at) >= %(since_at)s::timestamptz
   AND type = 'STEP' AND step_status = 'FAILED' AND step_key = %(step_key)s
   AND job_type IS NOT DISTINCT FROM %(job_type)s
 ORDER BY COALESCE(ended_at, created_at) DESC

@@ -25,6 +25,7 @@ from ..query import (
     JobSummary,
     job_detail,
     list_jobs,
+    window_start,
 )
 from ..sql import qualified_queries
 from .layout import Cursor
@@ -157,18 +158,19 @@ class Reader:
         limit: int,
     ) -> JobsPage:
         """A page of jobs, newest activity first, below ``cursor``."""
-        params = {
-            "domain": domain,
-            "job_type": job_type,
-            "status": status,
-            "since_ago": since,
-            "before_at": cursor.at if cursor else None,
-            "before_domain": cursor.domain if cursor else None,
-            "before_job_id": cursor.job_id if cursor else None,
-            "limit": limit,
-        }
         with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
-            found = cur.execute(self._queries["jobs_page"], params).fetchall()
+            params = {
+                "domain": domain,
+                "job_type": job_type,
+                "status": status,
+                "since_at": window_start(conn, since),
+                "before_at": cursor.at if cursor else None,
+                "before_domain": cursor.domain if cursor else None,
+                "before_job_id": cursor.job_id if cursor else None,
+                "limit": limit,
+            }
+            # Planned for the window's start: the partitioned layout's old children are skipped.
+            found = cur.execute(self._queries["jobs_page"], params, prepare=False).fetchall()
         jobs = [_job_row(row) for row in found if row["domain"] is not None]
         next_cursor = _next_cursor(jobs, limit, found[0]["floor_at"])
         return JobsPage(jobs, next_cursor, found[0]["as_of"])
@@ -206,15 +208,21 @@ class Reader:
     def step_stats(self, since: timedelta) -> list[StepStat]:
         """Per job type and step key: closed steps over the last ``since``."""
         with self._snapshot() as conn:
-            return fetch(conn, self._queries["step_stats"], {"since_ago": since}, StepStat)
+            params = {"since_at": window_start(conn, since)}
+            return fetch(conn, self._queries["step_stats"], params, StepStat, prepare=False)
 
     def step_failures(
         self, job_type: str | None, step_key: str, since: timedelta, limit: int
     ) -> list[StepFailure]:
         """The latest failures of one step of one job type over the last ``since``."""
-        params = {"job_type": job_type, "step_key": step_key, "since_ago": since, "limit": limit}
         with self._snapshot() as conn:
-            return fetch(conn, self._queries["step_failures"], params, StepFailure)
+            params = {
+                "job_type": job_type,
+                "step_key": step_key,
+                "since_at": window_start(conn, since),
+                "limit": limit,
+            }
+            return fetch(conn, self._queries["step_failures"], params, StepFailure, prepare=False)
 
     def job_detail(self, domain: str, job_id: str, attempt: int | None) -> JobDetail | None:
         """The read API's `job_detail`, on a read-only connection."""

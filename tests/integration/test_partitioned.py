@@ -24,7 +24,9 @@ from opentelemetry.trace import Tracer
 from psycopg import sql
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, job_detail, migrate, progress, prune, step
+from otel_jobsteps.query import window_start
 from otel_jobsteps.schema import is_partitioned
+from otel_jobsteps.sql import qualified_queries
 from tests.helpers import counts, finished_attempt, open_step, rows, wait_until
 
 SECOND = timedelta(seconds=1)
@@ -77,6 +79,21 @@ def split_attempts(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         conn,
         "SELECT job_id, attempt, array_agg(DISTINCT tableoid::regclass::text) FROM job_event"
         " GROUP BY 1, 2 HAVING count(DISTINCT tableoid) > 1",
+    )
+
+
+def misplaced(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Attempts whose rows in a child do not belong there: the child is the interval of the
+    latest of those rows and the final row (rows that came after their attempt moved follow it
+    into the child of their own interval)."""
+    return rows(
+        conn,
+        "SELECT e.job_id, e.attempt, p.job_event FROM job_event_archive AS e"
+        " JOIN otel_jobsteps_partition AS p ON e.tableoid = p.job_event::regclass"
+        " JOIN job_log AS l USING (domain, job_id, attempt)"
+        " GROUP BY 1, 2, 3, p.lower_bound, p.upper_bound"
+        " HAVING GREATEST(max(l.created_at), max(COALESCE(e.ended_at, e.created_at)))"
+        "        NOT BETWEEN p.lower_bound AND p.upper_bound - interval '1 microsecond'",
     )
 
 
@@ -167,7 +184,9 @@ def test_jobs_keep_their_guarantees_while_intervals_roll_over(
         layout_conn, "SELECT count(DISTINCT (job_id, attempt)) FROM job_event WHERE type = 'STEP'"
     ) == [(attempts,)]
     assert rows(layout_conn, "SELECT count(*) FROM job_event WHERE ended_at IS NULL") == [(0,)]
-    assert split_attempts(layout_conn) == []
+    # The second execution's rows of an attempt can come after the attempt moved: they follow
+    # it into their own interval's child (CHECK rows_before_upper_bound).
+    assert misplaced(layout_conn) == []
     # Everything finished moved; several intervals were filled along the way.
     assert rows(layout_conn, "SELECT count(*) FROM ONLY job_event") == [(0,)]
     assert rows(layout_conn, "SELECT count(DISTINCT tableoid) >= 2 FROM job_event") == [(True,)]
@@ -307,3 +326,102 @@ def test_the_writer_reads_no_moved_step(
     # Statistics reach the shared counters when the writer's session ends.
     wait_until(writes_counted, what="the writer's statistics")
     assert reads() == before
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+def windowed_reads(schema: str) -> dict[str, tuple[sql.Composed, dict[str, Any]]]:
+    """The read side's windowed statements as the package runs them, with their parameters
+    (the window's start is added by the test)."""
+    read = qualified_queries("read.sql", schema, (("in_domain", ""),))
+    read_in_domain = qualified_queries(
+        "read.sql", schema, (("in_domain", "AND domain = %(domain)s"),)
+    )
+    web = qualified_queries("web.sql", schema)
+    jobs = {"domain": None, "job_type": None, "status": None, "limit": 50}
+    return {
+        "list_jobs": (read["list_jobs"], jobs),
+        "list_jobs_in_domain": (read_in_domain["list_jobs"], {**jobs, "domain": "render"}),
+        "jobs_page": (
+            web["jobs_page"],
+            {**jobs, "before_at": None, "before_domain": None, "before_job_id": None},
+        ),
+        "step_stats": (web["step_stats"], {}),
+        "step_failures": (
+            web["step_failures"],
+            {"job_type": None, "step_key": "SAVE", "limit": 50},
+        ),
+    }
+
+
+def children_read_by_window(
+    conn: psycopg.Connection[Any], query: sql.Composed, params: dict[str, Any]
+) -> tuple[set[str], set[str]]:
+    """(children in the plan, children scanned with the window's condition) of the statement
+    planned as the package runs it: the window's start a value, planned for it."""
+    with conn.transaction():
+        since_at = window_start(conn, timedelta(hours=1))
+        explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + query
+        ((plan,),) = conn.execute(explain, {**params, "since_at": since_at}, prepare=False)
+    named, windowed = set(), set()
+    for node in plan_nodes(plan[0]["Plan"]):
+        relation = node.get("Relation Name", "")
+        if relation.startswith("job_event_p"):
+            named.add(relation)
+            conditions = " ".join(
+                str(node.get(key, "")) for key in ("Index Cond", "Filter", "Recheck Cond")
+            )
+            if "COALESCE(" in conditions:
+                windowed.add(relation)
+    return named, windowed
+
+
+def test_a_window_reads_no_child_older_than_it(empty_dsn: str) -> None:
+    # Each child's CHECK rows_before_upper_bound contradicts a window starting after its
+    # interval, once the window's start is a value in the plan: every windowed read of the
+    # package skips those children (reads by job id, as the jobs' latest attempts, still probe
+    # each one: a layout by time cannot know where a job's rows are).
+    migrate(empty_dsn, partition_interval=timedelta(days=1))
+    conn = psycopg.connect(empty_dsn, autocommit=True)
+    for days in (10, 5, 2):
+        finished_attempt(conn, f"old-{days}", 1, age=f"{days} days")
+    finished_attempt(conn, "recent", 1, age="1 minute")
+    prune(empty_dsn, KEEP_ALL)
+    old = {
+        child.split(".")[-1].strip('"')
+        for (child,) in rows(
+            conn,
+            "SELECT p.job_event FROM otel_jobsteps_partition AS p"
+            " WHERE p.upper_bound <= now() - interval '1 hour'"
+            " AND EXISTS (SELECT 1 FROM job_event_archive AS e"
+            "             WHERE e.tableoid = p.job_event::regclass)",
+        )
+    }
+    assert len(old) == 3
+    statements = windowed_reads("public")
+    for name, (query, params) in statements.items():
+        named, windowed = children_read_by_window(conn, query, params)
+        assert windowed & old == set(), name
+        if name.startswith("step_"):  # nothing but the window: no old child at all
+            assert named & old == set(), name
+
+    # A child made by an earlier version gets the CHECK NOT VALID when `migrate --partitioned`
+    # runs again: the planner ignores it until prune has validated it.
+    five_days = rows(
+        conn, "SELECT DISTINCT tableoid::regclass::text FROM job_event WHERE job_id = 'old-5'"
+    )[0][0]
+    conn.execute(
+        sql.SQL("ALTER TABLE {} DROP CONSTRAINT rows_before_upper_bound").format(
+            sql.Identifier(five_days)
+        )
+    )
+    migrate(empty_dsn, partition_interval=timedelta(days=1))
+    query, params = statements["step_failures"]
+    assert five_days in children_read_by_window(conn, query, params)[0]
+    prune(empty_dsn, KEEP_ALL)
+    assert five_days not in children_read_by_window(conn, query, params)[0]
+    conn.close()

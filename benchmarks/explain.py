@@ -192,6 +192,7 @@ class Parameters:
             "job_id": job_id,
             "attempt": attempt,
             "since_at": datetime.now(timezone.utc) - timedelta(hours=1),
+            "step_key": "RENDER",
             "limit": 50,
             "after_id": max(0, self.max_id - 100),
             "after_created_at": "-infinity",

@@ -200,24 +200,22 @@ BEGIN
     after_id := v_seen_id[scanned];
     SELECT array_agg(a.domain), array_agg(a.job_id), array_agg(a.attempt), array_agg(a.ended)
     INTO v_domain, v_job_id, v_attempt, v_ended
-    FROM (SELECT t.domain, t.job_id, t.attempt, t.ended
-          FROM (SELECT DISTINCT w.domain, w.job_id, w.attempt,
-                       GREATEST(l.created_at,
-                                (SELECT max(COALESCE(o.ended_at, o.created_at))
-                                 FROM ONLY job_event AS o
-                                 WHERE o.domain = w.domain AND o.job_id = w.job_id
-                                   AND o.attempt = w.attempt)) AS ended
-                FROM unnest(v_domain, v_job_id, v_attempt) AS w (domain, job_id, attempt)
-                JOIN job_log AS l
-                  ON l.domain = w.domain AND l.job_id = w.job_id AND l.attempt = w.attempt
-                WHERE l.created_at < v_before
-                  AND NOT EXISTS (SELECT 1 FROM ONLY job_event AS o
-                                  WHERE o.domain = w.domain AND o.job_id = w.job_id
-                                    AND o.attempt = w.attempt
-                                    AND o.type = 'STEP' AND o.ended_at IS NULL)) AS t
-          WHERE t.ended < v_before
+    -- the latest row as a LATERAL aggregate per attempt: job_log stays an index probe each
+    FROM (SELECT DISTINCT w.domain, w.job_id, w.attempt, m.ended
+          FROM unnest(v_domain, v_job_id, v_attempt) AS w (domain, job_id, attempt)
+          JOIN job_log AS l
+            ON l.domain = w.domain AND l.job_id = w.job_id AND l.attempt = w.attempt
+          CROSS JOIN LATERAL (
+              SELECT GREATEST(l.created_at, max(COALESCE(o.ended_at, o.created_at))) AS ended
+              FROM ONLY job_event AS o
+              WHERE o.domain = w.domain AND o.job_id = w.job_id AND o.attempt = w.attempt) AS m
+          WHERE l.created_at < v_before AND m.ended < v_before
+            AND NOT EXISTS (SELECT 1 FROM ONLY job_event AS o
+                            WHERE o.domain = w.domain AND o.job_id = w.job_id
+                              AND o.attempt = w.attempt
+                              AND o.type = 'STEP' AND o.ended_at IS NULL)
             AND EXISTS (SELECT 1 FROM otel_jobsteps_partition AS p
-                        WHERE t.ended >= p.lower_bound AND t.ended < p.upper_bound))
+                        WHERE m.ended >= p.lower_bound AND m.ended < p.upper_bound))
          AS a;
     IF v_domain IS NULL THEN
         RETURN;

@@ -74,13 +74,10 @@ class SpanWatch:
         problem: Callable[[str, object], None],
         max_steps: int,
     ) -> None:
-        self.reader = reader
-        self._problem = problem
-        self._poll_interval = poll_interval_s
-        self.clock = clock
+        self.reader, self.clock, self._problem = reader, clock, problem
+        # Running steps (span id -> watched), at most max_steps; when they are next looked at.
         self._steps: dict[int, _WatchedStep] = {}
-        self._max_steps = max_steps
-        self._next_poll = 0.0
+        self._max_steps, self._poll_interval, self._next_poll = max_steps, poll_interval_s, 0.0
         self._deferred: ReadableSpan | None = None  # a start that waits one item for its end
 
     def handle(self, item: SpanStarted | SpanEnded) -> None:

@@ -419,6 +419,13 @@ def test_a_window_reads_no_child_older_than_it(empty_dsn: str) -> None:
             sql.Identifier(five_days)
         )
     )
+    # An earlier version placed attempts by their final row: a late row newer than the child.
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (id, domain, job_id, attempt, type, created_at)"
+            " VALUES (1000000000, 'render', 'old-5', 1, 'LOG', now() - interval '1 day')"
+        ).format(sql.Identifier(five_days))
+    )
     migrate(empty_dsn, partition_interval=timedelta(days=1))
     query, params = statements["step_failures"]
     assert five_days in children_read_by_window(conn, query, params)[0]

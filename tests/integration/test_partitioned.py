@@ -232,7 +232,8 @@ def test_prune_drops_whole_intervals_and_never_a_row_of_an_open_attempt(empty_ds
     assert (result.job_logs, result.job_events) == (2, 4)
     assert counts(conn) == [("late", 1, 3), ("recent", 1, 2)]
 
-    # Once the late step has closed it joins its attempt, and the interval goes whole.
+    # Once the late step has closed it moves, into its own interval's child (it is newer than
+    # its attempt's), the old interval goes whole and a batch deletes the rest of the attempt.
     conn.execute(
         "UPDATE job_event SET ended_at = now() - interval '2 days', step_status = 'COMPLETED'"
         " WHERE type = 'STEP' AND ended_at IS NULL"

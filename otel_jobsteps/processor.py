@@ -95,14 +95,16 @@ class Interpretation:
         for command in self.translator.ended(facts):
             self._record(command)
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> None:
+    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
+        """Record a running step's progress; False when shed (the writer is backlogged)."""
         if self.backlogged():
             self._problem("dropped_ProgressReported", "backlog: progress not read")
-            return
+            return False
         progress = self.translator.progress(span_id, attributes)
         if progress is not None:
             self._count("commands", 1)
             self._record(progress)
+        return True
 
     # The rest of what the writer needs is the recorder's.
 
@@ -303,6 +305,7 @@ class JobStepsProcessor(SpanProcessor):
                 heartbeat_interval_s=heartbeat_interval_s,
                 clock=clock,
             )
+            self._live.watch.backlogged = self._writer.backlogged
             self._live.interpretation.backlogged = self._writer.backlogged
             self._submit = self._writer.submit
         # Span id -> True for every queued span not yet ended (job thread; bounded, oldest out).
@@ -367,10 +370,10 @@ class JobStepsProcessor(SpanProcessor):
         if self._relay is not None:
             # The writer process's counters as of its latest reply, added to the relay's own.
             data["queued"] = self._relay.queue_length()
-            for name, value in self._relay.child_stats.items():
+            for name, value in self._relay.child_stats().items():
                 if name == "last_error":
                     data[name] = value or data[name]
-                else:
+                elif name != "backlogged":
                     data[name] = data.get(name, 0) + value
             return data
         data["queued"] = self._writer.queue_length()
@@ -412,5 +415,6 @@ class JobStepsProcessor(SpanProcessor):
             self._relay.after_fork_in_child()
             return
         self._live = self._live_spans()
+        self._live.watch.backlogged = self._writer.backlogged
         self._live.interpretation.backlogged = self._writer.backlogged
         self._writer.after_fork_in_child(self._live)

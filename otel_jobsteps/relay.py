@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +44,9 @@ _MARSHAL_VERSION = 4
 _PLAIN = (str, bool, int, float)
 _MAX_BATCH_ITEMS = 10_000
 _RESTART_BACKOFF_S = (0.5, 30.0)
+_MODULE = "otel_jobsteps.writer_process"
+# What describes the current writer process; every other counter adds up across them.
+_GAUGES = frozenset({"queued", "open_attempts", "open_spans", "backlogged"})
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,9 @@ class _Outbox:
     def ended(self, span: ReadableSpan) -> None:
         self.messages.append(("e", span_fields(span, ended=True, events=_events(span))))
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> None:
+    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
         self.messages.append(("p", span_id, _plain_dict(attributes)))
+        return True
 
 
 # -- the relay (job's process) ---------------------------------------------------------------
@@ -165,54 +169,69 @@ class _FlushRequest:
         self.done = threading.Event()
 
 
-class _Child:
-    """One writer process and the two pipe ends the relay keeps."""
+def _child_environment() -> dict[str, str]:
+    """The job's environment without what would make the writer process trace itself:
+    auto-instrumentation's sitecustomize on PYTHONPATH, an SDK it would configure."""
+    environment = dict(os.environ, OTEL_SDK_DISABLED="true")
+    path = [
+        entry
+        for entry in environment.get("PYTHONPATH", "").split(os.pathsep)
+        if entry and "auto_instrumentation" not in entry
+    ]
+    environment["PYTHONPATH"] = os.pathsep.join(path)
+    return environment
 
-    def __init__(self, settings: WriterSettings) -> None:
+
+class _Child:
+    """One writer process and the two pipe ends the relay keeps.
+
+    Every descriptor it opens is in ``fds`` (the relay's) from the moment it exists, so a
+    fork at any point closes them in the forked child.
+    """
+
+    def __init__(self, settings: WriterSettings, fds: set[int]) -> None:
         self.exited = False
-        to_child, self.to_fd = os.pipe()
-        self.from_fd, from_child = os.pipe()
+        self._fds = fds
+        to_child, self.to_fd = self._pipe()
+        self.from_fd, from_child = self._pipe()
         try:
+            # -P: the job's working directory is not on the path (no module there shadows ours).
+            command = [sys.executable, "-P", "-m", _MODULE, str(to_child), str(from_child)]
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "otel_jobsteps.writer_process",
-                    str(to_child),
-                    str(from_child),
-                ],
+                command,
                 pass_fds=(to_child, from_child),
                 stdin=subprocess.DEVNULL,
+                env=_child_environment(),
             )
         except BaseException:
-            for fd in (self.to_fd, self.from_fd):
-                os.close(fd)
+            self.close_pipe()
+            self.close_replies()
             raise
         finally:
-            os.close(to_child)
-            os.close(from_child)
+            self._close(to_child)
+            self._close(from_child)
         # The settings travel through the pipe: a password must not show in ps.
         write_frame(self.to_fd, [json.dumps(settings.__dict__)])
 
+    def _pipe(self) -> tuple[int, int]:
+        read, write = os.pipe()
+        self._fds.update((read, write))
+        return read, write
+
+    def _close(self, fd: int) -> int:
+        """Close ``fd`` once (a number closed twice may belong to someone else by then)."""
+        if fd >= 0:
+            self._fds.discard(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return -1
+
     def close_pipe(self) -> None:
         """Closing the writer's input ends it: it writes what it holds and exits."""
-        self.to_fd = _close(self.to_fd)
+        self.to_fd = self._close(self.to_fd)
 
     def close_replies(self) -> None:
-        self.from_fd = _close(self.from_fd)
-
-    def forget(self) -> None:
-        """After fork(), in the child: the parent's pipe ends are closed here, untouched there."""
-        self.close_pipe()
-        self.close_replies()
-
-
-def _close(fd: int) -> int:
-    """Close ``fd`` once (a number closed twice may belong to someone else by then)."""
-    if fd >= 0:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    return -1
+        self.from_fd = self._close(self.from_fd)
 
 
 class Relay:
@@ -220,8 +239,8 @@ class Relay:
 
     The same queue contract as `writer.Writer` (``submit`` on the hot path, ``flush``,
     ``shutdown``); a flush is True once the writer process has committed everything queued
-    before it. A writer process that dies is started again (what it held is lost, counted as
-    ``writer_process_exited``).
+    before it. While no writer process runs (starting, or restarting after one died: what it
+    held is lost, counted as ``writer_process_exited``) the queue waits, within its bound.
     """
 
     def __init__(
@@ -231,7 +250,7 @@ class Relay:
         stats: Stats,
         *,
         max_queue_size: int,
-        linger_s: float = 0.005,
+        linger_s: float = 0.001,
         wake_threshold: int = 1000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -241,23 +260,27 @@ class Relay:
         self._max_queue = max_queue_size
         self._linger, self._wake_threshold = linger_s, wake_threshold
         self._clock = clock
-        self.child_stats: dict[str, Any] = {}
         self._init_runtime()
 
     def _init_runtime(self) -> None:
         self._outbox = _Outbox()
         self._watch = self._make_watch(self._outbox)
+        self._watch.backlogged = lambda: bool(self._latest_stats.get("backlogged"))
         self._queue: deque[Any] = deque()
         self._wakeup = threading.Event()
         self._idle = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._child: _Child | None = None
+        self._fds: set[int] = set()  # every pipe end open in this process
         self._stopping = False
         self._flushes: dict[int, _FlushRequest] = {}
         self._flush_numbers = iter(range(1, 1 << 62))
         self._failures = 0
         self._restart_at = 0.0
+        # The writer process's counters: its latest reply, plus the last of those that died.
+        self._latest_stats: dict[str, Any] = {}
+        self._dead_stats: Counter[str] = Counter()
 
     # -- application threads ------------------------------------------------------------------
 
@@ -290,7 +313,10 @@ class Relay:
         request = _FlushRequest(next(self._flush_numbers))
         self._queue.append(request)
         self._wakeup.set()
-        return request.done.wait(timeout_s) and request.ok
+        if request.done.wait(timeout_s):
+            return request.ok
+        self._flushes.pop(request.number, None)  # nobody waits for it any more
+        return False
 
     def shutdown(self, timeout_s: float) -> None:
         """Send what is queued, close the pipe and wait up to ``timeout_s`` for the writer
@@ -315,10 +341,23 @@ class Relay:
     def queue_length(self) -> int:
         return len(self._queue)
 
+    def child_stats(self) -> dict[str, Any]:
+        """The writer processes' counters (never going back when one is replaced)."""
+        latest = self._latest_stats
+        merged: dict[str, Any] = dict(self._dead_stats)
+        for name, value in latest.items():
+            if name in _GAUGES or not isinstance(value, int):
+                merged[name] = value
+            else:
+                merged[name] = merged.get(name, 0) + value
+        return merged
+
     def after_fork_in_child(self) -> None:
-        """A forked child gets its own queue, thread and (later) writer process."""
-        if self._child is not None:
-            self._child.forget()
+        """A forked child gets its own queue, thread and (later) writer process; the parent's
+        pipe ends are closed here (untouched in the parent)."""
+        for fd in list(self._fds):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self._init_runtime()
 
     # -- the relay thread ---------------------------------------------------------------------
@@ -327,17 +366,29 @@ class Relay:
         while True:
             self._wait()
             stopping = self._stopping
-            self._relay_queued(final=stopping)
+            try:
+                self._relay_queued(final=stopping)
+            except Exception as error:  # noqa: BLE001 - a bug must not stop the relay
+                self._outbox.messages = []
+                self._stats.problem("internal_error", error)
             if stopping:
                 break
-        self._watch.poll_all()
-        self._send()
+        with contextlib.suppress(Exception):
+            self._watch.poll_all()
+            self._send()
         if self._child is not None:
             self._child.close_pipe()
 
     def _wait(self) -> None:
         queue = self._queue
-        if len(queue) >= self._wake_threshold or self._stopping:
+        if self._stopping:
+            return
+        if self._child is None and self._clock() < self._restart_at:
+            # No writer process to send to: the queue waits (bounded) until the next start.
+            self._wakeup.wait(self._restart_at - self._clock())
+            self._wakeup.clear()
+            return
+        if len(queue) >= self._wake_threshold:
             return
         poll = self._watch.next_poll()
         timeout = None if poll is None else max(0.0, poll - self._clock())
@@ -351,6 +402,8 @@ class Relay:
         self._wakeup.clear()
 
     def _relay_queued(self, *, final: bool) -> None:
+        if not final and self._running_child() is None:
+            return  # kept queued: nothing is read into facts that could not be sent
         queue, handle = self._queue, self._watch.handle
         while True:
             count = min(len(queue), _MAX_BATCH_ITEMS)
@@ -395,7 +448,7 @@ class Relay:
         if self._clock() < self._restart_at:
             return None
         try:
-            child = _Child(self._settings)
+            child = _Child(self._settings, self._fds)
         except OSError as error:
             self._stats.problem("writer_process_failed", error)
             self._schedule_restart()
@@ -412,34 +465,48 @@ class Relay:
     def _retire(self, child: _Child) -> None:
         """Relay thread only (it owns the pipe's writing end): forget a writer process."""
         child.close_pipe()
-        self._child = None
-        self._schedule_restart()
+        if self._child is child:
+            self._child = None
+            self._schedule_restart()
 
     def _read_replies(self, child: _Child) -> None:
+        flushes = self._flushes
         try:
             for frame in read_frames(child.from_fd):
+                self._failures = 0  # it answers: a later death starts the backoff afresh
                 for reply in frame:
                     if reply[0] == "a":
-                        _, number, ok, self.child_stats = reply
-                        request = self._flushes.pop(number, None)
-                        if request is not None:
-                            request.ok = ok
-                            request.done.set()
+                        _, number, ok, self._latest_stats = reply
+                        for done in [n for n in list(flushes) if n <= number]:
+                            request = flushes.pop(done, None)
+                            if request is not None:
+                                request.ok = ok
+                                request.done.set()
                     else:
-                        self.child_stats = reply[1]
-        except (OSError, ValueError, EOFError) as error:
+                        self._latest_stats = reply[1]
+        except Exception as error:  # noqa: BLE001 - a reply it cannot read: that process goes
             self._stats.problem("writer_process_failed", error)
+            with contextlib.suppress(OSError):
+                child.process.kill()
         finally:
             child.process.wait()
             child.close_replies()
+            self._dead_stats.update(
+                {
+                    name: value
+                    for name, value in self._latest_stats.items()
+                    if name not in _GAUGES and isinstance(value, int)
+                }
+            )
+            self._latest_stats = {}
             child.exited = True
             if not self._stopping:
                 # What it held is lost; the flushes waiting on it cannot say "committed".
                 self._stats.problem(
                     "writer_process_exited", f"writer process exited ({child.process.returncode})"
                 )
-                for number in list(self._flushes):
-                    request = self._flushes.pop(number, None)
+                for number in list(flushes):
+                    request = flushes.pop(number, None)
                     if request is not None:
                         request.done.set()
                 self._wakeup.set()
@@ -451,7 +518,8 @@ class Relay:
 
     def _lost(self, messages: list[Any], error: object) -> None:
         self._stats.problem("dropped_facts", error)
-        self._stats.add("dropped_facts", len(messages) - 1)
+        lost = [message for message in messages if message[0] != "f"]
+        self._stats.add("dropped_facts", max(0, len(lost) - 1))
         for message in messages:
             if message[0] == "f":
                 request = self._flushes.pop(message[1], None)

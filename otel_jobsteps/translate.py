@@ -62,7 +62,8 @@ def _error_text(span: SpanFacts) -> str | None:
 class _OpenSpan:
     scope: Scope
     key: str | None  # the step key; None for the job span and for plain spans in its scope
-    reported: bool = False  # progress reached the writer while the step ran
+    # The progress attributes last passed on while the step ran (None: none was).
+    reported: Mapping[str, Any] | None = None
 
 
 class SpanTranslator:
@@ -122,7 +123,7 @@ class SpanTranslator:
         found = self._open.get(span_id)
         if found is None or found.key is None:
             return None
-        found.reported = True
+        found.reported = attributes
         return ProgressReported(found.scope, found.key, attributes)
 
     def ended(self, span: SpanFacts) -> list[Command]:
@@ -150,10 +151,13 @@ class SpanTranslator:
                 JobEnded(scope, end_ns, span.error, attributes.get(attr.JOB_OUTCOME), error)
             )
             return commands
-        if not found.reported:  # received, or a live step that ended before it was polled
-            latest = latest_progress(reversed(span.events))
-            if latest:
-                commands.append(ProgressReported(scope, key, latest))
+        # The close takes the newest progress of the ended span unless it was passed on
+        # already: never polled (received, or ended before a poll), or a poll's progress was
+        # shed while the writer's backlog was at its bound.
+        latest = latest_progress(reversed(span.events))
+        reported = found.reported
+        if latest and (reported is None or (latest is not reported and latest != reported)):
+            commands.append(ProgressReported(scope, key, latest))
         explicit = attributes.get(attr.JOB_STEP_DETAIL)
         commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error))
         return commands

@@ -41,7 +41,9 @@ class SpanReader(Protocol):
     def started(self, span: ReadableSpan) -> None: ...
     def whole(self, span: ReadableSpan) -> None: ...
     def ended(self, span: ReadableSpan) -> None: ...
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> None: ...
+    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
+        """Pass on a running step's newest progress; False if it was shed (read it again)."""
+        ...
 
 
 class _WatchedStep:
@@ -79,6 +81,8 @@ class SpanWatch:
         self._steps: dict[int, _WatchedStep] = {}
         self._max_steps, self._poll_interval, self._next_poll = max_steps, poll_interval_s, 0.0
         self._deferred: ReadableSpan | None = None  # a start that waits one item for its end
+        # True while the writer holds as many operations as it may: progress is shed first.
+        self.backlogged: Callable[[], bool] = lambda: False
 
     def handle(self, item: SpanStarted | SpanEnded) -> None:
         deferred = self._deferred
@@ -128,12 +132,12 @@ class SpanWatch:
         added = events_added(span)
         if added == watched.added:
             return
-        watched.added = added
         event = newest_progress_event(span)
         if event is None or event is watched.newest:
-            return  # only exceptions were added
-        watched.newest = event
-        self.reader.progress(span.context.span_id, plain_attributes(event.attributes))
+            watched.added = added  # only exceptions were added
+            return
+        if self.reader.progress(span.context.span_id, plain_attributes(event.attributes)):
+            watched.added, watched.newest = added, event
 
     def next_poll(self) -> float | None:
         """When running steps are next looked at; None while no step runs."""
@@ -150,5 +154,8 @@ class SpanWatch:
     def poll_all(self) -> None:
         """Every running step's newest progress, now (a flush must see all of it)."""
         self.settle()
+        if self._steps and self.backlogged():
+            self._problem("dropped_ProgressReported", "backlog: progress not read")
+            return
         for watched in list(self._steps.values()):
             self._poll(watched, watched.span)

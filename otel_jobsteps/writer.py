@@ -82,8 +82,10 @@ class Writer:
         linger_s: float = 0.005,
         wake_threshold: int = 1000,
         clock: Any = time.monotonic,
+        kind_of: Callable[[Any], str] = lambda command: type(command).__name__,
     ) -> None:
         self._handler, self._store, self._stats, self._clock = handler, store, stats, clock
+        self._kind_of = kind_of  # names a dropped command in the counters
         # Bounds: queued commands, commands per drain, row operations held while the database
         # is away.
         self._max_queue, self._max_batch_commands, self._max_pending_operations = (
@@ -127,7 +129,7 @@ class Writer:
 
     def _drop(self, command: Any) -> None:
         reason = "shut down" if self._stopping else "queue full"
-        self._stats.problem("dropped_" + type(command).__name__, reason)
+        self._stats.problem("dropped_" + self._kind_of(command), reason)
 
     def _wake(self) -> None:
         if self._thread is None:

@@ -10,11 +10,13 @@ what it holds within the shutdown timeout, then exits.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .processor import Interpretation, build_interpretation
@@ -27,6 +29,9 @@ from .writer import Writer
 __all__ = ["main"]
 
 _STATS_EVERY_S = 0.5
+_FULL_QUEUE_PAUSE_S = 0.01
+# Relay messages by the name the writer thread's counters give the same thing.
+_KINDS = {"s": "SpanStarted", "w": "SpanEnded", "e": "SpanEnded", "p": "ProgressReported"}
 _FLUSH_WAIT_S = 3600.0  # the relay's caller decides how long it waits
 
 
@@ -61,12 +66,28 @@ def _snapshot(stats: Stats, writer: Writer, interpretation: Interpretation) -> d
     data["queued"] = writer.queue_length()
     data["open_attempts"] = interpretation.recorder.open_attempts()
     data["open_spans"] = interpretation.translator.open_spans()
+    data["backlogged"] = int(writer.backlogged())  # the relay sheds progress meanwhile
     return data
 
 
+def _room_for(writer: Writer, limit: int, parent: int) -> bool:
+    """Wait while the writer's queue is full: the pipe fills, the relay waits, and the job's
+    queue drops what it cannot hold, as the writer thread's does. False if the job's process
+    has gone meanwhile (this one was handed to another parent)."""
+    while writer.queue_length() >= limit:
+        if os.getppid() != parent:
+            return False
+        time.sleep(_FULL_QUEUE_PAUSE_S)
+    return True
+
+
 def main(argv: list[str]) -> int:
+    parent = os.getppid()
     in_fd, out_fd = int(argv[0]), int(argv[1])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the job; the relay stops this
+    # A stop sent to the job's process group (Ctrl-C, systemd, a container) is the job's to
+    # handle; this process ends when its input closes, once it has written what it holds.
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
     frames = read_frames(in_fd)
     first = next(frames, None)
     if first is None:
@@ -95,33 +116,59 @@ def main(argv: list[str]) -> int:
         _ReceivedFacts(interpretation),
         store,
         stats,
+        kind_of=lambda message: _KINDS.get(message[0], "message"),
         max_queue_size=settings.max_queue_size,
         max_pending_operations=2 * settings.max_queue_size,
         heartbeat_interval_s=settings.heartbeat_interval_s,
     )
     interpretation.backlogged = writer.backlogged
     replies = _Replies(out_fd)
-
-    def snapshot() -> dict[str, Any]:
-        return _snapshot(stats, writer, interpretation)
-
-    def answer_flush(number: int) -> None:
-        ok = writer.flush(_FLUSH_WAIT_S)
-        replies.send(("a", number, ok, snapshot()))
-
-    reporter = threading.Thread(target=replies.report, args=(snapshot,), daemon=True)
-    reporter.start()
+    flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, interpretation))
+    threading.Thread(target=flushes.run, daemon=True).start()
+    threading.Thread(target=replies.report, args=(flushes.snapshot,), daemon=True).start()
     try:
         for frame in frames:
             for message in frame:
                 if message[0] == "f":
-                    # Waited for on a thread of its own: the pipe keeps being read meanwhile.
-                    threading.Thread(target=answer_flush, args=(message[1],), daemon=True).start()
-                else:
-                    writer.submit(message)
+                    flushes.request(message[1])  # answered by its thread: reading goes on
+                    continue
+                if not _room_for(writer, settings.max_queue_size, parent):
+                    return 0  # the job's process is gone: write what is held, then exit
+                writer.submit(message)
     finally:
         writer.shutdown(settings.shutdown_timeout_ms / 1000.0)
     return 0
+
+
+class _Flushes:
+    """One thread answers flushes: each wait covers every request made before it began, and
+    its answer acknowledges all of them (a database outage holds one thread, not one each)."""
+
+    def __init__(
+        self, writer: Writer, replies: _Replies, *, snapshot: Callable[[], dict[str, Any]]
+    ) -> None:
+        self._writer, self._replies, self.snapshot = writer, replies, snapshot
+        self._newest = 0
+        self._requested = threading.Condition()
+
+    def request(self, number: int) -> None:
+        with self._requested:
+            self._newest = number
+            self._requested.notify()
+
+    def _answer(self, number: int, ok: bool) -> tuple[Any, ...]:
+        return ("a", number, ok, self.snapshot())
+
+    def run(self) -> None:
+        answered = 0
+        while True:
+            with self._requested:
+                while self._newest == answered:
+                    self._requested.wait()
+                number = self._newest
+            ok = self._writer.flush(_FLUSH_WAIT_S)
+            self._replies.send(partial(self._answer, number, ok))
+            answered = number
 
 
 class _Replies:
@@ -132,23 +179,32 @@ class _Replies:
         self._fd: int | None = fd
         self._lock = threading.Lock()
 
-    def send(self, reply: tuple[Any, ...]) -> None:
+    def send(self, reply: Callable[[], tuple[Any, ...] | None]) -> None:
+        """Send what ``reply`` builds, built under the lock (counters never arrive out of
+        order); None sends nothing."""
         with self._lock:
-            if self._fd is None:
+            message = reply()
+            if self._fd is None or message is None:
                 return
             try:
-                write_frame(self._fd, [reply])
+                write_frame(self._fd, [message])
             except OSError:
                 self._fd = None
 
     def report(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         sent: dict[str, Any] = {}
+
+        def changed() -> tuple[Any, ...] | None:
+            nonlocal sent
+            current = snapshot()
+            if current == sent:
+                return None
+            sent = current
+            return ("t", current)
+
         while self._fd is not None:
             time.sleep(_STATS_EVERY_S)  # a period, not a wait for something
-            current = snapshot()
-            if current != sent:
-                self.send(("t", current))
-                sent = current
+            self.send(changed)
 
 
 if __name__ == "__main__":

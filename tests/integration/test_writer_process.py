@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.demo import record_seed_story
-from tests.helpers import TracingFactory, rows, wait_until, writer_processes
+from tests.helpers import TracingFactory, free_port, rows, wait_until, writer_processes
 
 STEPS = "SELECT attempt, step_key, step_status, detail, message FROM job_event"
 LOGS = "SELECT attempt, status, reason, detail FROM job_log"
@@ -175,3 +175,46 @@ def test_a_forked_child_gets_its_own_writer_process(
     assert set(writer_processes()) - others == {parents}
     logged = rows(conn, "SELECT job_id FROM job_log ORDER BY job_id")
     assert logged == [("child",), ("parent",), ("parent-2",)]
+
+
+def test_a_stop_sent_to_the_process_group_is_left_to_the_job(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    others = set(writer_processes())
+    tracer, processor = tracing(writer="process")
+    with job_attempt("render", "before", "thumbnail", tracer=tracer), step("A", tracer=tracer):
+        pass
+    assert processor.force_flush(10_000)
+    (writer,) = set(writer_processes()) - others
+
+    os.kill(writer, signal.SIGTERM)  # what systemd or a container sends the whole group
+    with job_attempt("render", "after", "thumbnail", tracer=tracer), step("B", tracer=tracer):
+        pass
+
+    assert processor.force_flush(10_000)
+    assert set(writer_processes()) - others == {writer}
+    assert "writer_process_exited" not in processor.stats()
+    assert rows(conn, "SELECT job_id FROM job_log ORDER BY job_id") == [("after",), ("before",)]
+
+
+def test_flushes_during_an_outage_hold_one_thread() -> None:
+    """A framework that flushes after every task, while the database is away: the writer
+    process waits for the database on one thread, not one per flush."""
+    dsn = f"postgresql://nobody@127.0.0.1:{free_port()}/none?connect_timeout=1"
+    others = set(writer_processes())
+    processor = JobStepsProcessor(dsn, writer="process", shutdown_timeout_ms=500)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    try:
+        for number in range(40):
+            with job_attempt("render", str(number), "thumbnail", tracer=tracer):
+                pass
+            assert not processor.force_flush(20)
+        (writer,) = set(writer_processes()) - others
+        status = Path(f"/proc/{writer}/status").read_text()
+        threads = int(status.split("Threads:")[1].split()[0])
+        assert threads <= 5  # main, writer, flushes, counters (and nothing per flush)
+        wait_until(lambda: processor.stats().get("write_failed"), what="the failure counted")
+    finally:
+        provider.shutdown()

@@ -1,0 +1,99 @@
+"""The watch reads a running step's progress again until it is taken, and a step's close takes
+the newest progress when what was passed on while it ran is older (a poll shed in a backlog)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+
+from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
+from otel_jobsteps.facts import SpanEvent, SpanFacts
+from otel_jobsteps.recorder import ProgressReported, StepEnded
+from otel_jobsteps.translate import SpanTranslator
+from otel_jobsteps.watch import SpanStarted, SpanWatch
+
+
+class _Reader:
+    """Takes progress only while ``taking``; remembers what it was offered."""
+
+    def __init__(self) -> None:
+        self.taking = True
+        self.offered: list[Mapping[str, Any]] = []
+
+    def started(self, span: ReadableSpan) -> None:
+        pass
+
+    def whole(self, span: ReadableSpan) -> None:
+        pass
+
+    def ended(self, span: ReadableSpan) -> None:
+        pass
+
+    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
+        self.offered.append(dict(attributes))
+        return self.taking
+
+
+def test_progress_not_taken_is_offered_again_and_none_while_backlogged() -> None:
+    problems: list[str] = []
+    reader = _Reader()
+    watch = SpanWatch(
+        reader,
+        poll_interval_s=0.05,
+        clock=time.monotonic,
+        problem=lambda kind, error: problems.append(kind),
+        max_steps=10,
+    )
+    span = TracerProvider().get_tracer("t").start_span("s", attributes={JOB_STEP_KEY: "S"})
+    watch.handle(SpanStarted(span))  # type: ignore[arg-type]  # a live SDK span
+    span.add_event("progress", {"pct": 10})
+
+    reader.taking = False
+    watch.poll_all()
+    reader.taking = True
+    watch.poll_all()
+    watch.poll_all()  # taken: nothing new to offer
+    assert reader.offered == [{"pct": 10}, {"pct": 10}]
+
+    span.add_event("progress", {"pct": 90})
+    watch.backlogged = lambda: True
+    watch.poll_all()
+    assert reader.offered == [{"pct": 10}, {"pct": 10}]
+    assert problems == ["dropped_ProgressReported"]
+    watch.backlogged = lambda: False
+    watch.poll_all()
+    assert reader.offered[-1] == {"pct": 90}
+
+
+def _facts(span_id: int, parent: int, attributes: dict[str, Any], **more: Any) -> SpanFacts:
+    return SpanFacts(1, span_id, parent, "span", 100, more.pop("end_ns", 0), attributes, **more)
+
+
+def test_the_close_takes_newer_progress_than_was_passed_on() -> None:
+    translator = SpanTranslator(problem=lambda kind, error: None, received=False)
+    job = {JOB_DOMAIN: "d", JOB_ID: "j", JOB_TYPE: "t", JOB_ATTEMPT: 1}
+    translator.started(_facts(10, 0, job))
+    step = {JOB_STEP_KEY: "S"}
+    translator.started(_facts(11, 10, step))
+    assert translator.progress(11, {"pct": 10}) is not None  # passed on while it ran
+    events = [SpanEvent("progress", 150, {"pct": 10}), SpanEvent("progress", 160, {"pct": 90})]
+
+    closed = translator.ended(_facts(11, 10, step, end_ns=200, events=events))
+
+    assert [type(command) for command in closed] == [ProgressReported, StepEnded]
+    assert closed[0].attributes == {"pct": 90}  # type: ignore[union-attr]
+
+
+def test_the_close_adds_nothing_when_the_newest_was_passed_on() -> None:
+    translator = SpanTranslator(problem=lambda kind, error: None, received=False)
+    translator.started(_facts(10, 0, {JOB_DOMAIN: "d", JOB_ID: "j", JOB_TYPE: "t", JOB_ATTEMPT: 1}))
+    translator.started(_facts(11, 10, {JOB_STEP_KEY: "S"}))
+    translator.progress(11, {"pct": 90})
+    events = [SpanEvent("progress", 160, {"pct": 90})]
+
+    closed = translator.ended(_facts(11, 10, {JOB_STEP_KEY: "S"}, end_ns=200, events=events))
+
+    assert [type(command) for command in closed] == [StepEnded]

@@ -2,7 +2,7 @@
 
 With ``JobStepsProcessor(writer="process")`` the job's hooks queue spans exactly as with the
 writer thread, and a relay thread reads them as facts (`watch`) and sends the facts, in
-order, through a pipe to a child process (``python -m otel_jobsteps.writer_process``) that
+order, through a pipe to a child process (`otel_jobsteps.writer_process`) that
 interprets and writes them as the writer thread would. The job's interpreter then spends per
 span only the hooks and the facts' encoding; the translation, the recorder, the statements
 and psycopg run on another core, with their own garbage collector.
@@ -28,6 +28,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -44,7 +45,6 @@ _MARSHAL_VERSION = 4
 _PLAIN = (str, bool, int, float)
 _MAX_BATCH_ITEMS = 10_000
 _RESTART_BACKOFF_S = (0.5, 30.0)
-_MODULE = "otel_jobsteps.writer_process"
 # What describes the current writer process; every other counter adds up across them.
 _GAUGES = frozenset({"queued", "open_attempts", "open_spans", "backlogged"})
 
@@ -109,8 +109,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return tuple(_plain(item) for item in value)
     if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    return str(value)
+        return {_text(key): _plain(item) for key, item in value.items()}
+    return _text(value)
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a value's own __str__ may fail: it must not stop the rest
+        return "<unprintable>"
 
 
 def _plain_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -169,16 +176,26 @@ class _FlushRequest:
         self.done = threading.Event()
 
 
+# The job's working directory leaves the path first (no module there shadows ours; `-P` is
+# 3.11+), then the writer process runs.
+_START = (
+    "import sys; del sys.path[0]; from otel_jobsteps.writer_process import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+
+
 def _child_environment() -> dict[str, str]:
-    """The job's environment without what would make the writer process trace itself:
-    auto-instrumentation's sitecustomize on PYTHONPATH, an SDK it would configure."""
+    """The job's environment, with the directory this package was imported from first on the
+    path (the writer process runs the same copy as the job), and without what would make it
+    trace itself: auto-instrumentation's sitecustomize on PYTHONPATH, an SDK it configures."""
     environment = dict(os.environ, OTEL_SDK_DISABLED="true")
+    ours = str(Path(__file__).resolve().parents[1])
     path = [
         entry
         for entry in environment.get("PYTHONPATH", "").split(os.pathsep)
         if entry and "auto_instrumentation" not in entry
     ]
-    environment["PYTHONPATH"] = os.pathsep.join(path)
+    environment["PYTHONPATH"] = os.pathsep.join([ours, *path])
     return environment
 
 
@@ -195,8 +212,7 @@ class _Child:
         to_child, self.to_fd = self._pipe()
         self.from_fd, from_child = self._pipe()
         try:
-            # -P: the job's working directory is not on the path (no module there shadows ours).
-            command = [sys.executable, "-P", "-m", _MODULE, str(to_child), str(from_child)]
+            command = [sys.executable, "-c", _START, str(to_child), str(from_child)]
             self.process = subprocess.Popen(
                 command,
                 pass_fds=(to_child, from_child),
@@ -204,14 +220,20 @@ class _Child:
                 env=_child_environment(),
             )
         except BaseException:
+            for fd in (to_child, from_child, self.to_fd, self.from_fd):
+                self._close(fd)
+            raise
+        self._close(to_child)
+        self._close(from_child)
+        try:
+            # The settings travel through the pipe: a password must not show in ps.
+            write_frame(self.to_fd, [json.dumps(settings.__dict__)])
+        except BaseException:
             self.close_pipe()
             self.close_replies()
+            self.process.kill()
+            self.process.wait()
             raise
-        finally:
-            self._close(to_child)
-            self._close(from_child)
-        # The settings travel through the pipe: a password must not show in ps.
-        write_frame(self.to_fd, [json.dumps(settings.__dict__)])
 
     def _pipe(self) -> tuple[int, int]:
         read, write = os.pipe()
@@ -278,6 +300,7 @@ class Relay:
         self._flush_numbers = iter(range(1, 1 << 62))
         self._failures = 0
         self._restart_at = 0.0
+        self._flush_waiting = False
         # The writer process's counters: its latest reply, plus the last of those that died.
         self._latest_stats: dict[str, Any] = {}
         self._dead_stats: Counter[str] = Counter()
@@ -312,6 +335,7 @@ class Relay:
             return not self._queue
         request = _FlushRequest(next(self._flush_numbers))
         self._queue.append(request)
+        self._flush_waiting = True  # a flush is worth one start now, backoff or not
         self._wakeup.set()
         if request.done.wait(timeout_s):
             return request.ok
@@ -369,8 +393,9 @@ class Relay:
             try:
                 self._relay_queued(final=stopping)
             except Exception as error:  # noqa: BLE001 - a bug must not stop the relay
-                self._outbox.messages = []
                 self._stats.problem("internal_error", error)
+                messages, self._outbox.messages = self._outbox.messages, []
+                self._lost(messages, error)
             if stopping:
                 break
         with contextlib.suppress(Exception):
@@ -383,7 +408,7 @@ class Relay:
         queue = self._queue
         if self._stopping:
             return
-        if self._child is None and self._clock() < self._restart_at:
+        if self._child is None and self._clock() < self._restart_at and not self._flush_waiting:
             # No writer process to send to: the queue waits (bounded) until the next start.
             self._wakeup.wait(self._restart_at - self._clock())
             self._wakeup.clear()
@@ -402,8 +427,14 @@ class Relay:
         self._wakeup.clear()
 
     def _relay_queued(self, *, final: bool) -> None:
-        if not final and self._running_child() is None:
-            return  # kept queued: nothing is read into facts that could not be sent
+        if not final:
+            flushing = self._flush_waiting
+            if self._running_child() is None:
+                # Kept queued: nothing is read into facts that could not be sent. A flush
+                # that asked for a start which failed is answered now (not committed).
+                if flushing:
+                    self._answer_queued_flushes()
+                return
         queue, handle = self._queue, self._watch.handle
         while True:
             count = min(len(queue), _MAX_BATCH_ITEMS)
@@ -422,6 +453,12 @@ class Relay:
             self._send()
             if not (final and queue):
                 return
+
+    def _answer_queued_flushes(self) -> None:
+        for item in [item for item in list(self._queue) if type(item) is _FlushRequest]:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(item)
+            item.done.set()
 
     def _send(self) -> None:
         messages = self._outbox.messages
@@ -445,21 +482,28 @@ class Relay:
             return child
         if child is not None:
             self._retire(child)
-        if self._clock() < self._restart_at:
-            return None
+        if self._clock() < self._restart_at and not (self._stopping or self._flush_waiting):
+            return None  # shutting down or flushing, one start is tried regardless
+        self._flush_waiting = False
         try:
             child = _Child(self._settings, self._fds)
-        except OSError as error:
+        except Exception as error:  # noqa: BLE001 - whatever it was, try again later
             self._stats.problem("writer_process_failed", error)
             self._schedule_restart()
             return None
+        try:
+            threading.Thread(
+                target=self._read_replies,
+                args=(child,),
+                name="otel_jobsteps-relay-replies",
+                daemon=True,
+            ).start()
+        except Exception as error:  # noqa: BLE001 - no replies, no writer process
+            self._stats.problem("writer_process_failed", error)
+            child.close_pipe()
+            self._schedule_restart()
+            return None
         self._child = child
-        threading.Thread(
-            target=self._read_replies,
-            args=(child,),
-            name="otel_jobsteps-relay-replies",
-            daemon=True,
-        ).start()
         return child
 
     def _retire(self, child: _Child) -> None:
@@ -473,9 +517,10 @@ class Relay:
         flushes = self._flushes
         try:
             for frame in read_frames(child.from_fd):
-                self._failures = 0  # it answers: a later death starts the backoff afresh
                 for reply in frame:
                     if reply[0] == "a":
+                        # It committed what it was sent: a later death starts the backoff afresh.
+                        self._failures = 0
                         _, number, ok, self._latest_stats = reply
                         for done in [n for n in list(flushes) if n <= number]:
                             request = flushes.pop(done, None)

@@ -74,7 +74,7 @@ def _room_for(writer: Writer, limit: int, parent: int) -> bool:
     """Wait while the writer's queue is full: the pipe fills, the relay waits, and the job's
     queue drops what it cannot hold, as the writer thread's does. False if the job's process
     has gone meanwhile (this one was handed to another parent)."""
-    while writer.queue_length() >= limit:
+    while writer.queue_length() >= limit - 1:  # room for a flush's request too
         if os.getppid() != parent:
             return False
         time.sleep(_FULL_QUEUE_PAUSE_S)
@@ -153,7 +153,7 @@ class _Flushes:
 
     def request(self, number: int) -> None:
         with self._requested:
-            self._newest = number
+            self._newest = max(self._newest, number)  # two flushes may arrive out of order
             self._requested.notify()
 
     def _answer(self, number: int, ok: bool) -> tuple[Any, ...]:

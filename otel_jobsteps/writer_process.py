@@ -1,7 +1,8 @@
 """The writer process's main: facts from the relay's pipe -> interpretation -> the writer.
 
-Started by `relay.Relay` as ``python -m otel_jobsteps.writer_process IN_FD OUT_FD``; the
-first frame holds its settings (JSON). It writes exactly as the writer thread does (same
+Started by `relay.Relay` (``python -c`` importing `main`, with the job's working directory off
+the path) with the pipe's two descriptors as arguments; the first frame holds its settings
+(JSON). It writes exactly as the writer thread does (same
 recorder, batches, retries, heartbeats, bounds) and answers each flush once it is committed.
 It ends when its input closes (the relay shut down, or the job's process is gone): it writes
 what it holds within the shutdown timeout, then exits.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -205,7 +205,3 @@ class _Replies:
         while self._fd is not None:
             time.sleep(_STATS_EVERY_S)  # a period, not a wait for something
             self.send(changed)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.demo import record_seed_story
@@ -39,6 +40,20 @@ def _story(conn: psycopg.Connection[Any], job_id: str) -> tuple[list[Any], ...]:
         rows(conn, f"{EVENTS} WHERE job_id = %s AND type <> 'STEP' ORDER BY id", job_id),
         rows(conn, f"{LOGS} WHERE job_id = %s ORDER BY attempt", job_id),
     )
+
+
+def _running_writer(
+    tracing: TracingFactory, job_id: str
+) -> tuple[Tracer, JobStepsProcessor, set[int], int]:
+    """A processor with the writer process that has written job ``job_id``: its tracer, itself,
+    the writer processes other tests left running (if any), and the pid of its own."""
+    others = set(writer_processes())
+    tracer, processor = tracing(writer="process")
+    with job_attempt("render", job_id, "thumbnail", tracer=tracer), step("A", tracer=tracer):
+        pass
+    assert processor.force_flush(10_000)
+    (writer,) = set(writer_processes()) - others
+    return tracer, processor, others, writer
 
 
 def test_the_seed_story_reads_the_same_from_the_writer_process(
@@ -79,12 +94,7 @@ def test_progress_reaches_the_row_while_the_step_runs(
 def test_a_writer_process_that_dies_is_replaced(
     tracing: TracingFactory, conn: psycopg.Connection[Any]
 ) -> None:
-    others = set(writer_processes())  # of processors other tests left running, if any
-    tracer, processor = tracing(writer="process")
-    with job_attempt("render", "before", "thumbnail", tracer=tracer), step("A", tracer=tracer):
-        pass
-    assert processor.force_flush(10_000)
-    (first,) = set(writer_processes()) - others
+    tracer, processor, others, first = _running_writer(tracing, "before")
 
     os.kill(first, signal.SIGKILL)
     wait_until(
@@ -146,12 +156,7 @@ def test_the_writer_process_finishes_and_ends_with_its_job_process(
 def test_a_forked_child_gets_its_own_writer_process(
     tracing: TracingFactory, conn: psycopg.Connection[Any]
 ) -> None:
-    others = set(writer_processes())  # of processors other tests left running, if any
-    tracer, processor = tracing(writer="process")
-    with job_attempt("render", "parent", "thumbnail", tracer=tracer), step("A", tracer=tracer):
-        pass
-    assert processor.force_flush(10_000)
-    (parents,) = set(writer_processes()) - others
+    tracer, processor, others, parents = _running_writer(tracing, "parent")
 
     pid = os.fork()
     if pid == 0:  # the child: its own relay and writer process; the parent's pipe untouched
@@ -180,12 +185,7 @@ def test_a_forked_child_gets_its_own_writer_process(
 def test_a_stop_sent_to_the_process_group_is_left_to_the_job(
     tracing: TracingFactory, conn: psycopg.Connection[Any]
 ) -> None:
-    others = set(writer_processes())
-    tracer, processor = tracing(writer="process")
-    with job_attempt("render", "before", "thumbnail", tracer=tracer), step("A", tracer=tracer):
-        pass
-    assert processor.force_flush(10_000)
-    (writer,) = set(writer_processes()) - others
+    tracer, processor, others, writer = _running_writer(tracing, "before")
 
     os.kill(writer, signal.SIGTERM)  # what systemd or a container sends the whole group
     with job_attempt("render", "after", "thumbnail", tracer=tracer), step("B", tracer=tracer):

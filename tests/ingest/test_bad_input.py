@@ -120,6 +120,9 @@ def test_a_flood_is_told_to_back_off_and_loses_nothing(
     threads = [threading.Thread(target=send, args=(n,)) for n in range(len(bodies))]
     for thread in threads:
         thread.start()
+    # First the black hole, then the 429: on a slow machine 16 requests can be in flight before
+    # any reaches the database, and a black hole armed after PASS would never be lifted.
+    wait_until(lambda: proxy.mode is Mode.BLACKHOLE, what="a request to reach the database")
     wait_until(lambda: 429 in answers.values(), what="collect to tell a client to back off")
     proxy.set_mode(Mode.PASS)
     for thread in threads:

@@ -58,6 +58,17 @@ def _error_text(span: SpanFacts) -> str | None:
     return span.status_message or None
 
 
+def _same_progress(latest: Mapping[str, Any], reported: Mapping[str, Any]) -> bool:
+    """Whether a step's newest progress is what was passed on; a NaN equals a NaN here (a copy
+    made by the writer process's pipe is another float object, and NaN != NaN)."""
+    if latest is reported or latest == reported:
+        return True
+    return latest.keys() == reported.keys() and all(
+        value == reported[name] or (value != value and reported[name] != reported[name])
+        for name, value in latest.items()
+    )
+
+
 @dataclass(slots=True, eq=False)
 class _OpenSpan:
     scope: Scope
@@ -156,7 +167,7 @@ class SpanTranslator:
         # shed while the writer's backlog was at its bound.
         latest = latest_progress(reversed(span.events))
         reported = found.reported
-        if latest and (reported is None or (latest is not reported and latest != reported)):
+        if latest and (reported is None or not _same_progress(latest, reported)):
             commands.append(ProgressReported(scope, key, latest))
         explicit = attributes.get(attr.JOB_STEP_DETAIL)
         commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error))

@@ -171,3 +171,18 @@ def test_open_spans_are_bounded() -> None:
 
 def _no_problem(kind: str, detail: object) -> None:
     raise AssertionError(f"unexpected problem {kind}: {detail}")
+
+
+def test_progress_passed_on_is_not_written_again_at_the_close_even_with_nan() -> None:
+    # The writer process receives the poll's and the end's attributes as two copies: a NaN in
+    # them is two float objects, unequal to each other, yet the same progress.
+    translator = SpanTranslator(problem=_no_problem, received=False)
+    translator.started(SpanFacts(**{**_fields(JOB_SPAN), "end_ns": 0}))
+    step = span(2, 1, 10, 40, {JOB_STEP_KEY: "RENDER"}, (progress(20, pct=float("nan")),))
+    translator.started(SpanFacts(**{**_fields(step), "end_ns": 0}))
+    assert translator.progress(2, {"pct": float("nan")}) is not None
+    assert [type(c).__name__ for c in translator.ended(step)] == ["StepEnded"]
+    newer = span(2, 1, 10, 40, {JOB_STEP_KEY: "RENDER"}, (progress(30, pct=float("nan"), n=1),))
+    translator.started(SpanFacts(**{**_fields(newer), "end_ns": 0}))
+    translator.progress(2, {"pct": float("nan")})
+    assert [type(c).__name__ for c in translator.ended(newer)] == ["ProgressReported", "StepEnded"]

@@ -304,6 +304,7 @@ class Relay:
         # The writer process's counters: its latest reply, plus the last of those that died.
         self._latest_stats: dict[str, Any] = {}
         self._dead_stats: Counter[str] = Counter()
+        self._stats_lock = threading.Lock()  # a dead process's counters move over as one step
 
     # -- application threads ------------------------------------------------------------------
 
@@ -367,8 +368,9 @@ class Relay:
 
     def child_stats(self) -> dict[str, Any]:
         """The writer processes' counters (never going back when one is replaced)."""
-        latest = self._latest_stats
-        merged: dict[str, Any] = dict(self._dead_stats)
+        with self._stats_lock:
+            latest = self._latest_stats
+            merged: dict[str, Any] = dict(self._dead_stats)
         for name, value in latest.items():
             if name in _GAUGES or not isinstance(value, int):
                 merged[name] = value
@@ -536,14 +538,15 @@ class Relay:
         finally:
             child.process.wait()
             child.close_replies()
-            self._dead_stats.update(
-                {
-                    name: value
-                    for name, value in self._latest_stats.items()
-                    if name not in _GAUGES and isinstance(value, int)
-                }
-            )
-            self._latest_stats = {}
+            with self._stats_lock:
+                self._dead_stats.update(
+                    {
+                        name: value
+                        for name, value in self._latest_stats.items()
+                        if name not in _GAUGES and isinstance(value, int)
+                    }
+                )
+                self._latest_stats = {}
             child.exited = True
             if not self._stopping:
                 # What it held is lost; the flushes waiting on it cannot say "committed".

@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from .facts import SpanEvent, SpanFacts, span_fields
 from .spans import ended_events, events_read, plain_attributes
-from .stats import Stats
+from .stats import Stats, logger
 from .watch import SpanWatch
 
 __all__ = ["Relay", "WriterSettings", "decode_facts", "read_frames", "write_frame"]
@@ -529,6 +529,8 @@ class Relay:
                             if request is not None:
                                 request.ok = ok
                                 request.done.set()
+                    elif reply[0] == "l":  # a warning of the writer process's
+                        logger.log(reply[1], "%s (writer process %d)", reply[2], child.process.pid)
                     else:
                         self._latest_stats = reply[1]
         except Exception as error:  # noqa: BLE001 - a reply it cannot read: that process goes

@@ -11,6 +11,7 @@ what it holds within the shutdown timeout, then exits.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 from .processor import Interpretation, build_interpretation
 from .relay import WriterSettings, decode_facts, read_frames, write_frame
 from .schema import check_writable_tables, migrate
-from .stats import Stats
+from .stats import Stats, logger
 from .store import StepStore
 from .writer import Writer
 
@@ -123,6 +124,8 @@ def main(argv: list[str]) -> int:
     )
     interpretation.backlogged = writer.backlogged
     replies = _Replies(out_fd)
+    logger.addHandler(_ToTheJob(replies))
+    logger.propagate = False  # the job's logging configuration decides where it goes
     flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, interpretation))
     threading.Thread(target=flushes.run, daemon=True).start()
     threading.Thread(target=replies.report, args=(flushes.snapshot,), daemon=True).start()
@@ -177,19 +180,23 @@ class _Replies:
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a warning logged while a reply is built goes first
 
-    def send(self, reply: Callable[[], tuple[Any, ...] | None]) -> None:
+    def send(self, reply: Callable[[], tuple[Any, ...] | None]) -> bool:
         """Send what ``reply`` builds, built under the lock (counters never arrive out of
-        order); None sends nothing."""
+        order); None sends nothing. False once the relay is gone."""
         with self._lock:
             message = reply()
-            if self._fd is None or message is None:
-                return
+            if self._fd is None:
+                return False
+            if message is None:
+                return True
             try:
                 write_frame(self._fd, [message])
             except OSError:
                 self._fd = None
+                return False
+            return True
 
     def report(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         sent: dict[str, Any] = {}
@@ -205,3 +212,17 @@ class _Replies:
         while self._fd is not None:
             time.sleep(_STATS_EVERY_S)  # a period, not a wait for something
             self.send(changed)
+
+
+class _ToTheJob(logging.Handler):
+    """This process's warnings, sent to the relay to be logged in the job's process (its
+    logging configuration, not this process's stderr); to stderr once the relay is gone."""
+
+    def __init__(self, replies: _Replies) -> None:
+        super().__init__(logging.WARNING)
+        self._replies = replies
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if not self._replies.send(lambda: ("l", record.levelno, text)) and logging.lastResort:
+            logging.lastResort.handle(record)

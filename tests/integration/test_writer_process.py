@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
@@ -197,9 +198,10 @@ def test_a_stop_sent_to_the_process_group_is_left_to_the_job(
     assert rows(conn, "SELECT job_id FROM job_log ORDER BY job_id") == [("after",), ("before",)]
 
 
-def test_flushes_during_an_outage_hold_one_thread() -> None:
+def test_flushes_during_an_outage_hold_one_thread(caplog: pytest.LogCaptureFixture) -> None:
     """A framework that flushes after every task, while the database is away: the writer
-    process waits for the database on one thread, not one per flush."""
+    process waits for the database on one thread, not one per flush; its warning is logged
+    in the job's process, through the job's logging."""
     dsn = f"postgresql://nobody@127.0.0.1:{free_port()}/none?connect_timeout=1"
     others = set(writer_processes())
     processor = JobStepsProcessor(dsn, writer="process", shutdown_timeout_ms=500)
@@ -216,5 +218,11 @@ def test_flushes_during_an_outage_hold_one_thread() -> None:
         threads = int(status.split("Threads:")[1].split()[0])
         assert threads <= 5  # main, writer, flushes, counters (and nothing per flush)
         wait_until(lambda: processor.stats().get("write_failed"), what="the failure counted")
+        warned = wait_until(
+            lambda: [r for r in caplog.records if "write_failed" in r.getMessage()],
+            what="the writer process's warning logged here",
+        )
+        assert warned[0].name == "otel_jobsteps"
+        assert f"(writer process {writer})" in warned[0].getMessage()
     finally:
         provider.shutdown()

@@ -13,14 +13,23 @@ from __future__ import annotations
 import heapq
 from collections.abc import Collection, Iterable, Sequence
 from operator import itemgetter
+from typing import NamedTuple
 
-from ..attributes import JOB_EVENT_TYPE
+from ..attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 from ..facts import SpanFacts
 from ..recorder import Command, EventRecorded
 from ..translate import SpanTranslator
 from .mapping import JobMapping, map_trace
 
-__all__ = ["trace_commands"]
+__all__ = ["Derived", "trace_commands"]
+
+
+class Derived(NamedTuple):
+    """One trace's commands, and whether it is whole: no span still waits for its ended copy
+    or for the job span it belongs to (a trace that is not whole is settled later)."""
+
+    commands: list[Command]
+    whole: bool
 
 
 def trace_commands(
@@ -29,7 +38,7 @@ def trace_commands(
     *,
     mappings: Sequence[JobMapping] = (),
     derived_before: Collection[int] = (),
-) -> list[Command]:
+) -> Derived:
     """The commands of one trace's spans in span order (see the module docstring).
 
     ``derived_before`` are span ids an earlier derivation already turned into rows: an ordinary
@@ -37,7 +46,9 @@ def trace_commands(
     """
     latest: dict[int, SpanFacts] = {}
     for span in spans:
-        if span.end_ns or span.span_id not in latest:  # the ended span wins over its marker
+        known = latest.get(span.span_id)
+        # The first ended copy wins (staging keeps the first copy too), and over a marker.
+        if known is None or (span.end_ns and not known.end_ns):
             latest[span.span_id] = span
     nodes = {span.span_id: span for span in map_trace(list(latest.values()), mappings)}
     commands: list[Command] = []
@@ -52,7 +63,34 @@ def trace_commands(
                 c for c in started if not (isinstance(c, EventRecorded) and not c.scope.trace_id)
             ]
         commands.extend(started)
-    return commands
+    return Derived(commands, _whole(nodes))
+
+
+def _whole(nodes: dict[int, SpanFacts]) -> bool:
+    """No start marker without its ended copy, and no step or event span whose parents lead to
+    one not received before a job span (its job span, or a span between, is still to come)."""
+    if any(not span.end_ns for span in nodes.values()):
+        return False
+    return not any(
+        _waits_for_a_parent(span, nodes)
+        for span in nodes.values()
+        if JOB_STEP_KEY in span.attributes or JOB_EVENT_TYPE in span.attributes
+    )
+
+
+def _waits_for_a_parent(span: SpanFacts, nodes: dict[int, SpanFacts]) -> bool:
+    seen: set[int] = set()
+    node = span
+    while JOB_ID not in node.attributes:
+        parent_id = node.parent_span_id
+        if not parent_id or parent_id in seen or parent_id == node.span_id:
+            return False  # outside any job (as the processor sees it), or a parent cycle
+        seen.add(node.span_id)
+        parent = nodes.get(parent_id)
+        if parent is None:
+            return True
+        node = parent
+    return False
 
 
 def _key(span: SpanFacts, level: int, is_start: bool) -> tuple[int, int, int, int]:

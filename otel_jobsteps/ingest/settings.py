@@ -22,13 +22,15 @@ DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 @dataclass(frozen=True, slots=True)
 class CollectSettings:
     """A receiver's settings. ``connections``: database connections serving requests in
-    parallel; traces untouched for ``settle_after_s`` are settled; ``mappings`` turn other
-    conventions' spans into jobs."""
+    parallel; traces untouched for ``settle_after_s`` are settled, or for
+    ``settle_open_after_s`` while a span still waits (a long step, a job still running);
+    ``mappings`` turn other conventions' spans into jobs."""
 
     dsn: str
     schema: str = "public"
     connections: int = 4
     settle_after_s: float = 600.0
+    settle_open_after_s: float = 86_400.0
     mappings: tuple[JobMapping, ...] = ()
     max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE
     connect_timeout_s: float = 5.0

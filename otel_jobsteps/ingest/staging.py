@@ -7,7 +7,8 @@ those traces wrote with a derivation from all their spans so far, and commits. S
 durable, a duplicate changes nothing, and any split, order or receiver gives the same rows.
 Traces untouched for ``settle_after_s`` are settled: their spans are deleted, late copies of
 them ignored; a trace that never had a job span is dropped then (counted, as the processor
-ignores spans outside a job scope).
+ignores spans outside a job scope). A trace that is not whole yet (a span waits for its end or
+its job span) is kept for ``settle_open_after_s``.
 """
 
 from __future__ import annotations
@@ -224,12 +225,13 @@ class Staging:
         recorder = StepRecorder(debounce_ms=0)
         replaced: list[str] = []  # traces derived anew: their earlier rows go
         written: dict[str, list[list[Any]] | None] = {}
+        whole: dict[str, bool | None] = {}  # None: as it was (its derivation failed)
         # Traces in the order they began: one job's attempts in different traces then meet in
         # the batch as they happened (attempt 1's end before attempt 2's start settles it).
         for trace in sorted(changed, key=lambda t: min(s.start_ns for s in spans[t])):
             translator = SpanTranslator(problem=self.stats.problem)
             try:
-                commands = trace_commands(
+                commands, whole[trace] = trace_commands(
                     spans[trace],
                     translator,
                     mappings=self.settings.mappings,
@@ -240,6 +242,7 @@ class Staging:
                 # of it derives it again.
                 self.stats.problem("derive_failed", error)
                 written[trace] = state[trace][2]
+                whole[trace] = None
                 continue
             attempts: dict[tuple[str, str, int], None] = {}
             produced = False
@@ -287,6 +290,7 @@ class Staging:
                     None if written[trace] is None else json.dumps(written[trace])
                     for trace in changed
                 ],
+                "whole": [whole[trace] for trace in changed],
             },
         )
 
@@ -320,25 +324,34 @@ class Staging:
                 ) from None
 
     def settle(self, *, limit: int = 1000) -> tuple[int, int]:
-        """Settle traces untouched for the settle time; returns (traces, orphan spans dropped)."""
-        with self._store() as store:
-            try:
-                conn = store.connection()
-                with conn.transaction():
-                    found = conn.execute(
-                        self._queries["settle_traces"],
-                        {"after_s": self.settings.settle_after_s, "limit": limit},
-                    ).fetchall()
-            except psycopg.OperationalError as error:
-                raise self._unavailable(store, error) from None
-        orphans = sum(count for count, had_rows in found if not had_rows)
+        """Settle every trace due, ``limit`` per transaction (so the pass keeps up with any
+        rate of traces); returns (traces, orphan spans dropped)."""
+        settled = orphans = 0
+        while True:
+            with self._store() as store:
+                try:
+                    conn = store.connection()
+                    with conn.transaction():
+                        found = conn.execute(
+                            self._queries["settle_traces"],
+                            {
+                                "after_s": self.settings.settle_after_s,
+                                "open_after_s": self.settings.settle_open_after_s,
+                                "limit": limit,
+                            },
+                        ).fetchall()
+                except psycopg.OperationalError as error:
+                    raise self._unavailable(store, error) from None
+            settled += len(found)
+            orphans += sum(count for count, had_rows in found if not had_rows)
+            if len(found) < limit:
+                break
         if orphans:
             self.stats.problem(
                 "orphan_spans",
-                f"{orphans} spans dropped: no job span of their trace arrived within "
-                f"{self.settings.settle_after_s:g} s",
+                f"{orphans} spans dropped: no job span of their trace arrived in time",
             )
-        return len(found), orphans
+        return settled, orphans
 
     def close(self) -> None:
         while True:

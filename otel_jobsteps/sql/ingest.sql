@@ -22,11 +22,13 @@ RETURNING trace_id, span_id, phase;
 SELECT trace_id, span_id, phase, body FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)b::text[]);
 
 -- name: note_traces --
--- After a derivation: how many spans each trace has, and which attempts its rows are in.
+-- After a derivation: how many spans each trace has, which attempts its rows are in, and
+-- whether it is whole (NULL: its derivation failed, as it was).
 UPDATE {otlp_trace} AS o
-SET span_count = o.span_count + t.added, written = t.written::jsonb
-FROM unnest(%(trace_id)b::text[], %(added)b::int[], %(written)b::text[])
-     AS t (trace_id, added, written)
+SET span_count = o.span_count + t.added, written = t.written::jsonb,
+    whole = COALESCE(t.whole, o.whole)
+FROM unnest(%(trace_id)b::text[], %(added)b::int[], %(written)b::text[], %(whole)b::bool[])
+     AS t (trace_id, added, written, whole)
 WHERE o.trace_id = t.trace_id;
 
 -- name: forget_derived_rows --
@@ -55,10 +57,13 @@ WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
 
 -- name: settle_traces --
 -- Traces untouched for the settle time: drop their spans, keep a tombstone so late copies are
--- ignored. Returns, per settled trace, its span count and whether it ever had a job's rows.
+-- ignored. A trace that is not whole (a span waits for its end or for its job span: a long
+-- step, a job still running) waits for the open settle time instead. Returns, per settled
+-- trace, its span count and whether it ever had a job's rows.
 WITH due AS (
     SELECT trace_id FROM {otlp_trace}
     WHERE NOT settled AND touched_at < now() - %(after_s)s * interval '1 second'
+      AND (whole OR touched_at < now() - %(open_after_s)s * interval '1 second')
     ORDER BY touched_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

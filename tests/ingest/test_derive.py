@@ -31,7 +31,7 @@ def commands(spans: list[SpanFacts], **options: Any) -> list[tuple[str, object]]
     problems: list[str] = []
     found = trace_commands(
         spans, SpanTranslator(problem=lambda k, _: problems.append(k)), **options
-    )
+    ).commands
     named = []
     for command in found:
         label = getattr(command, "key", None) or getattr(command, "type", None)
@@ -96,7 +96,8 @@ def test_progress_of_a_received_step_is_its_latest_event() -> None:
         [SpanEvent("progress", 11, {"pct": 50}), SpanEvent("progress", 12, {"pct": 100}),
          SpanEvent("exception", 13, {"exception.type": "E"})],
     )  # fmt: skip
-    found = trace_commands([span(1, 0, 10, 30, **JOB), step], SpanTranslator(problem=print))
+    job = span(1, 0, 10, 30, **JOB)
+    found = trace_commands([job, step], SpanTranslator(problem=print)).commands
     (progress,) = [c for c in found if isinstance(c, ProgressReported)]
     assert progress.attributes == {"pct": 100}
 
@@ -126,7 +127,9 @@ def bullmq_trace(*, failed: bool, retried: bool, made: int | None = 1) -> list[S
 
 
 def test_bullmq_failed_and_retried_is_failed_retry_with_its_event() -> None:
-    found = trace_commands(bullmq_trace(failed=True, retried=True), SpanTranslator(problem=print))
+    found = trace_commands(
+        bullmq_trace(failed=True, retried=True), SpanTranslator(problem=print)
+    ).commands
     started = found[0]
     assert isinstance(started, JobStarted)
     assert started.scope[:4] == ("render", "42", "thumbnail", 1)
@@ -147,7 +150,7 @@ def test_bullmq_failed_and_retried_is_failed_retry_with_its_event() -> None:
 def test_bullmq_outcomes(failed: bool, retried: bool, expected: tuple[bool, object]) -> None:
     found = trace_commands(
         bullmq_trace(failed=failed, retried=retried), SpanTranslator(problem=print)
-    )
+    ).commands
     ended = found[-1]
     assert isinstance(ended, JobEnded)
     assert (ended.failed, ended.outcome) == expected
@@ -194,3 +197,30 @@ def test_json_ids_that_are_not_hex_reject_that_span_only() -> None:
     decoded = decode_json(body)
     assert (len(decoded.spans), decoded.rejected) == (1, 1)
     assert decoded.spans[0].end_ns == 0  # no end time: a start marker
+
+
+def _whole(spans: list[SpanFacts]) -> bool:
+    return trace_commands(spans, SpanTranslator(problem=print)).whole
+
+
+def test_a_trace_is_whole_once_nothing_waits_for_its_end_or_its_job_span() -> None:
+    job = span(1, 9, 0, 100, **JOB)  # its parent (9) is the enqueuing request's: never needed
+    step = span(2, 1, 10, 20, **{"job.step.key": "RENDER"})
+    plain = span(3, 2, 11, 12)
+    assert _whole([job, step, plain])
+    assert not _whole([step, plain])  # the job span is still to come (a long-running job)
+    between = span(5, 1, 5, 30)
+    assert not _whole([span(2, 5, 10, 20, **{"job.step.key": "RENDER"}), job])  # 5 to come
+    assert _whole([span(2, 5, 10, 20, **{"job.step.key": "RENDER"}), between, job])
+    assert not _whole([job, span(2, 1, 10, 0, **{"job.step.key": "RENDER"})])  # a start marker
+    assert _whole([span(2, 0, 10, 20, **{"job.step.key": "RENDER"})])  # outside any job: as live
+    assert _whole([span(2, 2, 10, 20, **{"job.step.key": "RENDER"})])  # its own parent
+
+
+def test_the_first_ended_copy_of_a_span_is_the_one_derived() -> None:
+    # Staging keeps the first copy of a span delivered twice; the derivation must read the same.
+    ok = span(1, 0, 0, 100, **JOB)
+    failed = SpanFacts(7, 1, 0, "s1", 0, 100, JOB, (), True, "boom")
+    (ended,) = [c for c in trace_commands([ok, failed], SpanTranslator(problem=print)).commands
+                if isinstance(c, JobEnded)]  # fmt: skip
+    assert not ended.failed

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, TypeVar
 
 import psycopg
@@ -58,15 +59,30 @@ def check_schema_name(schema: str) -> str:
     return schema
 
 
+# Parameters holding a secret: those libpq marks as such, and the SCRAM keys of libpq 18,
+# which it lists among its debug options though they authenticate like a password.
+_SECRET_PARAMETERS = frozenset(
+    {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
+)
+
+
+@cache
+def _secret_parameters() -> frozenset[str]:
+    """Ours and every parameter the linked libpq would mask in a dialog (``dispchar`` ``*``)."""
+    masked = {o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults() if o.dispchar == b"*"}
+    return _SECRET_PARAMETERS | masked
+
+
 def redact(conninfo: str) -> str:
-    """The connection string with its password masked, for messages and logs."""
+    """The connection string (URL or key=value) as key=value with every secret masked, for
+    messages and logs."""
     try:
         params = conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
+    except (psycopg.ProgrammingError, UnicodeError):
         return "<unparsable connection string>"
-    if "password" in params:
-        params["password"] = "***"
-    return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
+    secret = _secret_parameters()
+    shown = {k: "***" if k in secret else str(v) for k, v in params.items() if v is not None}
+    return make_conninfo("", **shown)
 
 
 def connection_kwargs(

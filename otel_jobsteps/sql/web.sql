@@ -10,9 +10,11 @@
 -- time ("at") is its newest recorded change: a row written or closed (job_event_recent) or a
 -- final row (job_log_ended_attempt). Heartbeats do not reorder the list (the silence column
 -- shows them): ordering by them would read every open step, a heap page each. Each branch walks
--- its index newest first from the page cursor and stops after 8 rows per job asked for; only jobs
--- above the deepest point a full branch reached are complete, so the others wait for the next
--- page (floor_at). The cursor is (at, domain, job_id), exclusive; a cursor without domain and job
+-- its index newest first from the page cursor and stops after 8 rows per job asked for (data.py's
+-- JOBS_ROWS_PER_JOB); only jobs above the deepest point a full branch reached are complete, so
+-- the others wait for the next read (floor_at: data.py reads again below it while a filter
+-- leaves the page short, within a budget; the page's Older link starts there). The cursor is
+-- (at, domain, job_id), exclusive; a cursor without domain and job
 -- id includes its time; NULLs mean the first page. since_at: where the time window starts (NULL:
 -- none), a timestamp planned for (data.py), so the partitioned layout's old children are skipped.
 WITH touched AS (
@@ -111,7 +113,8 @@ WHERE domain = %(domain)s AND job_id = %(job_id)s
 ORDER BY attempt;
 
 -- name: open_steps --
--- Open steps of the fleet, the longest silent first (what `sweep` would settle first), those
+-- Open steps of the fleet, the longest silent first (the open steps `sweep` would settle first;
+-- it also settles attempts that died between steps, which have none), those
 -- silent for at least older_than; at most limit rows, and how many there are in all.
 SELECT domain, job_id, job_type, attempt, step_key, detail, created_at AS started_at,
        GREATEST(created_at, heartbeat_at) AS seen_at,

@@ -13,6 +13,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 from collections.abc import Callable, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -59,6 +60,10 @@ TOKEN_ENV = "OTEL_JOBSTEPS_WEB_TOKEN"
 TOKEN_COOKIE = "otel_jobsteps_token"
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
+# The widest window of a /steps/failures link from /steps?window=all: over every row kept,
+# that read would scan the whole table (no index leads with the job type).
+FAILURES_WINDOW = "30d"
 DEFAULT_REFRESH_S = 2.0
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -75,6 +80,7 @@ _STATUS_WORDS = {s.lower(): s for s in STATUSES}
 # Path segments a browser (or proxy) drops or resolves away, %2E spellings included.
 _FRAGILE_SEGMENTS = {"", ".", ".."}
 _LOOPBACK_NAMES = {"localhost"}
+_INTEGER = re.compile(r"[0-9]{1,10}")  # ASCII digits only; a length int() takes at once
 
 
 def is_loopback(host: str) -> bool:
@@ -159,11 +165,18 @@ def _status(request: Request) -> str | None:
     return _STATUS_WORDS.get(text)
 
 
-def _limit(request: Request) -> int:
-    text = request.query_params.get("limit") or str(PAGE_SIZE)
-    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE_SIZE:
-        raise ConfigurationError(f"limit must be an integer from 1 to {MAX_PAGE_SIZE}")
+def _integer(request: Request, name: str, high: int) -> int | None:
+    """Query parameter ``name`` as an integer from 1 to ``high``, None when absent or empty."""
+    text = request.query_params.get(name)
+    if not text:
+        return None
+    if not _INTEGER.fullmatch(text) or not 1 <= int(text) <= high:
+        raise ConfigurationError(f"{name} must be an integer from 1 to {high}")
     return int(text)
+
+
+def _limit(request: Request) -> int:
+    return _integer(request, "limit", MAX_PAGE_SIZE) or PAGE_SIZE
 
 
 def _text(request: Request, name: str) -> str | None:
@@ -171,12 +184,16 @@ def _text(request: Request, name: str) -> str | None:
 
 
 def _attempt(request: Request) -> int | None:
-    text = request.query_params.get("attempt")
-    if text is None:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigurationError("attempt must be a positive integer")
-    return int(text)
+    return _integer(request, "attempt", MAX_ATTEMPT)
+
+
+def _check_text(request: Request) -> None:
+    """No parameter or path part may hold a NUL: PostgreSQL text cannot store one, so it names
+    nothing, and the driver would refuse to send it."""
+    named = [*request.query_params.multi_items(), *request.path_params.items()]
+    for name, value in named:
+        if "\x00" in name or "\x00" in value:
+            raise ConfigurationError(f"{name!r} must not contain a NUL character")
 
 
 def _job_key(request: Request) -> tuple[str, str]:
@@ -292,7 +309,10 @@ class WebApp:
     def steps(self, request: Request) -> Response:
         window_name, window = _window(request, "window", "24h")
         stats = self.reader.step_stats(window or timedelta(days=36500))
-        return self.render("steps.html", stats=stats, window=window_name)
+        failures_window = window_name if window is not None else FAILURES_WINDOW
+        return self.render(
+            "steps.html", stats=stats, window=window_name, failures_window=failures_window
+        )
 
     def failures(self, request: Request) -> Response:
         window_name, window = _window(request, "window", "24h")
@@ -310,7 +330,8 @@ class WebApp:
     # -- JSON API --------------------------------------------------------------------------
 
     def api_jobs(self, request: Request) -> Response:
-        _, window = _window(request, "window", "all")
+        # Bounded by default: "all" computes the latest attempt of every job kept.
+        _, window = _window(request, "window", "24h")
         jobs = self.reader.list_jobs(
             domain=_text(request, "domain"),
             job_type=_text(request, "type"),
@@ -344,6 +365,7 @@ def _guarded(web: WebApp, endpoint: Endpoint, *, api: bool) -> Callable[[Request
 
     def handle(request: Request) -> Response:
         try:
+            _check_text(request)
             return endpoint(request)
         except ConfigurationError as error:
             status, message = 400, str(error)

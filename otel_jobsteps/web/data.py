@@ -42,6 +42,10 @@ __all__ = [
 
 APPLICATION_NAME = "otel_jobsteps_web"
 CONNECT_TIMEOUT_S = 3.0
+JOBS_ROWS_PER_JOB = 8  # what one jobs_page read takes of each index per job asked for (web.sql)
+JOBS_ROW_BUDGET = 1600
+"""Rows of each index one jobs page may read (4 reads of the default page): a filter that
+matches nothing among the latest changes walks this deep before it answers with an Older link."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,13 @@ class JobsPage:
     jobs: list[JobRow]
     next_cursor: Cursor | None
     as_of: datetime
+
+    @property
+    def searched_to(self) -> datetime | None:
+        """How far back this page looked when it found fewer jobs than asked for and older
+        changes remain unread; None when it read everything or filled the page."""
+        cursor = self.next_cursor
+        return cursor.at if cursor is not None and cursor.domain is None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +168,14 @@ class Reader:
         cursor: Cursor | None,
         limit: int,
     ) -> JobsPage:
-        """A page of jobs, newest activity first, below ``cursor``."""
+        """A page of jobs, newest activity first, below ``cursor``.
+
+        One read looks at the latest ``JOBS_ROWS_PER_JOB * limit`` changes; while a filter
+        leaves the page short, older changes are read below the last one's floor, in the same
+        snapshot, up to ``JOBS_ROW_BUDGET`` rows of each index in all.
+        """
+        reads = max(1, JOBS_ROW_BUDGET // (JOBS_ROWS_PER_JOB * limit))
+        jobs: list[JobRow] = []
         with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
             params = {
                 "domain": domain,
@@ -169,11 +187,18 @@ class Reader:
                 "before_job_id": cursor.job_id if cursor else None,
                 "limit": limit,
             }
-            # Planned for the window's start: the partitioned layout's old children are skipped.
-            found = cur.execute(self._queries["jobs_page"], params, prepare=False).fetchall()
-        jobs = [_job_row(row) for row in found if row["domain"] is not None]
-        next_cursor = _next_cursor(jobs, limit, found[0]["floor_at"])
-        return JobsPage(jobs, next_cursor, found[0]["as_of"])
+            for _ in range(reads):
+                # Planned for the window's start: the partitioned layout's old children are
+                # skipped.
+                found = cur.execute(self._queries["jobs_page"], params, prepare=False).fetchall()
+                jobs += [_job_row(row) for row in found if row["domain"] is not None]
+                floor = found[0]["floor_at"]
+                if len(jobs) >= limit or floor is None:
+                    break
+                # the jobs of the next read all changed last at or below the floor
+                params.update(before_at=floor, before_domain=None, before_job_id=None)
+        jobs = jobs[:limit]
+        return JobsPage(jobs, _next_cursor(jobs, limit, floor), found[0]["as_of"])
 
     def find_job(self, job_id: str, *, domain: str | None, limit: int) -> JobsPage:
         """Jobs with this exact id, in every domain or in ``domain``."""

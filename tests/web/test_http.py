@@ -438,3 +438,131 @@ def test_json_of_a_hostile_job_is_plain_json(client: TestClient, hostile: str) -
     assert response.headers["content-type"] == "application/json"
     assert body["steps"][0]["key"] == HOSTILE
     assert json.loads(response.text)["job_id"] == hostile
+
+
+def _insert_jobs(conn: psycopg.Connection[Any], how_many: int, prefix: str, age: str) -> None:
+    """``how_many`` completed jobs of one step each, the newest ``age`` ago, a second apart."""
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,"
+        " created_at, ended_at)"
+        " SELECT 'render', %(prefix)s || n, 'thumbnail', 1, 'STEP', 'RENDER', 'COMPLETED',"
+        "  now() - %(age)s::interval - n * interval '1 s' - interval '100 ms',"
+        "  now() - %(age)s::interval - n * interval '1 s' - interval '50 ms'"
+        " FROM generate_series(1, %(n)s) AS n",
+        {"prefix": prefix, "age": age, "n": how_many},
+    )
+    conn.execute(
+        "INSERT INTO job_log (domain, job_id, job_type, attempt, status, created_at)"
+        " SELECT 'render', %(prefix)s || n, 'thumbnail', 1, 'COMPLETED',"
+        "  now() - %(age)s::interval - n * interval '1 s'"
+        " FROM generate_series(1, %(n)s) AS n",
+        {"prefix": prefix, "age": age, "n": how_many},
+    )
+
+
+def _insert_failed_job(conn: psycopg.Connection[Any], age: str) -> None:
+    """Job render / broken, failed ``age`` ago (a final row only)."""
+    conn.execute(
+        "INSERT INTO job_log (domain, job_id, job_type, attempt, status, reason, created_at)"
+        " VALUES ('render', 'broken', 'thumbnail', 1, 'FAILED', 'error',"
+        "  now() - %s::interval)",
+        (age,),
+    )
+
+
+def test_api_jobs_reads_the_last_24_hours_by_default(
+    client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    _insert_jobs(conn, 1, "recent-", "1 minute")
+    _insert_jobs(conn, 1, "old-", "2 days")
+
+    def listed(url: str) -> list[str]:
+        response = client.get(url)
+        assert response.status_code == 200
+        return [job["job_id"] for job in response.json()]
+
+    assert listed("/api/jobs") == ["recent-1"]
+    assert listed("/api/jobs?window=all") == ["recent-1", "old-1"]
+    assert listed("/api/jobs?window=7d&status=completed") == ["recent-1", "old-1"]
+
+
+def test_a_filter_walks_past_the_newest_changes(
+    client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """600 recent completed jobs and one failed job 5 minutes older than the oldest of them:
+    the first read of the page (8 x 50 rows of each index) does not reach it."""
+    _insert_jobs(conn, 600, "done-", "1 minute")
+    _insert_failed_job(conn, "16 minutes")  # the oldest completed one ended 11 minutes ago
+
+    page = client.get("/?status=failed")
+    api = client.get("/api/jobs?status=failed").json()
+
+    assert page.status_code == 200
+    assert "No job matches" not in page.text
+    assert 'href="/jobs/render/broken"' in page.text
+    assert [job["job_id"] for job in api] == ["broken"]
+
+
+def test_a_filter_that_stops_early_says_so(
+    client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """Beyond the page's budget of rows, it says how far it looked and links further back,
+    where the job is."""
+    _insert_jobs(conn, 1700, "done-", "1 minute")
+    _insert_failed_job(conn, "3 hours")
+
+    page = client.get("/?status=failed")
+    older = Markup(page.text).all("a", **{"class": "older"})
+    further = client.get((older[0]["href"] or "").replace("&amp;", "&"))
+
+    assert page.status_code == 200
+    assert "No job matches among the changes read, back to" in page.text
+    assert len(older) == 1
+    assert "status=failed" in (older[0]["href"] or "")
+    assert 'href="/jobs/render/broken"' in further.text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/?q=%00",
+        "/?domain=%00",
+        "/?type=a%00b",
+        "/?before=2026-01-01T00:00:00%2B00:00&before_domain=%00&before_job=x",
+        "/jobs/%00/x",
+        "/jobs/render/x%00",
+        "/job?domain=render&job_id=%00",
+        "/steps/failures?key=%00",
+        "/steps/failures?key=SAVE&type=%00",
+        "/api/jobs?domain=%00",
+        "/api/jobs?type=%00",
+        "/api/jobs/render/%00",
+        "/api/job?domain=a&job_id=%00",
+        "/?%00=1",
+        "/?limit=%C2%B2",
+        "/?limit=1%00",
+        pytest.param("/?limit=" + "9" * 5000, id="limit-5000-digits"),
+        "/?limit=+5",
+        "/api/jobs?limit=%D9%A3",
+        "/jobs/render/42?attempt=%C2%B2",
+        pytest.param("/jobs/render/42?attempt=" + "1" * 5000, id="attempt-5000-digits"),
+        "/jobs/render/42?attempt=2147483648",
+        "/api/job?domain=render&job_id=42&attempt=0",
+    ],
+)
+def test_bad_parameters_are_400(
+    client: TestClient, two_attempts: str, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    response = client.get(url)
+
+    assert response.status_code == 400, response.text
+    message = response.json()["error"] if "/api/" in url else response.text
+    assert "NUL" in message or "must be an integer from 1 to" in message
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_failure_links_of_every_step_keep_a_window(client: TestClient, two_attempts: str) -> None:
+    page = client.get("/steps?window=all")
+
+    assert "/steps/failures?type=thumbnail&amp;key=SAVE&amp;window=30d" in page.text
+    assert "window=all" not in page.text.split("<table", 1)[1]

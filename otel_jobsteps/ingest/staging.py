@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 from ..batch import Batch
-from ..errors import SchemaNotMigratedError, describe
+from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..facts import SpanFacts
 from ..recorder import JobEnded, JobStarted, StepRecorder
 from ..schema import check_writable_tables
@@ -127,6 +127,11 @@ class Staging:
                         ) from None
                 except psycopg.OperationalError as error:
                     raise self._unavailable(store, error) from None
+                except psycopg.Error as error:
+                    # Rights revoked, a table altered: answered 503 so the exporter keeps the
+                    # spans and retries (a 500 is not retried: they would be lost), and logged.
+                    self.stats.problem("database_error", error)
+                    raise StagingUnavailable(describe(error)) from None
         raise AssertionError("unreachable")
 
     def ready(self) -> None:
@@ -316,12 +321,24 @@ class Staging:
             try:
                 check_writable_tables(conn, schema=self.settings.schema)
                 with conn.transaction():
-                    conn.execute(self._queries["staged_spans"], {"trace_id": []})
-            except (SchemaNotMigratedError, psycopg.errors.UndefinedTable):
+                    conn.execute(self._queries["staging_columns"])
+                    missing = conn.execute(
+                        self._queries["missing_rights"], {"schema": self.settings.schema}
+                    ).fetchall()
+            except (
+                SchemaNotMigratedError,
+                psycopg.errors.UndefinedTable,
+                psycopg.errors.UndefinedColumn,
+            ):
                 raise SchemaNotMigratedError(
                     f"schema {self.settings.schema!r} lacks the otel_jobsteps tables or the"
                     " OTLP staging tables: run `otel-jobsteps migrate`"
                 ) from None
+            if missing:
+                raise ConfigurationError(
+                    "collect needs SELECT, INSERT, UPDATE and DELETE on its tables; this role"
+                    f" lacks {', '.join(f'{right} on {table}' for table, right in missing)}"
+                )
 
     def settle(self, *, limit: int = 1000) -> tuple[int, int]:
         """Settle every trace due, ``limit`` per transaction (so the pass keeps up with any

@@ -21,6 +21,19 @@ RETURNING trace_id, span_id, phase;
 -- Every span received so far of these traces (to derive their rows from all of them).
 SELECT trace_id, span_id, phase, body FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)b::text[]);
 
+-- name: staging_columns --
+-- At startup: the staging tables exist with the newest columns (no row is read).
+SELECT s.body, t.whole FROM {otlp_span} AS s, {otlp_trace} AS t LIMIT 0;
+
+-- name: missing_rights --
+-- At startup: the rights collect needs that this role lacks (it deletes what an earlier
+-- derivation wrote, and settled spans). has_table_privilege with several rights asks for any.
+SELECT t.name, r.name
+FROM unnest(ARRAY['job_event', 'job_log', 'otlp_trace', 'otlp_span']) AS t (name),
+     unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS r (name)
+WHERE NOT has_table_privilege(format('%%I.%%I', %(schema)s::text, t.name), r.name)
+ORDER BY 1, 2;
+
 -- name: note_traces --
 -- After a derivation: how many spans each trace has, which attempts its rows are in, and
 -- whether it is whole (NULL: its derivation failed, as it was).

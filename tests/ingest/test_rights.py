@@ -1,0 +1,69 @@
+"""collect's rights: a role that cannot delete is refused at startup with what it lacks, and a
+right revoked while it runs is answered 503 (retried by exporters), never 500."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from otel_jobsteps.errors import ConfigurationError
+from otel_jobsteps.ingest.decode import decode_protobuf
+from otel_jobsteps.ingest.settings import CollectSettings
+from otel_jobsteps.ingest.staging import Staging, StagingUnavailable
+from tests.ingest.requests import request_of
+from tests.ingest.stories import Recording, seed_story
+
+TABLES = ("job_event", "job_log", "otlp_trace", "otlp_span")
+
+
+@pytest.fixture
+def no_delete_role(second_dsn: str, server_dsn: str) -> Iterator[str]:
+    """A role with SELECT, INSERT, UPDATE (no DELETE) on collect's tables; yields its DSN."""
+    role = f"jobsteps_collect_{uuid.uuid4().hex[:8]}"
+    name = sql.Identifier(role)
+    with psycopg.connect(second_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(name))
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(name))
+        conn.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, TABLES)), name
+            )
+        )
+    yield make_conninfo(second_dsn, user=role)
+    with psycopg.connect(second_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(name))
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP ROLE {}").format(name))
+
+
+def test_a_role_without_delete_is_refused_at_startup(no_delete_role: str) -> None:
+    staging = Staging(CollectSettings(no_delete_role, connections=1))
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            staging.check()
+    finally:
+        staging.close()
+    assert str(refused.value).endswith(
+        "lacks DELETE on job_event, DELETE on job_log, DELETE on otlp_span, DELETE on otlp_trace"
+    )
+
+
+def test_a_database_error_is_unavailable_not_a_crash(
+    no_delete_role: str, recording: Recording
+) -> None:
+    spans = recording.spans(seed_story, "-rights")
+    staging = Staging(CollectSettings(no_delete_role, connections=1))
+    try:
+        first = decode_protobuf(request_of(spans[:2]).SerializeToString())
+        staging.receive(first.spans, first.wire)  # new traces: nothing to delete yet
+        rest = decode_protobuf(request_of(spans).SerializeToString())
+        with pytest.raises(StagingUnavailable, match="permission denied"):
+            staging.receive(rest.spans, rest.wire)  # re-derives: deletes the earlier rows
+        assert staging.stats.get("database_error") == 1
+    finally:
+        staging.close()

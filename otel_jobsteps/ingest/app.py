@@ -63,24 +63,47 @@ async def _body(request: Request, limit: int) -> bytes:
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("gzip", "identity", ""):
         raise BadRequest(f"unsupported content-encoding {encoding[:40]!r} (gzip or none)")
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
+    gunzip = _Gunzip() if encoding == "gzip" else None
     parts: list[bytes] = []
     size = 0
     async for chunk in request.stream():
-        if inflater is not None and chunk:
-            try:
-                chunk = inflater.decompress(chunk, limit + 1 - size)
-            except zlib.error as error:
-                raise BadRequest(f"invalid gzip body: {error}") from None
-            if inflater.unconsumed_tail:
-                raise _TooLarge
+        if gunzip is not None:
+            chunk = gunzip.inflate(chunk, limit - size)
         size += len(chunk)
         if size > limit:
             raise _TooLarge
         parts.append(chunk)
-    if inflater is not None and not inflater.eof:
+    if gunzip is not None and not gunzip.ended():
         raise BadRequest("invalid gzip body: truncated")
     return b"".join(parts)
+
+
+class _Gunzip:
+    """A gzip body inflated as it arrives, every member of it (a body may hold several
+    concatenated, as `gzip` writes appended data; each is part of the body)."""
+
+    def __init__(self) -> None:
+        self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    def inflate(self, data: bytes, room: int) -> bytes:
+        """What ``data`` inflates to; `_TooLarge` once that exceeds ``room`` bytes."""
+        out: list[bytes] = []
+        while data:
+            if self._inflater.eof:  # the next member begins
+                self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                piece = self._inflater.decompress(data, max(room, 0) + 1)
+            except zlib.error as error:
+                raise BadRequest(f"invalid gzip body: {error}") from None
+            if self._inflater.unconsumed_tail:
+                raise _TooLarge
+            room -= len(piece)
+            out.append(piece)
+            data = self._inflater.unused_data if self._inflater.eof else b""
+        return b"".join(out)
+
+    def ended(self) -> bool:
+        return self._inflater.eof
 
 
 def create_app(

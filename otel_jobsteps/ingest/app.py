@@ -116,6 +116,7 @@ def create_app(
 ) -> Starlette:
     """The receiver as an ASGI app over ``staging`` (which it closes on shutdown)."""
     in_flight = 0  # changed on the event loop only
+    staging_slots = asyncio.Semaphore(staging.settings.connections)
 
     async def traces(request: Request) -> Response:
         nonlocal in_flight
@@ -162,20 +163,26 @@ def create_app(
         except StagingUnavailable:
             staging.stats.add("unavailable_answers")
             return unavailable(media_type)
-        try:
-            body = await _body(request, max_body_bytes)
-            decoded = await run_in_threadpool(decode, body)
-        except _TooLarge:
-            staging.stats.add("too_large_answers")
-            return _status(_INVALID_ARGUMENT, f"body over {max_body_bytes} bytes", media_type, 413)
-        except BadRequest as error:
-            staging.stats.add("bad_requests")
-            return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
-        try:
-            receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
-        except StagingUnavailable as error:
-            staging.stats.problem("database_unavailable", error)
-            return unavailable(media_type)
+        # Only as many bodies are read and decoded as connections can stage them: the others
+        # wait unread, so memory holds at most that many decoded requests (a 16 MiB body of
+        # small spans decodes to some 200 MiB).
+        async with staging_slots:
+            try:
+                body = await _body(request, max_body_bytes)
+                decoded = await run_in_threadpool(decode, body)
+            except _TooLarge:
+                staging.stats.add("too_large_answers")
+                return _status(
+                    _INVALID_ARGUMENT, f"body over {max_body_bytes} bytes", media_type, 413
+                )
+            except BadRequest as error:
+                staging.stats.add("bad_requests")
+                return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
+            try:
+                receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
+            except StagingUnavailable as error:
+                staging.stats.problem("database_unavailable", error)
+                return unavailable(media_type)
         response = ExportTraceServiceResponse()
         rejected = decoded.rejected + receipt.rejected
         if rejected:

@@ -199,7 +199,8 @@ def _events(span: Span) -> list[SpanEvent]:
 
 
 def attribute_values(pairs: Any) -> dict[str, Any]:
-    """OTLP ``KeyValue`` list -> a plain dict (bytes as hex, maps as dicts, arrays as lists)."""
+    """OTLP ``KeyValue`` list -> a plain dict (bytes as hex, maps as dicts, arrays as tuples:
+    as the SDK keeps them, so a value turned into text reads the same through both doors)."""
     return {pair.key: _value(pair.value) for pair in pairs}
 
 
@@ -211,7 +212,7 @@ def _value(value: AnyValue) -> Any:
     if kind in _SCALARS:
         return getattr(value, kind)
     if kind == "array_value":
-        return [_value(v) for v in value.array_value.values]
+        return tuple(_value(v) for v in value.array_value.values)
     if kind == "kvlist_value":
         return attribute_values(value.kvlist_value.values)
     if kind == "bytes_value":

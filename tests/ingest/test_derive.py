@@ -199,6 +199,16 @@ def test_json_ids_that_are_not_hex_reject_that_span_only() -> None:
     assert decoded.spans[0].end_ns == 0  # no end time: a start marker
 
 
+def test_array_values_decode_as_the_sdk_keeps_them() -> None:
+    # A tuple, as the SDK holds a sequence attribute: `job.id = ["a"]` reads ('a',) as text
+    # through either door, not ['a'] through collect.
+    array = {"arrayValue": {"values": [{"stringValue": "a"}, {"intValue": "2"}]}}
+    spans = [{"traceId": "01" * 16, "spanId": "02" * 8, "name": "a", "startTimeUnixNano": "5",
+              "attributes": [{"key": "job.id", "value": array}]}]  # fmt: skip
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+    assert decode_json(body).spans[0].attributes["job.id"] == ("a", 2)
+
+
 def _whole(spans: list[SpanFacts]) -> bool:
     return trace_commands(spans, SpanTranslator(problem=print)).whole
 

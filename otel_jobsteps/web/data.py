@@ -44,8 +44,10 @@ APPLICATION_NAME = "otel_jobsteps_web"
 CONNECT_TIMEOUT_S = 3.0
 JOBS_ROWS_PER_JOB = 8  # what one jobs_page read takes of each index per job asked for (web.sql)
 JOBS_ROW_BUDGET = 1600
-"""Rows of each index one jobs page may read (4 reads of the default page): a filter that
-matches nothing among the latest changes walks this deep before it answers with an Older link."""
+JOBS_MAX_READS = 4
+"""A jobs page reads at most this many times and ``JOBS_ROW_BUDGET`` rows of each index: a
+filter that matches nothing among the latest changes walks that deep before it answers with an
+Older link."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +174,9 @@ class Reader:
 
         One read looks at the latest ``JOBS_ROWS_PER_JOB * limit`` changes; while a filter
         leaves the page short, older changes are read below the last one's floor, in the same
-        snapshot, up to ``JOBS_ROW_BUDGET`` rows of each index in all.
+        snapshot, within ``JOBS_MAX_READS`` and ``JOBS_ROW_BUDGET``.
         """
-        reads = max(1, JOBS_ROW_BUDGET // (JOBS_ROWS_PER_JOB * limit))
+        reads = max(1, min(JOBS_MAX_READS, JOBS_ROW_BUDGET // (JOBS_ROWS_PER_JOB * limit)))
         jobs: list[JobRow] = []
         with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
             params = {

@@ -38,11 +38,11 @@ _DURATION_PART = re.compile(r"([0-9]+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # Far enough back for any cut-off, near enough that now() minus it stays a valid timestamp.
 MAX_DURATION = timedelta(days=36500)
+MIN_INTERVAL_S = 0.05  # tail polls the database this often at most
 MAX_INTERVAL_S = 3600.0
 MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
 MAX_LIMIT = 1_000_000
 MAX_BATCH_SIZE = 100_000
-_JSON_UNESCAPED = re.compile("[\x7f-\x9f]")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -84,20 +84,36 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
 
 
 def seconds_between(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: seconds above ``low`` and at most ``high`` (no nan, no inf)."""
+    """An argparse type: seconds from ``low`` to ``high`` (no nan, no inf)."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = math.nan
-        if not low < value <= high:  # False for nan
+        if not low <= value <= high:  # False for nan
             raise argparse.ArgumentTypeError(
-                f"expected a number of seconds above {low:g} and at most {high:g}, got {text!r}"
+                f"expected a number of seconds at least {low:g} and at most {high:g}, got {text!r}"
             )
         return value
 
     return parse
+
+
+def _is_utf8(text: str) -> bool:
+    """False for text made of undecodable bytes: Python passes argv and environment bytes that
+    are not UTF-8 on as lone surrogates, which nothing downstream can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _utf8(text: str, what: str) -> str:
+    if not _is_utf8(text):
+        raise ConfigurationError(f"{what} is not valid UTF-8")
+    return text
 
 
 def _dsn(args: argparse.Namespace, *, read: bool = False) -> str:
@@ -114,18 +130,24 @@ def _dsn(args: argparse.Namespace, *, read: bool = False) -> str:
     )
     if not dsn:
         raise ConfigurationError("no database: pass --dsn or set OTEL_JOBSTEPS_DSN")
-    return check_dsn(dsn)
+    return check_dsn(_utf8(dsn, "the DSN"))
 
 
 def _schema(args: argparse.Namespace) -> str:
-    return str(args.schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public")
+    schema = str(args.schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public")
+    return _utf8(schema, "the schema name")
+
+
+def _json_escape(char: str) -> str:
+    return json.dumps(char)[1:-1]  # \uXXXX, a surrogate pair beyond the BMP
 
 
 def _print_json(value: Any) -> None:
-    # json escapes C0 controls itself; DEL and C1 (only ever inside strings) get \u escapes
-    # too: the same values for a parser, inert on a terminal.
+    # json escapes C0 controls itself; every other character a terminal could act on (only
+    # ever inside strings) gets its \u escape too: the same values for a parser, inert on a
+    # terminal. The newlines left are the indentation's.
     text = json.dumps(value, indent=2, ensure_ascii=False)
-    print(_JSON_UNESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text))
+    print("\n".join(printable(line, _json_escape) for line in text.split("\n")))
 
 
 def _plural(count: int, word: str, plural: str | None = None) -> str:
@@ -160,7 +182,8 @@ def _show(args: argparse.Namespace) -> int:
     )
     if detail is None:
         which = f"attempt {args.attempt} of job" if args.attempt is not None else "job"
-        print(f"{PROG}: no {which} {args.domain} / {args.job_id}", file=sys.stderr)
+        where = f"{printable(args.domain)} / {printable(args.job_id)}"
+        print(f"{PROG}: no {which} {where}", file=sys.stderr)
         return EXIT_NOT_FOUND
     if args.json:
         _print_json(detail.to_dict())
@@ -276,6 +299,8 @@ def _serve(args: argparse.Namespace) -> int:
             f"serve needs the web extra ({error.name} is missing): pip install 'otel_jobsteps[web]'"
         ) from None
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    if token is not None:
+        _utf8(token, TOKEN_ENV)
     serve(
         _dsn(args),
         listen=args.listen,
@@ -428,9 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     _read_option(tail)
     tail.add_argument(
         "--interval",
-        type=seconds_between(0, MAX_INTERVAL_S),
+        type=seconds_between(MIN_INTERVAL_S, MAX_INTERVAL_S),
         default=1.0,
-        help="seconds between polls (1)",
+        help=f"seconds between polls, at least {MIN_INTERVAL_S:g} (1)",
     )
 
     sweeper = command(
@@ -518,9 +543,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _undecodable(args: argparse.Namespace) -> str | None:
+    """The name of the first argument that is not valid UTF-8, if any."""
+    for name, value in vars(args).items():
+        texts = value if isinstance(value, list) else [value]
+        if any(isinstance(text, str) and not _is_utf8(text) for text in texts):
+            return name
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    undecodable = _undecodable(args)
+    if undecodable is not None:
+        parser.error(f"argument {undecodable} is not valid UTF-8")
     try:
         code: int = args.handler(args)
     except JobStepsError as error:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
@@ -30,18 +29,24 @@ __all__ = [
 BAR_WIDTH = 40
 _STATUS_COLORS = {"COMPLETED": "32", "FAILED": "1;31", "RUNNING": "33"}
 _DETAIL_CHARS = 60
-# C0 controls (newline included: every field is printed inside one line), DEL and C1 controls.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def printable(text: str) -> str:
-    """``text`` with each control character shown as its escape (``\\n``, ``\\x1b``).
+def _python_escape(char: str) -> str:
+    return repr(char)[1:-1]
 
-    Job data can neither act on the terminal nor forge a line of output: a step key with a
-    newline stays on its row, shown as ``\\n``.
+
+def printable(text: str, escape: Callable[[str], str] = _python_escape) -> str:
+    """``text`` with every character `str.isprintable` refuses shown as its escape (``\\n``,
+    ``\\x1b``, ``\\u202e``), or as ``escape`` writes it.
+
+    Job data can neither act on the terminal nor forge a line of output: controls (C0 with the
+    newline, DEL, C1), bidi overrides and isolates, line and paragraph separators and other
+    format characters are all refused, so a step key with a newline stays on its row, shown as
+    ``\\n``, and a U+202E cannot reverse what follows it.
     """
-    return _CONTROL.sub(lambda m: _NAMED.get(m.group()) or f"\\x{ord(m.group()):02x}", text)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else escape(char) for char in text)
 
 
 class Style:

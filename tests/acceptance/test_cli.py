@@ -361,11 +361,17 @@ def test_demo_without_dsn_uses_an_embedded_server(run: Run) -> None:
 
 # -- hostile data and absurd numbers -----------------------------------------------------------
 
-# Clear screen, retitle the window (OSC ... BEL), a C1 CSI, DEL: what job data must not send.
-HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31m\x7f"
+# Clear screen, retitle the window (OSC ... BEL), a C1 CSI, DEL, a right-to-left override, an
+# isolate and a line separator: what job data must not send.
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31m\x7f\u202etxt\u2066\u2028"
+HOSTILE_SHOWN = "\\x1b[2J\\x1b]0;pwned\\x07\\x9b31m\\x7f\\u202etxt\\u2066\\u2028"
 FORGED_ROW = "\n2026-11-30 23:59:59.000+00:00  billing  pay-7  charge  1  COMPLETED  CHARGE"
 _OUR_COLOURS = re.compile("\x1b\\[[0-9;]*m")
-_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # newline excepted
+
+
+def _unprintable(text: str) -> list[str]:
+    """Characters a terminal could act on, newlines excepted."""
+    return [char for char in text if not char.isprintable() and char != "\n"]
 
 
 def _insert_hostile_job(conn: psycopg.Connection[Any]) -> None:
@@ -386,42 +392,102 @@ def _insert_hostile_job(conn: psycopg.Connection[Any]) -> None:
         " VALUES ('render', 'evil', %(text)s, 1, 'FAILED', %(text)s)",
         {"text": f"KEY{HOSTILE}{FORGED_ROW}"},
     )
+    # a job with a hostile id whose step has been silent for two hours: for sweep
+    conn.execute(
+        "INSERT INTO job_event (domain, job_id, attempt, type, step_key, step_status, created_at)"
+        " VALUES ('render', %(id)s, 1, 'STEP', %(key)s, 'RUNNING', now() - interval '2 hours')",
+        {"id": f"open{HOSTILE}", "key": f"KEY{HOSTILE}{FORGED_ROW}"},
+    )
 
 
 def _assert_inert(out: str) -> None:
     """No control character but newline, once our own colour codes are taken out."""
     visible = _OUR_COLOURS.sub("", out).replace("\r\n", "\n")  # a pty's line ends
-    assert not _CONTROLS.search(visible)
-    assert "KEY\\x1b[2J\\x1b]0;pwned\\x07\\x9b31m\\x7f" in visible  # readable, not dropped
+    assert _unprintable(visible) == []
+    assert f"KEY{HOSTILE_SHOWN}" in visible  # readable, not dropped
     assert "pay-7" not in "".join(line for line in visible.splitlines() if "KEY" not in line)
 
 
-def test_printable_escapes_terminal_controls_only() -> None:
-    assert printable("a\tb\nc\x00\x1b\x7f\x9f\xa0é█") == "a\\tb\\nc\\x00\\x1b\\x7f\\x9f\xa0é█"
+def test_printable_escapes_what_is_not_printable() -> None:
+    text = "a\tb\nc\x00\x1b\x7f\x9f\xa0é█\u202e\u2069\u2028\u2029\u200b\U000e0001\udcff ok"
+    assert printable(text) == (
+        "a\\tb\\nc\\x00\\x1b\\x7f\\x9f\\xa0é█\\u202e\\u2069\\u2028\\u2029\\u200b\\U000e0001"
+        "\\udcff ok"
+    )
 
 
-@pytest.mark.parametrize("args", [("show", "render", "evil"), ("jobs",)], ids=["show", "jobs"])
+@pytest.mark.parametrize(
+    ("args", "coloured"),
+    [
+        pytest.param(("show", "render", "evil"), True, id="show"),
+        pytest.param(("jobs",), True, id="jobs"),
+        pytest.param(("sweep", "--older-than", "1h", "--dry-run"), False, id="sweep"),
+    ],
+)
 def test_job_data_cannot_drive_the_terminal(
-    dsn: str, conn: psycopg.Connection[Any], args: tuple[str, ...]
+    dsn: str, conn: psycopg.Connection[Any], args: tuple[str, ...], coloured: bool
 ) -> None:
     _insert_hostile_job(conn)
     out = _run_in_terminal([_command(), *args], _environment(dsn, TERM="xterm"))
 
-    assert "\x1b[1;31m" in out  # coloured: a terminal
+    assert ("\x1b[1;31m" in out) is coloured  # a terminal: our own colours, where we use them
     _assert_inert(out)
 
 
 def test_json_output_keeps_job_data_exact(run: Run, conn: psycopg.Connection[Any]) -> None:
     _insert_hostile_job(conn)
     result = run("show", "render", "evil", "--json")
+    listed = run("jobs", "--json")
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == listed.returncode == 0, result.stderr + listed.stderr
     data = json.loads(result.stdout)
     assert data["job_type"] == f"KEY{HOSTILE}{FORGED_ROW}"
     assert data["steps"][0]["key"] == f"KEY{HOSTILE}{FORGED_ROW}"
     assert data["steps"][0]["message"] == f"boom{HOSTILE}\nsecond line"
     assert data["steps"][0]["detail"] == {f"k{HOSTILE}": HOSTILE}
-    assert not _CONTROLS.search(result.stdout)  # DEL and C1 escaped as \\u00XX, like C0
+    assert {job["job_id"] for job in json.loads(listed.stdout)} == {"evil", f"open{HOSTILE}"}
+    # escaped as \\uXXXX (C0 as json always does): the same values, inert on a terminal
+    assert _unprintable(result.stdout + listed.stdout) == []
+    assert "\\u202etxt\\u2066\\u2028" in listed.stdout
+
+
+def test_show_unknown_job_escapes_what_it_echoes(run: Run) -> None:
+    line = one_error_line(run("show", f"d{HOSTILE}", f"id{HOSTILE}"), code=1)
+
+    assert _unprintable(line) == []
+    assert f"no job d{HOSTILE_SHOWN} / id{HOSTILE_SHOWN}" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        pytest.param(("show", b"\xff", "x"), {}, id="show"),
+        pytest.param(("jobs", "--domain", b"a\xff"), {}, id="jobs-domain"),
+        pytest.param(("tail", "--domain", b"\xff"), {}, id="tail-domain"),
+        pytest.param(("--schema", b"\xff", "jobs"), {}, id="schema"),
+        pytest.param(("jobs", "--dsn", b"postgresql://u:s3cret@127.0.0.1:1/\xff"), {}, id="dsn"),
+        pytest.param(("jobs",), {"OTEL_JOBSTEPS_DSN": b"host=\xff password=s3cret"}, id="dsn-env"),
+        pytest.param(("jobs",), {"OTEL_JOBSTEPS_SCHEMA": b"\xff"}, id="schema-env"),
+    ],
+)
+def test_arguments_that_are_not_utf8_are_bad_input(
+    dsn: str, args: tuple[str | bytes, ...], env: dict[str, bytes]
+) -> None:
+    """Python hands undecodable argv and environment bytes on as lone surrogates, which nothing
+    can encode: exit 2 with one line, as for any bad argument."""
+    environment: dict[str | bytes, str | bytes] = {**_environment(dsn), **env}
+    result = subprocess.run(
+        [_command(), *args],
+        capture_output=True,
+        text=True,
+        env=environment,  # type: ignore[arg-type]  # bytes values are fine on POSIX
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+    line = one_error_line(result)
+    assert "is not valid UTF-8" in line
+    assert "s3cret" not in line
 
 
 @pytest.mark.parametrize(
@@ -433,6 +499,8 @@ def test_json_output_keeps_job_data_exact(run: Run, conn: psycopg.Connection[Any
         (("tail", "--interval", "1e308"), "at most 3600"),
         (("tail", "--interval", "inf"), "at most 3600"),
         (("tail", "--interval", "nan"), "at most 3600"),
+        (("tail", "--interval", "1e-300"), "at least 0.05"),
+        (("tail", "--interval", "0.01"), "at least 0.05"),
         (("jobs", "--limit", "999999999999999999999"), "from 1 to 1000000"),
         (("prune", "--older-than", "1d", "--batch-size", "0"), "from 1 to 100000"),
         (("show", "render", "42", "--attempt", "2147483648"), "from 1 to 2147483647"),

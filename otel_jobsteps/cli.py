@@ -323,11 +323,14 @@ def _collect(args: argparse.Namespace) -> int:
             f"collect needs the collect extra ({error.name} is missing): "
             "pip install 'otel_jobsteps[collect]'"
         ) from None
+    if args.settle_open_after < args.settle_after:
+        raise ConfigurationError("--settle-open-after must be at least --settle-after")
     serve_collect(
         _dsn(args),
         listen=args.listen,
         schema=_schema(args),
         settle_after_s=args.settle_after.total_seconds(),
+        settle_open_after_s=args.settle_open_after.total_seconds(),
         mappings=[JobMapping.parse(text) for text in args.mapping],
         max_body_bytes=args.max_body_bytes,
         retry_after_s=args.retry_after,
@@ -509,7 +512,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=timedelta(minutes=10),
         metavar="DURATION",
         help="keep a trace's spans this long after its last span arrived; then late copies are "
-        "ignored and spans that never got a job span are dropped (10m)",
+        "ignored (10m)",
+    )
+    collect.add_argument(
+        "--settle-open-after",
+        type=_duration_argument,
+        default=timedelta(hours=24),
+        metavar="DURATION",
+        help="the same for a trace still waiting for spans (a step or job span not ended yet, a "
+        "step whose job span has not arrived): longer than your longest job; then spans that "
+        "never got a job span are dropped (24h)",
     )
     collect.add_argument(
         "--mapping",

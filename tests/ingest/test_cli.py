@@ -15,6 +15,11 @@ import pytest
         pytest.param(["--listen", "nowhere"], "--listen must be HOST:PORT", id="listen"),
         pytest.param(["--workers", "0"], "--workers", id="workers"),
         pytest.param(["--settle-after", "soon"], "invalid duration", id="settle-after"),
+        pytest.param(
+            ["--settle-after", "2h", "--settle-open-after", "1h"],
+            "--settle-open-after must be at least --settle-after",
+            id="settle-open-after",
+        ),
         pytest.param(["--max-body-bytes", "12"], "--max-body-bytes", id="body-limit"),
     ],
 )

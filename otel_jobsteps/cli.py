@@ -506,23 +506,23 @@ def build_parser() -> argparse.ArgumentParser:
         "become job_event and job_log rows, as the processor writes them",
     )
     collect.add_argument("--listen", default="127.0.0.1:4318", help="HOST:PORT (127.0.0.1:4318)")
-    collect.add_argument(
-        "--settle-after",
-        type=_duration_argument,
-        default=timedelta(minutes=10),
-        metavar="DURATION",
-        help="keep a trace's spans this long after its last span arrived; then late copies are "
-        "ignored (10m)",
-    )
-    collect.add_argument(
-        "--settle-open-after",
-        type=_duration_argument,
-        default=timedelta(hours=24),
-        metavar="DURATION",
-        help="the same for a trace still waiting for spans (a step or job span not ended yet, a "
-        "step whose job span has not arrived): longer than your longest job; then spans that "
-        "never got a job span are dropped (24h)",
-    )
+    for flag, default, what in (
+        ("--settle-after", "10m", "a trace's spans; then late copies are ignored"),
+        (
+            "--settle-open-after",
+            "24h",
+            "a trace still waiting for spans (a step or job span not ended yet, a step whose job "
+            "span has not arrived): longer than your longest job; then spans that never got a "
+            "job span are dropped",
+        ),
+    ):
+        collect.add_argument(
+            flag,
+            type=_duration_argument,
+            default=_duration_argument(default),
+            metavar="DURATION",
+            help=f"how long after its last span arrived to keep {what} ({default})",
+        )
     collect.add_argument(
         "--mapping",
         action="append",

@@ -22,11 +22,11 @@ import psycopg
 
 from . import __version__
 from .db import borrowed_connection, check_dsn
-from .errors import ConfigurationError, JobStepsError, describe
+from .errors import ConfigurationError, JobStepsError, describe, printable
 from .maintenance import prune, sweep
 from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
 from .schema import migrate
-from .timeline import Style, format_duration, format_time, printable, render_detail, render_jobs
+from .timeline import Style, format_duration, format_time, render_detail, render_jobs
 
 __all__ = ["main", "parse_duration"]
 

@@ -47,15 +47,21 @@ def check_dsn(dsn: str) -> str:
     """``dsn`` if libpq can parse it; else a ConfigurationError that does not echo it."""
     try:
         conninfo_to_dict(dsn)
-    except psycopg.Error:  # its message could echo the password
+    except (psycopg.Error, UnicodeError):  # its message could echo the password
         raise ConfigurationError("the DSN is not a valid PostgreSQL connection string") from None
     return dsn
 
 
 def check_schema_name(schema: str) -> str:
     """``schema`` if it can name a schema (it is always quoted as an identifier, never spliced)."""
-    if not schema or "\x00" in schema or len(schema.encode()) > 63:
-        raise ConfigurationError("schema must be a non-empty name of at most 63 bytes without NUL")
+    try:
+        size = len(schema.encode())
+    except UnicodeEncodeError:  # lone surrogates: the undecodable bytes of an argument
+        size = 0
+    if not 0 < size <= 63 or "\x00" in schema:
+        raise ConfigurationError(
+            "schema must be a non-empty UTF-8 name of at most 63 bytes without NUL"
+        )
     return schema
 
 

@@ -1,7 +1,9 @@
-"""Exceptions raised at the configuration surface (constructor, migrate, read API, CLI), and
-the one-line rendering of any error for messages and logs."""
+"""Exceptions raised at the configuration surface (constructor, migrate, read API, CLI), the
+one-line rendering of any error for messages and logs, and the escaping of hostile text."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 __all__ = [
     "ConfigurationError",
@@ -9,6 +11,7 @@ __all__ = [
     "JobStepsError",
     "SchemaNotMigratedError",
     "describe",
+    "printable",
 ]
 
 MAX_MESSAGE_CHARS = 1000
@@ -43,8 +46,25 @@ def describe(error: object) -> str:
         if line and line not in lines:
             lines.append(line)
     text = " / ".join(lines) or type(error).__name__
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    text = printable(text)
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[: MAX_MESSAGE_CHARS - 3] + "..."
     return text
+
+
+def _python_escape(char: str) -> str:
+    return repr(char)[1:-1]
+
+
+def printable(text: str, escape: Callable[[str], str] = _python_escape) -> str:
+    """``text`` with every character `str.isprintable` refuses shown as its escape (``\\n``,
+    ``\\x1b``, ``\\u202e``), or as ``escape`` writes it.
+
+    Job data can neither act on the terminal nor forge a line of output: controls (C0 with the
+    newline, DEL, C1), bidi overrides and isolates, line and paragraph separators and other
+    format characters are all refused, so a step key with a newline stays on its row, shown as
+    ``\\n``, and a U+202E cannot reverse what follows it.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else escape(char) for char in text)

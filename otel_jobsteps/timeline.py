@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
+from .errors import printable
 from .query import AttemptSummary, JobDetail, JobSummary, StepRecord
 
 __all__ = [
@@ -21,7 +22,6 @@ __all__ = [
     "Style",
     "format_duration",
     "format_time",
-    "printable",
     "render_detail",
     "render_jobs",
 ]
@@ -29,24 +29,6 @@ __all__ = [
 BAR_WIDTH = 40
 _STATUS_COLORS = {"COMPLETED": "32", "FAILED": "1;31", "RUNNING": "33"}
 _DETAIL_CHARS = 60
-
-
-def _python_escape(char: str) -> str:
-    return repr(char)[1:-1]
-
-
-def printable(text: str, escape: Callable[[str], str] = _python_escape) -> str:
-    """``text`` with every character `str.isprintable` refuses shown as its escape (``\\n``,
-    ``\\x1b``, ``\\u202e``), or as ``escape`` writes it.
-
-    Job data can neither act on the terminal nor forge a line of output: controls (C0 with the
-    newline, DEL, C1), bidi overrides and isolates, line and paragraph separators and other
-    format characters are all refused, so a step key with a newline stays on its row, shown as
-    ``\\n``, and a U+202E cannot reverse what follows it.
-    """
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else escape(char) for char in text)
 
 
 class Style:

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 import otel_jobsteps
 from otel_jobsteps import job_attempt, step
 from otel_jobsteps.cli import parse_duration
-from otel_jobsteps.timeline import printable
+from otel_jobsteps.errors import printable
 from tests.helpers import TracingFactory
 
 UNREACHABLE = "postgresql://u:s3cret@127.0.0.1:1/x"

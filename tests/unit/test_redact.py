@@ -1,4 +1,5 @@
-"""`redact`: no secret libpq parameter of a DSN reaches a message, in either DSN form."""
+"""`redact`: no secret libpq parameter of a DSN reaches a message, in either DSN form; DSNs and
+schema names that cannot be used are configuration errors."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from otel_jobsteps.db import redact
+from otel_jobsteps.db import check_dsn, check_schema_name, redact
+from otel_jobsteps.errors import ConfigurationError
 
 SECRET = "s3cret-never-shown"
 
@@ -55,3 +57,18 @@ def test_other_parameters_are_kept() -> None:
 @pytest.mark.parametrize("dsn", [f"password={SECRET} nonsense", f"password={SECRET}\udcff"])
 def test_an_unparsable_dsn_is_not_echoed(dsn: str) -> None:
     assert redact(dsn) == "<unparsable connection string>"
+
+
+@pytest.mark.parametrize("dsn", ["host=h dbname=\udcff", "postgresql://u@h/\udcff"])
+def test_an_undecodable_dsn_is_a_configuration_error(dsn: str) -> None:
+    # What Python makes of an argument's invalid UTF-8 bytes (lone surrogates), from a library
+    # caller too, not only the CLI: a clear error that does not echo the DSN.
+    with pytest.raises(ConfigurationError) as raised:
+        check_dsn(dsn)
+    assert "\udcff" not in str(raised.value)
+
+
+@pytest.mark.parametrize("schema", ["\udcff", "", "a\x00b", "x" * 64])
+def test_a_schema_that_cannot_be_a_name_is_a_configuration_error(schema: str) -> None:
+    with pytest.raises(ConfigurationError, match="schema must be"):
+        check_schema_name(schema)

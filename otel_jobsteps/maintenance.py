@@ -59,6 +59,7 @@ class PruneResult(Record):
     batches: int
     dry_run: bool
     partitions: int = 0
+    settled_traces: int = 0  # collect's tombstones forgotten (not counted by a dry run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,9 @@ def prune(
     abandoned ones). ``dry_run`` counts what a run would delete now, reading only (a replica
     or a SELECT-only role will do).
 
+    Then the tombstones `collect` keeps of OTLP traces settled before the cutoff are forgotten,
+    in batches too.
+
     With the partitioned layout, finished attempts' job_event rows first move out of the
     current table into their interval's child, then the children of intervals that ended
     before the cutoff are dropped whole; the batches then delete the job_log rows past the
@@ -146,7 +150,16 @@ def prune(
             batches += 1
             if counts.job_logs < batch_size:
                 break
-    return PruneResult(logs, events, batches, dry_run=False, partitions=partitions)
+        traces = 0
+        while True:
+            with session(conn, schema=schema):
+                forgotten = conn.execute(queries["prune_settled_traces"], params).rowcount
+            traces += forgotten
+            if forgotten < batch_size:
+                break
+    return PruneResult(
+        logs, events, batches, dry_run=False, partitions=partitions, settled_traces=traces
+    )
 
 
 @dataclass(frozen=True, slots=True)

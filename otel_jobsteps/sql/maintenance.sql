@@ -148,3 +148,15 @@ WITH batch AS (
 )
 SELECT (SELECT count(*) FROM deleted_log) AS job_logs,
        (SELECT count(*) FROM deleted_event) AS job_events;
+
+-- name: prune_settled_traces --
+-- Forget up to batch_size tombstones of OTLP traces settled and untouched for the retention:
+-- collect keeps them to ignore late copies, and nothing is delivered that late.
+WITH old AS (
+    SELECT trace_id FROM {otlp_trace}
+    WHERE settled AND touched_at < now() - %(older_than)s::interval
+    ORDER BY touched_at
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {otlp_trace} AS o USING old WHERE o.trace_id = old.trace_id;

@@ -255,3 +255,20 @@ def test_prune_batches_walk_past_a_kept_attempt(
     assert_pruned(conn, result, 4, 8, batches=2)
     assert counts(conn) == [("c", 1, 3)]
     assert rows(conn, "SELECT job_id FROM job_log") == [("c",)]
+
+
+def test_prune_forgets_collects_old_tombstones_only(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute(
+        "INSERT INTO otlp_trace (trace_id, settled, touched_at) VALUES"
+        " ('old-settled', true, now() - interval '40 days'),"
+        " ('new-settled', true, now() - interval '1 day'),"
+        " ('old-waiting', false, now() - interval '40 days')"  # not settled: collect's to decide
+    )
+    result = prune(dsn, timedelta(days=30), batch_size=1)
+    assert result.settled_traces == 1
+    assert rows(conn, "SELECT trace_id FROM otlp_trace ORDER BY 1") == [
+        ("new-settled",),
+        ("old-waiting",),
+    ]

@@ -3,3 +3,6 @@
 -- running job) is kept for the longer open settle time, so its later spans still count.
 -- Traces staged before this migration count as whole (the earlier rule).
 ALTER TABLE otlp_trace ADD COLUMN whole boolean NOT NULL DEFAULT true;
+
+-- prune forgets tombstones of traces settled longer ago than its retention, oldest first.
+CREATE INDEX otlp_trace_settled ON otlp_trace (touched_at) WHERE settled;

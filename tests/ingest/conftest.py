@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -42,6 +44,7 @@ def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # its group: --workers N forks processes that serve too
             )  # fmt: skip
         collector = Collector(process, f"http://127.0.0.1:{port}", log_path)
         started.append(collector)
@@ -65,9 +68,10 @@ def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
 
     yield start
     for collector in started:
-        if collector.process.poll() is None:
-            collector.process.kill()
-            collector.process.wait(timeout=10)
+        # The whole group, even if the parent is gone: its workers would go on serving.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(collector.process.pid, signal.SIGKILL)
+        collector.process.wait(timeout=10)
 
 
 @pytest.fixture

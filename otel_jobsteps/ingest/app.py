@@ -163,18 +163,20 @@ def create_app(
         except StagingUnavailable:
             staging.stats.add("unavailable_answers")
             return unavailable(media_type)
-        # Only as many bodies are read and decoded as connections can stage them: the others
-        # wait unread, so memory holds at most that many decoded requests (a 16 MiB body of
-        # small spans decodes to some 200 MiB).
+        try:
+            body = await _body(request, max_body_bytes)
+        except _TooLarge:
+            staging.stats.add("too_large_answers")
+            return _status(_INVALID_ARGUMENT, f"body over {max_body_bytes} bytes", media_type, 413)
+        except BadRequest as error:
+            staging.stats.add("bad_requests")
+            return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
+        # Only as many bodies are decoded as connections can stage them (read outside: a slow
+        # client holds no slot): the others wait encoded, so memory holds at most that many
+        # decoded requests (a 16 MiB body of small spans decodes to some 200 MiB).
         async with staging_slots:
             try:
-                body = await _body(request, max_body_bytes)
                 decoded = await run_in_threadpool(decode, body)
-            except _TooLarge:
-                staging.stats.add("too_large_answers")
-                return _status(
-                    _INVALID_ARGUMENT, f"body over {max_body_bytes} bytes", media_type, 413
-                )
             except BadRequest as error:
                 staging.stats.add("bad_requests")
                 return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)

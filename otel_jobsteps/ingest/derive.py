@@ -67,9 +67,13 @@ def trace_commands(
 
 
 def _whole(nodes: dict[int, SpanFacts]) -> bool:
-    """No start marker without its ended copy, and no step or event span whose parents lead to
-    one not received before a job span (its job span, or a span between, is still to come)."""
+    """Whether nothing of the trace is still to come: it has a job span, no start marker waits
+    for its ended copy, and every step or event span reaches a job span through parents
+    received. A trace without a job span waits for one (a producer's span, a plain child of a
+    long step: the job's spans come later), as long as the open settle time."""
     if any(not span.end_ns for span in nodes.values()):
+        return False
+    if not any(JOB_ID in span.attributes for span in nodes.values()):
         return False
     return not any(
         _waits_for_a_parent(span, nodes)

@@ -319,12 +319,14 @@ class Staging:
                 self.stats.problem("database_unavailable", describe(error))
                 return
             try:
-                check_writable_tables(conn, schema=self.settings.schema)
-                with conn.transaction():
-                    conn.execute(self._queries["staging_columns"])
+                with conn.transaction():  # the rights first: reading a table needs one
                     missing = conn.execute(
                         self._queries["missing_rights"], {"schema": self.settings.schema}
                     ).fetchall()
+                if not missing:
+                    check_writable_tables(conn, schema=self.settings.schema)
+                    with conn.transaction():
+                        conn.execute(self._queries["staging_columns"])
             except (
                 SchemaNotMigratedError,
                 psycopg.errors.UndefinedTable,

@@ -71,18 +71,31 @@ WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
 -- name: settle_traces --
 -- Traces untouched for the settle time: drop their spans, keep a tombstone so late copies are
 -- ignored. A trace that is not whole (a span waits for its end or for its job span: a long
--- step, a job still running) waits for the open settle time instead. Returns, per settled
--- trace, its span count and whether it ever had a job's rows.
+-- step, a job still running) waits for the open settle time instead; each kind is read by its
+-- own index, oldest first. Returns, per settled trace, its span count and whether it ever had
+-- a job's rows.
 WITH due AS (
-    SELECT trace_id FROM {otlp_trace}
-    WHERE NOT settled AND touched_at < now() - %(after_s)s * interval '1 second'
-      AND (whole OR touched_at < now() - %(open_after_s)s * interval '1 second')
-    ORDER BY touched_at
+    (SELECT trace_id FROM {otlp_trace}
+     WHERE NOT settled AND whole AND touched_at < now() - %(after_s)s * interval '1 second'
+     ORDER BY touched_at
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT trace_id FROM {otlp_trace}
+     WHERE NOT settled AND NOT whole
+       AND touched_at < now() - %(open_after_s)s * interval '1 second'
+     ORDER BY touched_at
+     LIMIT %(limit)s)
+), locked AS (
+    -- The conditions again on the locked row: one a request touched meanwhile drops out.
+    SELECT o.trace_id FROM {otlp_trace} AS o JOIN due USING (trace_id)
+    WHERE NOT o.settled AND o.touched_at < now() - %(after_s)s * interval '1 second'
+      AND (o.whole OR o.touched_at < now() - %(open_after_s)s * interval '1 second')
+    ORDER BY o.touched_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF o SKIP LOCKED
 ), dropped AS (
-    DELETE FROM {otlp_span} AS s USING due WHERE s.trace_id = due.trace_id
+    DELETE FROM {otlp_span} AS s USING locked WHERE s.trace_id = locked.trace_id
 )
 UPDATE {otlp_trace} AS o SET settled = true
-FROM due WHERE o.trace_id = due.trace_id
+FROM locked WHERE o.trace_id = locked.trace_id AND NOT o.settled
 RETURNING o.span_count, o.written IS NOT NULL;

@@ -223,8 +223,11 @@ def test_a_trace_is_whole_once_nothing_waits_for_its_end_or_its_job_span() -> No
     assert not _whole([span(2, 5, 10, 20, **{"job.step.key": "RENDER"}), job])  # 5 to come
     assert _whole([span(2, 5, 10, 20, **{"job.step.key": "RENDER"}), between, job])
     assert not _whole([job, span(2, 1, 10, 0, **{"job.step.key": "RENDER"})])  # a start marker
-    assert _whole([span(2, 0, 10, 20, **{"job.step.key": "RENDER"})])  # outside any job: as live
-    assert _whole([span(2, 2, 10, 20, **{"job.step.key": "RENDER"})])  # its own parent
+    assert _whole([job, span(2, 0, 10, 20, **{"job.step.key": "RENDER"})])  # outside the job
+    assert _whole([job, span(2, 2, 10, 20, **{"job.step.key": "RENDER"})])  # its own parent
+    # No job span yet: a producer's span, or a plain child of a long step, arrived first.
+    assert not _whole([span(8, 0, 0, 1, **{"messaging.operation": "publish"})])
+    assert not _whole([span(3, 2, 11, 12)])
 
 
 def test_the_first_ended_copy_of_a_span_is_the_one_derived() -> None:

@@ -53,6 +53,19 @@ def test_a_role_without_delete_is_refused_at_startup(no_delete_role: str) -> Non
     )
 
 
+def test_a_role_without_select_is_told_what_it_lacks(no_delete_role: str, second_dsn: str) -> None:
+    role = psycopg.conninfo.conninfo_to_dict(no_delete_role)["user"]
+    with psycopg.connect(second_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("REVOKE SELECT ON otlp_span FROM {}").format(sql.Identifier(role)))
+    staging = Staging(CollectSettings(no_delete_role, connections=1))
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            staging.check()
+    finally:
+        staging.close()
+    assert "DELETE on otlp_span, SELECT on otlp_span, DELETE on otlp_trace" in str(refused.value)
+
+
 def test_a_database_error_is_unavailable_not_a_crash(
     no_delete_role: str, recording: Recording
 ) -> None:

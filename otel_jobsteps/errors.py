@@ -3,6 +3,7 @@ one-line rendering of any error for messages and logs, and the escaping of hosti
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 
 __all__ = [
@@ -57,14 +58,25 @@ def _python_escape(char: str) -> str:
 
 
 def printable(text: str, escape: Callable[[str], str] = _python_escape) -> str:
-    """``text`` with every character `str.isprintable` refuses shown as its escape (``\\n``,
+    """``text`` with every character that is not text shown as its escape (``\\n``,
     ``\\x1b``, ``\\u202e``), or as ``escape`` writes it.
 
     Job data can neither act on the terminal nor forge a line of output: controls (C0 with the
-    newline, DEL, C1), bidi overrides and isolates, line and paragraph separators and other
-    format characters are all refused, so a step key with a newline stays on its row, shown as
-    ``\\n``, and a U+202E cannot reverse what follows it.
+    newline, DEL, C1), bidi overrides and isolates, line and paragraph separators and the other
+    format characters but the joiners are all refused, so a step key with a newline stays on
+    its row, shown as ``\\n``, and a U+202E cannot reverse what follows it. Spaces such as
+    U+00A0 or U+3000 and the emoji joiner stay as they are.
     """
     if text.isprintable():
         return text
-    return "".join(char if char.isprintable() else escape(char) for char in text)
+    return "".join(char if _shown(char) else escape(char) for char in text)
+
+
+# Not "printable" to Python, yet text people write: spaces other than U+0020 (no-break, CJK),
+# private use, and the joiners of emoji and Indic sequences.
+_KEPT = frozenset({"Zs", "Co"})
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def _shown(char: str) -> bool:
+    return char.isprintable() or char in _JOINERS or unicodedata.category(char) in _KEPT

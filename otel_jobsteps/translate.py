@@ -61,12 +61,17 @@ def _error_text(span: SpanFacts) -> str | None:
 def _same_progress(latest: Mapping[str, Any], reported: Mapping[str, Any]) -> bool:
     """Whether a step's newest progress is what was passed on; a NaN equals a NaN here (a copy
     made by the writer process's pipe is another float object, and NaN != NaN)."""
-    if latest is reported or latest == reported:
+    return latest is reported or latest == reported or _same(latest, reported)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a == b or (a != a and b != b):  # NaN is the only value unequal to itself
         return True
-    return latest.keys() == reported.keys() and all(
-        value == reported[name] or (value != value and reported[name] != reported[name])
-        for name, value in latest.items()
-    )
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(value, b[name]) for name, value in a.items())
+    return False
 
 
 @dataclass(slots=True, eq=False)

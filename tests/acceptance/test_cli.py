@@ -411,9 +411,11 @@ def _assert_inert(out: str) -> None:
 def test_printable_escapes_what_is_not_printable() -> None:
     text = "a\tb\nc\x00\x1b\x7f\x9f\xa0é█\u202e\u2069\u2028\u2029\u200b\U000e0001\udcff ok"
     assert printable(text) == (
-        "a\\tb\\nc\\x00\\x1b\\x7f\\x9f\\xa0é█\\u202e\\u2069\\u2028\\u2029\\u200b\\U000e0001"
+        "a\\tb\\nc\\x00\\x1b\\x7f\\x9f\xa0é█\\u202e\\u2069\\u2028\\u2029\\u200b\\U000e0001"
         "\\udcff ok"
     )
+    # Text people write stays: CJK and no-break spaces, an emoji sequence with its joiner.
+    assert printable("1\u202f000\u3000字 👩\u200d💻") == "1\u202f000\u3000字 👩\u200d💻"
 
 
 @pytest.mark.parametrize(

@@ -182,6 +182,10 @@ def test_progress_passed_on_is_not_written_again_at_the_close_even_with_nan() ->
     translator.started(SpanFacts(**{**_fields(step), "end_ns": 0}))
     assert translator.progress(2, {"pct": float("nan")}) is not None
     assert [type(c).__name__ for c in translator.ended(step)] == ["StepEnded"]
+    step = span(2, 1, 10, 40, {JOB_STEP_KEY: "RENDER"}, (progress(20, v=(float("nan"), 1)),))
+    translator.started(SpanFacts(**{**_fields(step), "end_ns": 0}))
+    translator.progress(2, {"v": (float("nan"), 1)})  # an array attribute holding a NaN
+    assert [type(c).__name__ for c in translator.ended(step)] == ["StepEnded"]
     newer = span(2, 1, 10, 40, {JOB_STEP_KEY: "RENDER"}, (progress(30, pct=float("nan"), n=1),))
     translator.started(SpanFacts(**{**_fields(newer), "end_ns": 0}))
     translator.progress(2, {"pct": float("nan")})

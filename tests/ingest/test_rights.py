@@ -41,14 +41,19 @@ def no_delete_role(second_dsn: str, server_dsn: str) -> Iterator[str]:
         conn.execute(sql.SQL("DROP ROLE {}").format(name))
 
 
-def test_a_role_without_delete_is_refused_at_startup(no_delete_role: str) -> None:
-    staging = Staging(CollectSettings(no_delete_role, connections=1))
+def _refusal(dsn: str) -> str:
+    """What collect's startup check says to a role it refuses."""
+    staging = Staging(CollectSettings(dsn, connections=1))
     try:
         with pytest.raises(ConfigurationError) as refused:
             staging.check()
     finally:
         staging.close()
-    assert str(refused.value).endswith(
+    return str(refused.value)
+
+
+def test_a_role_without_delete_is_refused_at_startup(no_delete_role: str) -> None:
+    assert _refusal(no_delete_role).endswith(
         "lacks DELETE on job_event, DELETE on job_log, DELETE on otlp_span, DELETE on otlp_trace"
     )
 
@@ -57,13 +62,8 @@ def test_a_role_without_select_is_told_what_it_lacks(no_delete_role: str, second
     role = psycopg.conninfo.conninfo_to_dict(no_delete_role)["user"]
     with psycopg.connect(second_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("REVOKE SELECT ON otlp_span FROM {}").format(sql.Identifier(role)))
-    staging = Staging(CollectSettings(no_delete_role, connections=1))
-    try:
-        with pytest.raises(ConfigurationError) as refused:
-            staging.check()
-    finally:
-        staging.close()
-    assert "DELETE on otlp_span, SELECT on otlp_span, DELETE on otlp_trace" in str(refused.value)
+    refusal = _refusal(no_delete_role)
+    assert "DELETE on otlp_span, SELECT on otlp_span, DELETE on otlp_trace" in refusal
 
 
 def test_a_database_error_is_unavailable_not_a_crash(

@@ -56,6 +56,29 @@ def _kill(process: Any) -> None:
     assert process.exitcode == -signal.SIGKILL
 
 
+def _writer_backends(conn: psycopg.Connection[Any]) -> list[int]:
+    """Pids of the backends that writers hold in the test database."""
+    found = conn.execute(
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE application_name = 'otel_jobsteps' AND datname = current_database()"
+    ).fetchall()
+    assert found, "no writer connected"
+    return [pid for (pid,) in found]
+
+
+def _await_exit(conn: psycopg.Connection[Any], backends: list[int]) -> None:
+    """Until ``backends`` are gone: a statement a killed worker sent just before it died has
+    then landed or been rolled back, so it cannot overwrite what the test writes next."""
+    wait_until(
+        lambda: (
+            not conn.execute(
+                "SELECT FROM pg_stat_activity WHERE pid = ANY(%s)", (backends,)
+            ).fetchall()
+        ),
+        what=f"backends {backends} to exit",
+    )
+
+
 def _heartbeat(conn: psycopg.Connection[Any], job_id: str) -> Any:
     """The heartbeat on the job's latest step row (open, or closed between steps)."""
     found = conn.execute(
@@ -118,10 +141,12 @@ def test_sweep_settles_a_killed_worker_and_spares_a_live_quiet_one(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
     dead = _start(dsn, "killed")
+    dead_backends = _writer_backends(conn)  # the only worker so far
     alive = _start(dsn, "quiet", started_long_ago=True)  # an hour-long step, still beating
     try:
         last_beat = _await_beat_after(conn, "killed", None)
         _kill(dead)
+        _await_exit(conn, dead_backends)  # its last heartbeat must not land after the move
         # Let the silence be long: move the dead worker's last signs of life an hour back.
         conn.execute(
             "UPDATE job_event SET created_at = created_at - interval '1 hour',"
@@ -146,10 +171,12 @@ def test_sweep_settles_a_worker_killed_between_steps_and_spares_a_live_one(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
     dead = _start(dsn, "killed", between=True)
+    dead_backends = _writer_backends(conn)  # the only worker so far
     alive = _start(dsn, "quiet", started_long_ago=True, between=True)  # beating between steps
     try:
         last_beat = _await_beat_after(conn, "killed", None)
         _kill(dead)
+        _await_exit(conn, dead_backends)  # its last heartbeat must not land after the move
         conn.execute(
             "UPDATE job_event SET created_at = created_at - interval '1 hour',"
             " ended_at = ended_at - interval '1 hour',"

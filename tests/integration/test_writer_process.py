@@ -129,7 +129,9 @@ def test_the_writer_process_finishes_and_ends_with_its_job_process(
         from opentelemetry.sdk.trace import TracerProvider
         from otel_jobsteps import JobStepsProcessor, job_attempt, step
         provider = TracerProvider()
-        provider.add_span_processor(JobStepsProcessor({dsn!r}, writer="process"))
+        # The default 5 s to write what is queued at exit is short on a loaded machine.
+        processor = JobStepsProcessor({dsn!r}, writer="process", shutdown_timeout_ms=30_000)
+        provider.add_span_processor(processor)
         tracer = provider.get_tracer("script")
         for number in range(50):
             with job_attempt("render", f"exit-{{number}}", "thumbnail", tracer=tracer):

@@ -262,8 +262,9 @@ def test_refused_database_never_reaches_the_job(caplog: pytest.LogCaptureFixture
         with job_attempt("render", str(n), "t", tracer=tracer), step("RENDER", tracer=tracer):
             progress(pct=n)
     assert not processor.force_flush(300)
+    # However long the refused attempt takes on a loaded machine: it is counted once it failed.
+    wait_until(lambda: processor.stats().get("write_failed"), what="a refused connection")
     stats = processor.stats()
-    assert stats["write_failed"] >= 1
     assert "hunter2" not in repr(stats)
     assert "hunter2" not in caplog.text
     provider.shutdown()

@@ -200,9 +200,9 @@ class StepRecorder:
         self._batch = BatchBuilder()
         self._max_attempts = max_open_attempts
         self._on_evict = on_evict
-        self._attempts: dict[int, _Attempt] = {}
+        self._attempts: dict[tuple[int, int], _Attempt] = {}  # by job span (trace, span id)
         # Span ids of forgotten attempts, as bounded as the attempts themselves.
-        self._forgotten: dict[int, None] = {}
+        self._forgotten: dict[tuple[int, int], None] = {}
         self._handlers: dict[type, Callable[[Any], None]] = {
             JobStarted: self._job_started,
             StepStarted: self._step_started,
@@ -258,30 +258,29 @@ class StepRecorder:
     # -- commands -----------------------------------------------------------------------------
 
     def _attempt(self, scope: Scope) -> _Attempt:
-        state = self._attempts.get(scope.span_id)
+        key = (scope.trace_id, scope.span_id)
+        state = self._attempts.get(key)
         if state is None:
             state = self._new_attempt(scope)
             if len(self._attempts) >= self._max_attempts:
                 self._evict_oldest()
-            self._attempts[scope.span_id] = state
+            self._attempts[key] = state
         return state
 
     def _new_attempt(self, scope: Scope) -> _Attempt:
         trace_hex = format(scope.trace_id, "032x")
         execution_id = scope.execution or f"{trace_hex}:{scope.span_id:016x}"
-        forgotten = scope.span_id in self._forgotten
-        if forgotten:
-            del self._forgotten[scope.span_id]
+        forgotten = self._forgotten.pop((scope.trace_id, scope.span_id), False) is None
         return _Attempt(scope, execution_id, trace_hex, forgotten=forgotten)
 
     def _evict_oldest(self) -> None:
-        span_id, state = next(iter(self._attempts.items()))
-        del self._attempts[span_id]
+        key, state = next(iter(self._attempts.items()))
+        del self._attempts[key]
         step = state.open
         if step is not None:
             self._debounce.cancel(step)  # its trailing progress is dropped with it
             self._batch.seal(step.row)
-        self._forgotten[span_id] = None
+        self._forgotten[key] = None
         if len(self._forgotten) > self._max_attempts:
             del self._forgotten[next(iter(self._forgotten))]
         if self._on_evict is not None:
@@ -360,7 +359,8 @@ class StepRecorder:
         row.ended_us, row.message = _closing(state, row, command.end_ns // 1000, message)
 
     def _progress(self, command: ProgressReported) -> None:
-        state = self._attempts.get(command.scope.span_id)
+        scope = command.scope
+        state = self._attempts.get((scope.trace_id, scope.span_id))
         if state is None or state.open is None:
             return  # the step was closed already: a late event must not touch any row
         if state.open.key != clean_text(command.key, MAX_STEP_KEY_CHARS):
@@ -379,7 +379,8 @@ class StepRecorder:
             self._write_progress(step, due_now, now)
 
     def _step_ended(self, command: StepEnded) -> None:
-        state = self._attempts.get(command.scope.span_id)
+        scope = command.scope
+        state = self._attempts.get((scope.trace_id, scope.span_id))
         key = clean_text(command.key, MAX_STEP_KEY_CHARS)
         if state is None or state.open is None or state.open.key != key:
             return  # closed already by the next step or the job's end
@@ -400,7 +401,9 @@ class StepRecorder:
 
     def _job_ended(self, command: JobEnded) -> None:
         scope = command.scope
-        state = self._attempts.pop(scope.span_id, None) or self._attempt_for_end(scope)
+        state = self._attempts.pop((scope.trace_id, scope.span_id), None)
+        if state is None:
+            state = self._attempt_for_end(scope)
         end_us = command.end_ns // 1000
         reason = self._failure_reason(command)
         status = COMPLETED if reason is None else FAILED

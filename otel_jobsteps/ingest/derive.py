@@ -30,7 +30,6 @@ class Derived(NamedTuple):
 
     commands: list[Command]
     whole: bool
-    times: list[int]  # when each command happened (its span's start or end): to merge traces
 
 
 def trace_commands(
@@ -53,13 +52,10 @@ def trace_commands(
             latest[span.span_id] = span
     nodes = {span.span_id: span for span in map_trace(list(latest.values()), mappings)}
     commands: list[Command] = []
-    times: list[int] = []
     for is_start, span in _in_span_order(nodes):
         if not is_start:
             if JOB_EVENT_TYPE not in span.attributes:  # an event span is complete at its start
-                ended = translator.ended(span)
-                commands.extend(ended)
-                times.extend([span.end_ns] * len(ended))
+                commands.extend(translator.ended(span))
             continue
         started = translator.started(span)
         if span.span_id in derived_before and JOB_EVENT_TYPE in span.attributes:
@@ -67,8 +63,7 @@ def trace_commands(
                 c for c in started if not (isinstance(c, EventRecorded) and not c.scope.trace_id)
             ]
         commands.extend(started)
-        times.extend([span.start_ns] * len(started))
-    return Derived(commands, _whole(nodes), times)
+    return Derived(commands, _whole(nodes))
 
 
 def _whole(nodes: dict[int, SpanFacts]) -> bool:

@@ -13,7 +13,6 @@ its job span) is kept for ``settle_open_after_s``.
 
 from __future__ import annotations
 
-import heapq
 import json
 import queue
 import time
@@ -21,7 +20,6 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -29,7 +27,7 @@ import psycopg
 from ..batch import Batch
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..facts import SpanFacts
-from ..recorder import Command, JobEnded, JobStarted, StepRecorder
+from ..recorder import JobEnded, JobStarted, StepRecorder
 from ..schema import check_writable_tables
 from ..sql import qualified_queries
 from ..stats import Stats
@@ -233,15 +231,12 @@ class Staging:
         replaced: list[str] = []  # traces derived anew: their earlier rows go
         written: dict[str, list[list[Any]] | None] = {}
         whole: dict[str, bool | None] = {}  # None: as it was (its derivation failed)
-        timelines: list[list[tuple[int, int, str, Command]]] = []
-        # Traces in the order they began, their commands merged by time: one job's attempts in
-        # different traces meet as they happened (attempt 2's start before attempt 1's end
-        # abandons it, as the processor sees it; at one instant the trace begun first goes first).
-        begun = sorted(changed, key=lambda trace: min(span.start_ns for span in spans[trace]))
-        for rank, trace in enumerate(begun):
+        # Traces in the order they began: one job's attempts in different traces then meet in
+        # the batch as they happened (attempt 1's end before attempt 2's start settles it).
+        for trace in sorted(changed, key=lambda t: min(s.start_ns for s in spans[t])):
             translator = SpanTranslator(problem=self.stats.problem)
             try:
-                derived = trace_commands(
+                commands, whole[trace] = trace_commands(
                     spans[trace],
                     translator,
                     mappings=self.settings.mappings,
@@ -254,21 +249,17 @@ class Staging:
                 written[trace] = state[trace][2]
                 whole[trace] = None
                 continue
-            whole[trace] = derived.whole
-            timed = zip(derived.times, derived.commands, strict=True)
-            timelines.append([(at, rank, trace, command) for at, command in timed])
+            attempts: dict[tuple[str, str, int], None] = {}
+            produced = False
+            for command in commands:
+                if isinstance(command, (JobStarted, JobEnded)):
+                    scope = command.scope
+                    attempts[(scope.domain, scope.job_id, scope.attempt)] = None
+                recorder.handle(command)
+                produced = True
             # NULL until the trace writes a row: then it is no orphan when settled.
-            written[trace] = [] if derived.commands else None
+            written[trace] = [list(key) for key in attempts] if produced else None
             replaced.append(trace)
-        attempts: dict[str, dict[tuple[str, str, int], None]] = {trace: {} for trace in replaced}
-        for _, _, trace, command in heapq.merge(*timelines, key=itemgetter(0, 1)):
-            if isinstance(command, (JobStarted, JobEnded)):
-                scope = command.scope
-                attempts[trace][(scope.domain, scope.job_id, scope.attempt)] = None
-            recorder.handle(command)
-        for trace in replaced:
-            if written[trace] is not None:
-                written[trace] = [list(key) for key in attempts[trace]]
         previous = [(*key, trace) for trace in replaced for key in state[trace][2] or ()]
         if previous:
             columns = list(zip(*previous, strict=True))

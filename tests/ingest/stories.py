@@ -11,8 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.trace import INVALID_SPAN, Tracer, set_span_in_context
-from opentelemetry.trace import Span as LiveSpan
+from opentelemetry.trace import Tracer
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, record_event, step
 from otel_jobsteps.attributes import JOB_OUTCOME, JOB_STEP_DETAIL, OUTCOME_TARGET_DELETED
@@ -79,21 +78,3 @@ class Recording:
 
     def close(self) -> None:
         self.provider.shutdown()
-
-
-def overlapping_attempts(tracer: Tracer, suffix: str = "") -> None:
-    """Attempt 1 still runs (a zombie) when attempt 2 starts, in another trace, and ends after
-    attempt 2 finished: attempt 2's start abandons attempt 1 (span times given explicitly)."""
-    job_id, ms, base = "ov" + suffix, 1_000_000, time.time_ns()
-
-    def started(name: str, parent: LiveSpan, at_ms: int, **attributes: object) -> LiveSpan:
-        context = set_span_in_context(parent)
-        return tracer.start_span(name, context, attributes=attributes, start_time=base + at_ms * ms)
-
-    job = {"job.domain": "d", "job.id": job_id, "job.type": "t"}
-    first = started("job 1", INVALID_SPAN, 0, **job, **{"job.attempt": 1})
-    first_step = started("work", first, 1, **{"job.step.key": "WORK"})
-    second = started("job 2", INVALID_SPAN, 100, **job, **{"job.attempt": 2})
-    second_step = started("work", second, 101, **{"job.step.key": "WORK"})
-    for span, at_ms in ((second_step, 150), (second, 200), (first_step, 300), (first, 310)):
-        span.end(end_time=base + at_ms * ms)

@@ -166,6 +166,10 @@ class _LiveSpans:
         self.handle = watch.handle
         self._clock = watch.clock
 
+    def shed_progress_when(self, backlogged: Callable[[], bool]) -> None:
+        """The writer's backlog test: polling and recording progress both stop while it holds."""
+        self.watch.backlogged = self.interpretation.backlogged = backlogged
+
     def next_due(self) -> float | None:
         due = self.interpretation.recorder.next_due()
         poll = self.watch.next_poll()
@@ -305,8 +309,7 @@ class JobStepsProcessor(SpanProcessor):
                 heartbeat_interval_s=heartbeat_interval_s,
                 clock=clock,
             )
-            self._live.watch.backlogged = self._writer.backlogged
-            self._live.interpretation.backlogged = self._writer.backlogged
+            self._live.shed_progress_when(self._writer.backlogged)
             self._submit = self._writer.submit
         # Span id -> True for every queued span not yet ended (job thread; bounded, oldest out).
         self._in_scope: dict[int, bool] = {}
@@ -415,6 +418,5 @@ class JobStepsProcessor(SpanProcessor):
             self._relay.after_fork_in_child()
             return
         self._live = self._live_spans()
-        self._live.watch.backlogged = self._writer.backlogged
-        self._live.interpretation.backlogged = self._writer.backlogged
+        self._live.shed_progress_when(self._writer.backlogged)
         self._writer.after_fork_in_child(self._live)

@@ -58,13 +58,9 @@ def _error_text(span: SpanFacts) -> str | None:
     return span.status_message or None
 
 
-def _same_progress(latest: Mapping[str, Any], reported: Mapping[str, Any]) -> bool:
-    """Whether a step's newest progress is what was passed on; a NaN equals a NaN here (a copy
-    made by the writer process's pipe is another float object, and NaN != NaN)."""
-    return latest is reported or latest == reported or _same(latest, reported)
-
-
 def _same(a: Any, b: Any) -> bool:
+    """Equal, a NaN equal to a NaN at any depth: progress passed on and the newest one compared
+    (a copy made by the writer process's pipe holds other float objects, and NaN != NaN)."""
     if a == b or (a != a and b != b):  # NaN is the only value unequal to itself
         return True
     if isinstance(a, tuple | list) and isinstance(b, tuple | list):
@@ -172,7 +168,7 @@ class SpanTranslator:
         # shed while the writer's backlog was at its bound.
         latest = latest_progress(reversed(span.events))
         reported = found.reported
-        if latest and (reported is None or not _same_progress(latest, reported)):
+        if latest and (reported is None or not _same(latest, reported)):
             commands.append(ProgressReported(scope, key, latest))
         explicit = attributes.get(attr.JOB_STEP_DETAIL)
         commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error))

@@ -165,26 +165,21 @@ def create_app(
             return unavailable(media_type)
         try:
             body = await _body(request, max_body_bytes)
+            # Only as many bodies are decoded as connections can stage them (read outside: a
+            # slow client holds no slot): the others wait encoded, so memory holds at most that
+            # many decoded requests (a 16 MiB body of small spans decodes to some 200 MiB).
+            async with staging_slots:
+                decoded = await run_in_threadpool(decode, body)
+                receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
         except _TooLarge:
             staging.stats.add("too_large_answers")
             return _status(_INVALID_ARGUMENT, f"body over {max_body_bytes} bytes", media_type, 413)
         except BadRequest as error:
             staging.stats.add("bad_requests")
             return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
-        # Only as many bodies are decoded as connections can stage them (read outside: a slow
-        # client holds no slot): the others wait encoded, so memory holds at most that many
-        # decoded requests (a 16 MiB body of small spans decodes to some 200 MiB).
-        async with staging_slots:
-            try:
-                decoded = await run_in_threadpool(decode, body)
-            except BadRequest as error:
-                staging.stats.add("bad_requests")
-                return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
-            try:
-                receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
-            except StagingUnavailable as error:
-                staging.stats.problem("database_unavailable", error)
-                return unavailable(media_type)
+        except StagingUnavailable as error:
+            staging.stats.problem("database_unavailable", error)
+            return unavailable(media_type)
         response = ExportTraceServiceResponse()
         rejected = decoded.rejected + receipt.rejected
         if rejected:

@@ -86,10 +86,10 @@ def _waits_for_a_parent(span: SpanFacts, nodes: dict[int, SpanFacts]) -> bool:
     seen: set[int] = set()
     node = span
     while JOB_ID not in node.attributes:
-        parent_id = node.parent_span_id
-        if not parent_id or parent_id in seen or parent_id == node.span_id:
-            return False  # outside any job (as the processor sees it), or a parent cycle
         seen.add(node.span_id)
+        parent_id = node.parent_span_id
+        if not parent_id or parent_id in seen:
+            return False  # outside any job (as the processor sees it), or a parent cycle
         parent = nodes.get(parent_id)
         if parent is None:
             return True

@@ -49,6 +49,11 @@ _RESTART_BACKOFF_S = (0.5, 30.0)
 _GAUGES = frozenset({"queued", "open_attempts", "open_spans", "backlogged"})
 
 
+def _adds_up(name: str, value: object) -> bool:
+    """A counter that carries over from a dead writer process to the next one's."""
+    return name not in _GAUGES and isinstance(value, int)
+
+
 @dataclass(frozen=True)
 class WriterSettings:
     """What the writer process needs to write as the writer thread would (sent as JSON)."""
@@ -372,7 +377,7 @@ class Relay:
             latest = self._latest_stats
             merged: dict[str, Any] = dict(self._dead_stats)
         for name, value in latest.items():
-            if name in _GAUGES or not isinstance(value, int):
+            if not _adds_up(name, value):
                 merged[name] = value
             else:
                 merged[name] = merged.get(name, 0) + value
@@ -545,7 +550,7 @@ class Relay:
                     {
                         name: value
                         for name, value in self._latest_stats.items()
-                        if name not in _GAUGES and isinstance(value, int)
+                        if _adds_up(name, value)
                     }
                 )
                 self._latest_stats = {}

@@ -28,17 +28,27 @@ SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
 def app_from_environment() -> Starlette:
     """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
     (uvicorn's factory for each worker process)."""
+    from ..stats import Stats
     from .app import create_app
+    from .metrics import CollectMetrics, RequestMetricsMiddleware, exporting_readers
     from .staging import Staging
 
     settings = CollectSettings.from_json(os.environ[SETTINGS_ENV])
-    return create_app(
-        Staging(settings),
+    stats = Stats()
+    metrics = CollectMetrics(
+        stats, settled_at=lambda: staging.settled_at, readers=exporting_readers()
+    )
+    staging = Staging(settings, stats=stats, on_committed=metrics.steps.record)
+    app = create_app(
+        staging,
         max_body_bytes=settings.max_body_bytes,
         max_in_flight=4 * settings.connections,
         retry_after_s=settings.retry_after_s,
         settle_every_s=min(60.0, max(1.0, settings.settle_after_s / 4)),
     )
+    app.router.routes.append(metrics.route())
+    app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
+    return app
 
 
 def serve_collect(

@@ -1,0 +1,169 @@
+"""Step RED metrics: what a committed batch closed and finished, through the ``otel_jobsteps``
+meter. Recorded by whoever commits (the writer, ``collect``), never on the job's thread."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from opentelemetry import metrics
+
+from .attributes import JOB_DOMAIN, JOB_STEP_KEY, JOB_TYPE
+from .errors import ConfigurationError
+
+__all__ = [
+    "ATTEMPTS",
+    "DEFAULT_MAX_STEP_KEYS",
+    "DURATION_BUCKETS_S",
+    "OTHER_STEP_KEY",
+    "STEP_DURATION",
+    "ClosedStep",
+    "Committed",
+    "FinishedAttempt",
+    "StepMetrics",
+]
+
+STEP_DURATION = "otel_jobsteps.step.duration"
+ATTEMPTS = "otel_jobsteps.attempts"
+# Jobs run from milliseconds to an hour: 10 ms ... 1 h.
+DURATION_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    1800.0, 3600.0,
+)  # fmt: skip
+# Step keys of a job type beyond the bound are recorded under this one value.
+OTHER_STEP_KEY = "__other__"
+DEFAULT_MAX_STEP_KEYS = 100
+MAX_STEP_KEYS_ENV = "OTEL_JOBSTEPS_METRICS_MAX_STEP_KEYS"
+JOB_STEP_STATUS = "job.step.status"
+JOB_STATUS = "job.status"
+JOB_REASON = "job.reason"
+
+
+class ClosedStep(NamedTuple):
+    """A step row a transaction closed (or inserted closed)."""
+
+    trace_id: str | None
+    span_id: str | None
+    domain: str
+    job_type: str | None
+    step_key: str | None
+    status: str
+    seconds: float
+
+
+class FinishedAttempt(NamedTuple):
+    """A final ``job_log`` row a transaction inserted."""
+
+    domain: str
+    job_id: str
+    attempt: int
+    job_type: str | None
+    status: str
+    reason: str | None
+
+
+@dataclass(slots=True)
+class Committed:
+    """What one transaction changed that metrics count: only rows its statements did change."""
+
+    steps: list[ClosedStep] = field(default_factory=list)
+    attempts: list[FinishedAttempt] = field(default_factory=list)
+
+    def extend(self, other: Committed) -> None:
+        self.steps.extend(other.steps)
+        self.attempts.extend(other.attempts)
+
+    def without(
+        self,
+        steps: Iterable[tuple[str | None, str | None]],
+        attempts: Iterable[tuple[str, str, int]],
+    ) -> Committed:
+        """This, less the steps (trace id, span id) and attempts already counted before."""
+        old_steps, old_attempts = set(steps), set(attempts)
+        return Committed(
+            [s for s in self.steps if (s.trace_id, s.span_id) not in old_steps],
+            [a for a in self.attempts if (a.domain, a.job_id, a.attempt) not in old_attempts],
+        )
+
+
+def max_step_keys_from_environment(value: int | None) -> int:
+    """``value``, else ``OTEL_JOBSTEPS_METRICS_MAX_STEP_KEYS``, else the default (>= 1)."""
+    if value is None:
+        raw = os.environ.get(MAX_STEP_KEYS_ENV, "")
+        try:
+            value = int(raw) if raw else DEFAULT_MAX_STEP_KEYS
+        except ValueError:
+            message = f"{MAX_STEP_KEYS_ENV} must be an integer, got {raw!r}"
+            raise ConfigurationError(message) from None
+    if value < 1:
+        raise ConfigurationError(f"max_step_keys must be positive, got {value!r}")
+    return value
+
+
+class StepMetrics:
+    """The step duration histogram and the attempts counter, step keys bounded per job type."""
+
+    def __init__(
+        self,
+        meter_provider: metrics.MeterProvider | None = None,
+        *,
+        max_step_keys: int | None = None,
+        on_folded: Callable[[int], None] = lambda count: None,
+    ) -> None:
+        meter = metrics.get_meter("otel_jobsteps", meter_provider=meter_provider)
+        self._duration = meter.create_histogram(
+            STEP_DURATION,
+            unit="s",
+            description="Duration of committed steps, by job type, step key and status",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+        )
+        self._attempts = meter.create_counter(
+            ATTEMPTS,
+            unit="{attempt}",
+            description="Finished attempts committed, by job type, status and reason",
+        )
+        self._max_step_keys = max_step_keys_from_environment(max_step_keys)
+        self._on_folded = on_folded  # counts steps recorded under OTHER_STEP_KEY
+        self._keys: dict[str | None, set[str]] = {}
+        # Attribute dicts by their values: a batch's steps mostly repeat a few.
+        self._step_attributes: dict[tuple[str, str | None, str, str], dict[str, str]] = {}
+
+    def record(self, committed: Committed) -> None:
+        """Record what one committed transaction changed."""
+        folded = 0
+        record_duration = self._duration.record
+        for step in committed.steps:
+            key = self._bounded_key(step.job_type, step.step_key or "")
+            folded += key is OTHER_STEP_KEY
+            record_duration(max(step.seconds, 0.0), self._attributes(step, key))
+        for attempt in committed.attempts:
+            attributes = {JOB_DOMAIN: attempt.domain, JOB_STATUS: attempt.status}
+            if attempt.job_type is not None:
+                attributes[JOB_TYPE] = attempt.job_type
+            if attempt.reason:
+                attributes[JOB_REASON] = attempt.reason
+            self._attempts.add(1, attributes)
+        if folded:
+            self._on_folded(folded)
+
+    def _bounded_key(self, job_type: str | None, step_key: str) -> str:
+        keys = self._keys.setdefault(job_type, set())
+        if step_key in keys:
+            return step_key
+        if len(keys) >= self._max_step_keys:
+            return OTHER_STEP_KEY
+        keys.add(step_key)
+        return step_key
+
+    def _attributes(self, step: ClosedStep, key: str) -> dict[str, str]:
+        values = (step.domain, step.job_type, key, step.status)
+        attributes = self._step_attributes.get(values)
+        if attributes is None:
+            attributes = {JOB_DOMAIN: step.domain, JOB_STEP_KEY: key, JOB_STEP_STATUS: step.status}
+            if step.job_type is not None:
+                attributes[JOB_TYPE] = step.job_type
+            if len(self._step_attributes) < 10_000:  # a cache, bounded like the keys
+                self._step_attributes[values] = attributes
+        return attributes

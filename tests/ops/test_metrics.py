@@ -1,0 +1,104 @@
+"""Step metrics through OpenTelemetry: recorded for what the writer committed, both doors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_jobsteps import job_attempt, step
+from otel_jobsteps.demo import record_seed_story
+from otel_jobsteps.metrics import ATTEMPTS, DURATION_BUCKETS_S, OTHER_STEP_KEY, STEP_DURATION
+from tests.helpers import TracingFactory
+
+# The seed story, counted: what its rows say (RENDER twice, SAVE failed then completed).
+SEED_STEPS = {
+    ("demo", "thumbnail", "RENDER", "COMPLETED"): 2,
+    ("demo", "thumbnail", "SAVE", "FAILED"): 1,
+    ("demo", "thumbnail", "SAVE", "COMPLETED"): 1,
+}
+SEED_ATTEMPTS = {
+    ("demo", "thumbnail", "FAILED", "error"): 1,
+    ("demo", "thumbnail", "COMPLETED", None): 1,
+}
+
+
+def points(reader: InMemoryMetricReader, name: str) -> list[Any]:
+    data = reader.get_metrics_data()
+    return [
+        point
+        for resource in (data.resource_metrics if data else ())
+        for scope in resource.scope_metrics
+        if scope.scope.name == "otel_jobsteps"
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+    ]
+
+
+STEP_LABELS = ("job.domain", "job.type", "job.step.key", "job.step.status")
+ATTEMPT_LABELS = ("job.domain", "job.type", "job.status", "job.reason")
+
+
+def step_counts(reader: InMemoryMetricReader) -> dict[tuple[Any, ...], int]:
+    return {
+        tuple(p.attributes.get(k) for k in STEP_LABELS): p.count
+        for p in points(reader, STEP_DURATION)
+    }
+
+
+def attempt_counts(reader: InMemoryMetricReader) -> dict[tuple[Any, ...], int]:
+    return {
+        tuple(p.attributes.get(k) for k in ATTEMPT_LABELS): p.value
+        for p in points(reader, ATTEMPTS)
+    }
+
+
+def metered(tracing: TracingFactory, **options: Any) -> tuple[Any, Any, InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    tracer, processor = tracing(meter_provider=MeterProvider(metric_readers=[reader]), **options)
+    return tracer, processor, reader
+
+
+def test_the_seed_story_counted_as_its_rows_say(tracing: TracingFactory) -> None:
+    tracer, processor, reader = metered(tracing)
+    record_seed_story(tracer, "42")
+    assert processor.force_flush(10_000)
+    assert step_counts(reader) == SEED_STEPS
+    assert attempt_counts(reader) == SEED_ATTEMPTS
+    (render,) = [
+        p for p in points(reader, STEP_DURATION) if p.attributes["job.step.key"] == "RENDER"
+        and p.attributes["job.step.status"] == "COMPLETED"
+    ]  # fmt: skip
+    assert tuple(render.explicit_bounds) == DURATION_BUCKETS_S
+
+
+def test_a_close_that_matched_nothing_is_not_counted(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor, reader = metered(tracing)
+    with job_attempt("demo", "9", "thumbnail", tracer=tracer):
+        with step("RENDER", tracer=tracer):
+            assert processor.force_flush(10_000)  # the step's row is open in the database
+            # Someone else (sweep, another worker) closes it first: our close loses the race.
+            conn.execute("UPDATE job_event SET ended_at = now(), step_status = 'FAILED'")
+    assert processor.force_flush(10_000)
+    assert step_counts(reader) == {}
+    assert attempt_counts(reader) == {("demo", "thumbnail", "COMPLETED", None): 1}
+
+
+def test_step_keys_beyond_the_bound_are_folded_and_counted(tracing: TracingFactory) -> None:
+    tracer, processor, reader = metered(tracing, max_step_keys=2)
+    with job_attempt("demo", "9", "thumbnail", tracer=tracer):
+        for key in ("A", "B", "C", "D", "A"):
+            with step(key, tracer=tracer):
+                pass
+    assert processor.force_flush(10_000)
+    assert step_counts(reader) == {
+        ("demo", "thumbnail", "A", "COMPLETED"): 2,
+        ("demo", "thumbnail", "B", "COMPLETED"): 1,
+        ("demo", "thumbnail", OTHER_STEP_KEY, "COMPLETED"): 2,
+    }
+    assert processor.stats()["metrics_step_keys_folded"] == 2

@@ -311,6 +311,7 @@ def _serve(args: argparse.Namespace) -> int:
         token=token,
         no_auth=args.no_auth,
         announce=lambda line: print(line, flush=True),
+        silent_after=args.silent_after,
     )
     return 0
 
@@ -500,6 +501,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     web.add_argument(
         "--no-auth", action="store_true", help="allow a non-loopback --listen without a token"
+    )
+    web.add_argument(
+        "--silent-after",
+        type=_duration_argument,
+        default=_duration_argument("5m"),
+        metavar="DURATION",
+        help="an open step with no start or heartbeat for this long counts as silent in "
+        "/metrics (5m)",
     )
     collect = command(
         "collect",

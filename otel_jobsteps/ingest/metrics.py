@@ -116,7 +116,7 @@ class CollectMetrics:
         )
 
     def answered(self, status: int, seconds: float) -> None:
-        attributes = {
+        attributes: dict[str, str | int] = {
             "outcome": _OUTCOMES.get(status, "error"),
             "http.response.status_code": status,
         }

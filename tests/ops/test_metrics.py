@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import psycopg
@@ -10,8 +11,19 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_jobsteps import job_attempt, step
 from otel_jobsteps.demo import record_seed_story
-from otel_jobsteps.metrics import ATTEMPTS, DURATION_BUCKETS_S, OTHER_STEP_KEY, STEP_DURATION
+from otel_jobsteps.ingest.decode import decode_protobuf
+from otel_jobsteps.ingest.settings import CollectSettings
+from otel_jobsteps.ingest.staging import Staging
+from otel_jobsteps.metrics import (
+    ATTEMPTS,
+    DURATION_BUCKETS_S,
+    OTHER_STEP_KEY,
+    STEP_DURATION,
+    StepMetrics,
+)
 from tests.helpers import TracingFactory
+from tests.ingest.requests import request_of
+from tests.ingest.stories import Recording, seed_story
 
 # The seed story, counted: what its rows say (RENDER twice, SAVE failed then completed).
 SEED_STEPS = {
@@ -102,3 +114,25 @@ def test_step_keys_beyond_the_bound_are_folded_and_counted(tracing: TracingFacto
         ("demo", "thumbnail", OTHER_STEP_KEY, "COMPLETED"): 2,
     }
     assert processor.stats()["metrics_step_keys_folded"] == 2
+
+
+def test_collect_counts_the_seed_story_once_however_it_arrives(dsn: str, second_dsn: str) -> None:
+    recording = Recording(dsn)
+    try:
+        spans = recording.spans(seed_story, "")
+    finally:
+        recording.close()
+    # One span a request, shuffled, some twice: every request derives its traces again.
+    pool = spans + spans[:3]
+    random.Random(7).shuffle(pool)
+    reader = InMemoryMetricReader()
+    metrics = StepMetrics(MeterProvider(metric_readers=[reader]))
+    staging = Staging(CollectSettings(second_dsn, connections=1), on_committed=metrics.record)
+    try:
+        for span in pool:
+            decoded = decode_protobuf(request_of([span]).SerializeToString())
+            staging.receive(decoded.spans, decoded.wire)
+    finally:
+        staging.close()
+    assert step_counts(reader) == SEED_STEPS
+    assert attempt_counts(reader) == SEED_ATTEMPTS

@@ -1,4 +1,4 @@
-"""``otel-jobsteps``: migrate, show, jobs, tail, sweep, prune, demo, serve.
+"""``otel-jobsteps``: migrate, show, jobs, tail, sweep, prune, demo, serve, collect, ops.
 
 Exit codes: 0 done, 1 the job asked for does not exist, 2 bad input or the database is
 unreachable or not migrated (one line on stderr, never a traceback, never a password), 130
@@ -399,6 +399,13 @@ def _integer_option(
     )
 
 
+def _ops(args: argparse.Namespace) -> int:
+    from .ops import OPS_FILES, read_ops_file
+
+    sys.stdout.write(read_ops_file(OPS_FILES[args.ops_file]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``otel-jobsteps``."""
     parser = _Parser(
@@ -563,6 +570,9 @@ def build_parser() -> argparse.ArgumentParser:
         1,
         "processes sharing the port; each decodes and derives on its own core (1)",
     )
+    ops = command("ops", _ops, "print a file for operators shipped with the package")
+    files = ops.add_subparsers(dest="ops_file", required=True, metavar="FILE")
+    files.add_parser("alerts", help="Prometheus alerting rules for the exported metrics (YAML)")
     return parser
 
 

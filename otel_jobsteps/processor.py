@@ -296,7 +296,13 @@ class JobStepsProcessor(SpanProcessor):
                 self._max_open_spans,
                 auto_migrate,
             )
-            self._relay = Relay(self._watch, settings, self._stats, max_queue_size=queue_size)
+            self._relay = Relay(
+                self._watch,
+                settings,
+                self._stats,
+                max_queue_size=queue_size,
+                on_committed=step_metrics.record,
+            )
             self._submit = self._relay.submit
         else:
             self._store = store or StepStore(

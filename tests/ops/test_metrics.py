@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 import psycopg
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -74,8 +75,9 @@ def metered(tracing: TracingFactory, **options: Any) -> tuple[Any, Any, InMemory
     return tracer, processor, reader
 
 
-def test_the_seed_story_counted_as_its_rows_say(tracing: TracingFactory) -> None:
-    tracer, processor, reader = metered(tracing)
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_the_seed_story_counted_as_its_rows_say(tracing: TracingFactory, writer: str) -> None:
+    tracer, processor, reader = metered(tracing, writer=writer)
     record_seed_story(tracer, "42")
     assert processor.force_flush(10_000)
     assert step_counts(reader) == SEED_STEPS

@@ -73,6 +73,7 @@ def serve_collect(
     import uvicorn
 
     from ..db import redact
+    from .metrics import metric_exporters
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
@@ -86,6 +87,7 @@ def serve_collect(
         max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         retry_after_s=retry_after_s,
     )
+    metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))
     try:
         checker.check()

@@ -31,7 +31,7 @@ from ..metrics import StepMetrics
 from ..prometheus import CONTENT_TYPE_LATEST, OpenTelemetryCollector, exposition
 from ..stats import Stats
 
-__all__ = ["CollectMetrics", "RequestMetricsMiddleware", "exporting_readers"]
+__all__ = ["CollectMetrics", "RequestMetricsMiddleware", "exporting_readers", "metric_exporters"]
 
 _OUTCOMES = {200: "ok", 400: "bad_request", 413: "too_large", 415: "unsupported_media_type",
              429: "busy", 503: "unavailable"}  # fmt: skip
@@ -40,29 +40,37 @@ _SPAN_OUTCOMES = {"staged": "spans_staged", "duplicate": "spans_duplicate",
 _REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-def exporting_readers(environ: Mapping[str, str] = os.environ) -> list[MetricReader]:
-    """A reader per exporter ``OTEL_METRICS_EXPORTER`` names (``prometheus``: /metrics only)."""
+def metric_exporters(environ: Mapping[str, str] = os.environ) -> list[Any]:
+    """The exporter (or reader) classes ``OTEL_METRICS_EXPORTER`` names, loaded from their
+    entry points as the SDK's configuration does (``prometheus``: /metrics, already there).
+    `ConfigurationError` for a name no installed package provides."""
     names = [n.strip() for n in environ.get("OTEL_METRICS_EXPORTER", "").split(",") if n.strip()]
     protocol = environ.get(
         "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
     )
-    readers: list[MetricReader] = []
+    found = []
     for name in names:
         if name in ("none", "prometheus"):
             continue
         if name == "otlp":
             name = "otlp_proto_grpc" if protocol == "grpc" else "otlp_proto_http"
-        found = entry_points(group="opentelemetry_metrics_exporter", name=name)
-        if not found:
+        points = entry_points(group="opentelemetry_metrics_exporter", name=name)
+        if not points:
             raise ConfigurationError(
                 f"OTEL_METRICS_EXPORTER names {name!r}, which no installed package provides"
             )
-        exporter = next(iter(found)).load()
-        readers.append(
-            exporter() if isinstance(exporter, type) and issubclass(exporter, MetricReader)
-            else PeriodicExportingMetricReader(exporter())
-        )  # fmt: skip
-    return readers
+        found.append(next(iter(points)).load())
+    return found
+
+
+def exporting_readers(environ: Mapping[str, str] = os.environ) -> list[MetricReader]:
+    """A reader per exporter ``OTEL_METRICS_EXPORTER`` names; ``OTEL_EXPORTER_OTLP_*`` and
+    ``OTEL_METRIC_EXPORT_INTERVAL`` are read by the exporter and the reader themselves."""
+    return [
+        exporter() if isinstance(exporter, type) and issubclass(exporter, MetricReader)
+        else PeriodicExportingMetricReader(exporter())
+        for exporter in metric_exporters(environ)
+    ]  # fmt: skip
 
 
 class CollectMetrics:

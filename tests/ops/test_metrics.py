@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from typing import Any
 
 import psycopg
@@ -22,7 +25,8 @@ from otel_jobsteps.metrics import (
     STEP_DURATION,
     StepMetrics,
 )
-from tests.helpers import TracingFactory
+from tests.helpers import TracingFactory, free_port, wait_until
+from tests.ingest.collector import CollectorFactory
 from tests.ingest.requests import request_of
 from tests.ingest.stories import Recording, seed_story
 
@@ -138,3 +142,23 @@ def test_collect_counts_the_seed_story_once_however_it_arrives(dsn: str, second_
         staging.close()
     assert step_counts(reader) == SEED_STEPS
     assert attempt_counts(reader) == SEED_ATTEMPTS
+
+
+def test_collect_pushes_through_the_exporter_otel_metrics_exporter_names(
+    start_collect: CollectorFactory, second_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")
+    collector = start_collect(second_dsn)
+    wait_until(lambda: "otel_jobsteps.collect.requests" in collector.log(), what="a console export")
+
+
+def test_an_unknown_metrics_exporter_is_a_clear_error(second_dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", second_dsn,
+         "--listen", f"127.0.0.1:{free_port()}"],
+        env={**os.environ, "OTEL_METRICS_EXPORTER": "nosuch"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "OTEL_METRICS_EXPORTER names 'nosuch'" in done.stderr

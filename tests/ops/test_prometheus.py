@@ -10,9 +10,13 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import free_port, open_step, wait_until
+from otel_jobsteps import job_attempt
+from otel_jobsteps.prometheus import OpenTelemetryCollector, exposition
+from tests.helpers import TracingFactory, free_port, open_step, wait_until
 from tests.ingest.collector import CollectorFactory
 from tests.ingest.requests import post, request_of
 from tests.ingest.stories import Recording, seed_story
@@ -122,3 +126,18 @@ def test_collect_exports_the_step_metrics_it_recorded(
     assert value(found, "otel_jobsteps_collect_spans_total", outcome="duplicate") == 2
     assert ("otel_jobsteps_collect_settle_lag_seconds", frozenset()) in found
     check_metrics(reply.text)
+
+
+def test_the_processors_counters_get_the_names_the_alerts_use(tracing: TracingFactory) -> None:
+    reader = InMemoryMetricReader()
+    tracer, processor = tracing(meter_provider=MeterProvider(metric_readers=[reader]))
+    processor.shutdown()
+    with job_attempt("demo", "1", "thumbnail", tracer=tracer):  # after shutdown: dropped
+        pass
+
+    text = exposition([OpenTelemetryCollector(reader)]).decode()
+
+    found = samples(text)
+    assert value(found, "otel_jobsteps_dropped_total", kind="SpanStarted") == 1
+    assert "otel_jobsteps_queue_length" in {name for name, _ in found}
+    check_metrics(text)

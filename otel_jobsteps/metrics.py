@@ -17,12 +17,14 @@ __all__ = [
     "ATTEMPTS",
     "DEFAULT_MAX_STEP_KEYS",
     "DURATION_BUCKETS_S",
+    "MAX_STEP_KEYS_ENV",
     "OTHER_STEP_KEY",
     "STEP_DURATION",
     "ClosedStep",
     "Committed",
     "FinishedAttempt",
     "StepMetrics",
+    "max_step_keys_from_environment",
 ]
 
 STEP_DURATION = "otel_jobsteps.step.duration"

@@ -15,15 +15,19 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_jobsteps import job_attempt, step
 from otel_jobsteps.demo import record_seed_story
+from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.ingest.decode import decode_protobuf
 from otel_jobsteps.ingest.settings import CollectSettings
 from otel_jobsteps.ingest.staging import Staging
 from otel_jobsteps.metrics import (
     ATTEMPTS,
+    DEFAULT_MAX_STEP_KEYS,
     DURATION_BUCKETS_S,
+    MAX_STEP_KEYS_ENV,
     OTHER_STEP_KEY,
     STEP_DURATION,
     StepMetrics,
+    max_step_keys_from_environment,
 )
 from tests.helpers import TracingFactory, free_port, wait_until
 from tests.ingest.collector import CollectorFactory
@@ -162,3 +166,27 @@ def test_an_unknown_metrics_exporter_is_a_clear_error(second_dsn: str) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "OTEL_METRICS_EXPORTER names 'nosuch'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "environment", "expected"),
+    [
+        pytest.param(None, None, DEFAULT_MAX_STEP_KEYS, id="default"),
+        pytest.param(None, "7", 7, id="environment"),
+        pytest.param(3, "7", 3, id="argument-first"),
+        pytest.param(None, "many", ConfigurationError, id="not-a-number"),
+        pytest.param(0, None, ConfigurationError, id="zero"),
+    ],
+)
+def test_the_step_key_bound(
+    value: int | None, environment: str | None, expected: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if environment is None:
+        monkeypatch.delenv(MAX_STEP_KEYS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(MAX_STEP_KEYS_ENV, environment)
+    if expected is ConfigurationError:
+        with pytest.raises(ConfigurationError):
+            max_step_keys_from_environment(value)
+    else:
+        assert max_step_keys_from_environment(value) == expected

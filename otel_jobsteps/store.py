@@ -273,6 +273,8 @@ class StepStore:
         self._on_connect = on_connect
         self._conn: psycopg.Connection[Any] | None = None
         self.last_transaction: int | None = None
+        # What the last transaction's statements changed, kept should its COMMIT go unanswered.
+        self.last_changes: Committed | None = None
 
     def connection(self) -> psycopg.Connection[Any]:
         """The open connection, connecting first if there is none or it broke."""
@@ -329,7 +331,7 @@ class StepStore:
     def write(self, batch: Batch) -> Committed:
         """Write the batch in one transaction (raises on any failure; nothing is then written);
         returns what it closed and finished."""
-        committed = Committed()
+        committed = self.last_changes = Committed()
         with self._transaction() as cur:
             for name, ops in statements(batch):
                 cur.execute(self._queries[name], _params(ops, self._max_detail_bytes))
@@ -361,7 +363,7 @@ class StepStore:
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
     ) -> Committed:
         """Write each operation in its own savepoint; report and skip those PostgreSQL rejects."""
-        committed = Committed()
+        committed = self.last_changes = Committed()
         with self._transaction() as cur:
             for name, ops in statements(batch):
                 for op in ops:

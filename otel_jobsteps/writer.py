@@ -41,6 +41,7 @@ class RowStore(Protocol):
     """What the writer needs from a store: `store.StepStore`, or `testing.InMemoryStore`."""
 
     last_transaction: int | None
+    last_changes: Committed | None  # what that transaction changed, should its COMMIT go unanswered
 
     def write(self, batch: Batch) -> Committed | None: ...
     def write_one_by_one(
@@ -111,6 +112,7 @@ class Writer:
         self._unwritten: Batch | None = None
         # A batch whose commit outcome is unknown, with its transaction id.
         self._uncertain: tuple[int, Batch] | None = None
+        self._uncertain_changes: Committed | None = None  # counted if it proves committed
         self._waiting_flushes: list[_FlushRequest] = []
         self._failures = 0
         self._retry_at = 0.0
@@ -335,9 +337,11 @@ class Writer:
         if status == "in progress":
             return False
         self._uncertain = None
+        changes, self._uncertain_changes = self._uncertain_changes, None
         if status == "committed":
             self._stats.add("commits_confirmed_after_error")
             self._written(batch)
+            self._committed(changes)
             return True
         if self._unwritten is not None:
             batch.segments.extend(self._unwritten.segments)
@@ -358,6 +362,7 @@ class Writer:
             transaction = self._store.last_transaction
             if transaction is not None:
                 self._uncertain = (transaction, batch)
+                self._uncertain_changes = self._store.last_changes
                 self._unwritten = None
             raise
 

@@ -29,6 +29,8 @@ from otel_jobsteps.metrics import (
     StepMetrics,
     max_step_keys_from_environment,
 )
+from tests.faults.proxy import FaultProxy
+from tests.faults.support import BridgeFactory, run_jobs
 from tests.helpers import TracingFactory, free_port, wait_until
 from tests.ingest.collector import CollectorFactory
 from tests.ingest.requests import request_of
@@ -190,3 +192,33 @@ def test_the_step_key_bound(
             max_step_keys_from_environment(value)
     else:
         assert max_step_keys_from_environment(value) == expected
+
+
+def committed_rows(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(closed STEP rows, job_log rows): what the metrics must have counted."""
+    steps = conn.execute("SELECT count(*) FROM job_event WHERE type = 'STEP'").fetchone()
+    logs = conn.execute("SELECT count(*) FROM job_log").fetchone()
+    return (steps[0] if steps else 0), (logs[0] if logs else 0)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(b"COMMIT", id="commit-landed-answer-lost"),
+        pytest.param(b"INSERT", id="cut-mid-batch-written-again"),
+    ],
+)
+def test_a_batch_whose_write_broke_is_counted_once(
+    bridge: BridgeFactory, proxy: FaultProxy, conn: psycopg.Connection[Any], reply: bytes
+) -> None:
+    reader = InMemoryMetricReader()
+    b = bridge(meter_provider=MeterProvider(metric_readers=[reader]))
+    run_jobs(b.tracer, "warm", 1)
+    assert b.processor.force_flush(10_000)
+    proxy.cut_when(server_sends=reply)  # the server did the work, the writer never hears it
+    run_jobs(b.tracer, "cut", 6)
+    assert b.processor.force_flush(15_000)
+    assert proxy.cuts_pending() == 0
+    steps, logs = committed_rows(conn)
+    assert sum(step_counts(reader).values()) == steps == 7 * 3
+    assert sum(attempt_counts(reader).values()) == logs == 7

@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_jobsteps import job_attempt
-from otel_jobsteps.prometheus import OpenTelemetryCollector, exposition
+from otel_jobsteps.prometheus import OpenTelemetryCollector, exposition, prometheus_name
 from tests.helpers import TracingFactory, free_port, open_step, wait_until
 from tests.ingest.collector import CollectorFactory
 from tests.ingest.requests import post, request_of
@@ -141,3 +141,16 @@ def test_the_processors_counters_get_the_names_the_alerts_use(tracing: TracingFa
     assert value(found, "otel_jobsteps_dropped_total", kind="SpanStarted") == 1
     assert "otel_jobsteps_queue_length" in {name for name, _ in found}
     check_metrics(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "unit", "expected"),
+    [
+        pytest.param("otel_jobsteps.step.duration", "s", "otel_jobsteps_step_duration_seconds"),
+        pytest.param("otel_jobsteps.attempts", "{attempt}", "otel_jobsteps_attempts", id="braces"),
+        pytest.param("otel_jobsteps.queue.length", "", "otel_jobsteps_queue_length", id="none"),
+        pytest.param("request.size_bytes", "By", "request_size_bytes", id="suffix-there"),
+    ],
+)
+def test_opentelemetry_names_map_as_prometheus_expects(name: str, unit: str, expected: str) -> None:
+    assert prometheus_name(name, unit) == expected

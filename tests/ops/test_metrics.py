@@ -6,10 +6,16 @@ import os
 import random
 import subprocess
 import sys
-from typing import Any
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -150,13 +156,47 @@ def test_collect_counts_the_seed_story_once_however_it_arrives(dsn: str, second_
     assert attempt_counts(reader) == SEED_ATTEMPTS
 
 
+class _MetricsReceiver(BaseHTTPRequestHandler):
+    """A stand-in OTLP/HTTP metrics endpoint: keeps the metric names of every export."""
+
+    names: ClassVar[set[str]] = set()
+
+    def do_POST(self) -> None:
+        request = ExportMetricsServiceRequest()
+        request.ParseFromString(self.rfile.read(int(self.headers["content-length"])))
+        self.names.update(
+            metric.name
+            for resource in request.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        )
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.end_headers()
+        self.wfile.write(ExportMetricsServiceResponse().SerializeToString())
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
 def test_collect_pushes_through_the_exporter_otel_metrics_exporter_names(
     start_collect: CollectorFactory, second_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
-    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")
-    collector = start_collect(second_dsn)
-    wait_until(lambda: "otel_jobsteps.collect.requests" in collector.log(), what="a console export")
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), _MetricsReceiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{receiver.server_address[1]}/v1/metrics"
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint)
+        monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")
+        start_collect(second_dsn)
+        wait_until(
+            lambda: "otel_jobsteps.collect.requests" in _MetricsReceiver.names,
+            what="an OTLP metrics export",
+        )
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
 
 
 def test_an_unknown_metrics_exporter_is_a_clear_error(second_dsn: str) -> None:

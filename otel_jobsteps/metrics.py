@@ -11,6 +11,7 @@ from typing import NamedTuple
 from opentelemetry import metrics
 
 from .attributes import JOB_DOMAIN, JOB_STEP_KEY, JOB_TYPE
+from .batch import EventRow, JobLogRow
 from .errors import ConfigurationError
 
 __all__ = [
@@ -68,14 +69,35 @@ class FinishedAttempt(NamedTuple):
 
 @dataclass(slots=True)
 class Committed:
-    """What one transaction changed that metrics count: only rows its statements did change."""
+    """What one transaction changed that metrics count: only rows its statements did change.
+
+    Rows it inserted are kept as they are (``step_rows``: closed STEP rows; ``log_rows``) and
+    read as steps and attempts only when recorded: with metrics off that costs nothing.
+    """
 
     steps: list[ClosedStep] = field(default_factory=list)
     attempts: list[FinishedAttempt] = field(default_factory=list)
+    step_rows: list[EventRow] = field(default_factory=list)
+    log_rows: list[JobLogRow] = field(default_factory=list)
+
+    def closed_steps(self) -> list[ClosedStep]:
+        return self.steps + [
+            ClosedStep(r.trace_id, r.span_id, r.domain, r.job_type, r.step_key, r.step_status or "",
+                       ((r.ended_us or r.created_us) - r.created_us) / 1e6)
+            for r in self.step_rows
+        ]  # fmt: skip
+
+    def finished_attempts(self) -> list[FinishedAttempt]:
+        return self.attempts + [
+            FinishedAttempt(r.domain, r.job_id, r.attempt, r.job_type, r.status, r.reason)
+            for r in self.log_rows
+        ]
 
     def extend(self, other: Committed) -> None:
         self.steps.extend(other.steps)
         self.attempts.extend(other.attempts)
+        self.step_rows.extend(other.step_rows)
+        self.log_rows.extend(other.log_rows)
 
     def without(
         self,
@@ -85,9 +107,22 @@ class Committed:
         """This, less the steps (trace id, span id) and attempts already counted before."""
         old_steps, old_attempts = set(steps), set(attempts)
         return Committed(
-            [s for s in self.steps if (s.trace_id, s.span_id) not in old_steps],
-            [a for a in self.attempts if (a.domain, a.job_id, a.attempt) not in old_attempts],
+            [s for s in self.closed_steps() if (s.trace_id, s.span_id) not in old_steps],
+            [
+                a
+                for a in self.finished_attempts()
+                if (a.domain, a.job_id, a.attempt) not in old_attempts
+            ],
         )
+
+
+def _records_nothing(instrument: object) -> bool:
+    """The API's no-op instrument, or its proxy while no MeterProvider is set (its private
+    ``_real_instrument``, read here only): then there is nothing to record."""
+    return (
+        isinstance(instrument, (metrics.NoOpHistogram, metrics.NoOpCounter))
+        or getattr(instrument, "_real_instrument", False) is None
+    )
 
 
 def max_step_keys_from_environment(value: int | None) -> int:
@@ -133,14 +168,16 @@ class StepMetrics:
         self._step_attributes: dict[tuple[str, str | None, str, str], dict[str, str]] = {}
 
     def record(self, committed: Committed) -> None:
-        """Record what one committed transaction changed."""
+        """Record what one committed transaction changed (nothing while metrics are off)."""
+        if _records_nothing(self._duration) and _records_nothing(self._attempts):
+            return
         folded = 0
         record_duration = self._duration.record
-        for step in committed.steps:
+        for step in committed.closed_steps():
             key = self._bounded_key(step.job_type, step.step_key or "")
             folded += key is OTHER_STEP_KEY
             record_duration(max(step.seconds, 0.0), self._attributes(step, key))
-        for attempt in committed.attempts:
+        for attempt in committed.finished_attempts():
             attributes = {JOB_DOMAIN: attempt.domain, JOB_STATUS: attempt.status}
             if attempt.job_type is not None:
                 attributes[JOB_TYPE] = attempt.job_type

@@ -216,21 +216,13 @@ def _note_changes(cur: psycopg.Cursor[Any], name: str, ops: Sequence[Any], into:
         into.steps.extend(map(ClosedStep._make, cur.fetchall()))
     elif name == "insert_events":
         # A closed row is never skipped: the conflict is on open steps only.
-        into.steps.extend(
-            ClosedStep(r.trace_id, r.span_id, r.domain, r.job_type, r.step_key, r.step_status,
-                       (r.ended_us - r.created_us) / 1e6)
-            for r in ops
-            if r.ended_us is not None and r.type == STEP
-        )  # fmt: skip
+        into.step_rows += [r for r in ops if r.ended_us is not None and r.type == STEP]
     elif name == "insert_job_logs":
         if cur.rowcount < len(ops):  # some attempt had its final row already: those are not new
             inserted = {tuple(row) for row in cur.fetchall()}
             ops = [r for r in ops if (r.domain, r.job_id, r.attempt) in inserted]
             ops = list({(r.domain, r.job_id, r.attempt): r for r in reversed(ops)}.values())
-        into.attempts.extend(
-            FinishedAttempt(r.domain, r.job_id, r.attempt, r.job_type, r.status, r.reason)
-            for r in ops
-        )
+        into.log_rows += ops
     elif name == "abandon_earlier_attempts":
         for trace_id, span_id, domain, job_id, job_type, key, attempt, seconds in cur.fetchall():
             if attempt is None:

@@ -202,12 +202,10 @@ class _Replies:
 
     def committed(self, committed: Committed) -> None:
         """What a batch closed and finished: the job's process records the metrics."""
-        if committed.steps or committed.attempts:
-            steps, attempts = (
-                list(map(tuple, committed.steps)),
-                list(map(tuple, committed.attempts)),
-            )
-            self.send(lambda: ("m", steps, attempts))
+        steps, attempts = committed.closed_steps(), committed.finished_attempts()
+        if steps or attempts:
+            message = ("m", list(map(tuple, steps)), list(map(tuple, attempts)))
+            self.send(lambda: message)
 
     def report(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         sent: dict[str, Any] = {}

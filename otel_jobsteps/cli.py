@@ -23,6 +23,7 @@ import psycopg
 from . import __version__
 from .db import borrowed_connection, check_dsn
 from .errors import ConfigurationError, JobStepsError, describe, printable
+from .extras import install_hint
 from .maintenance import prune, sweep
 from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
 from .schema import migrate
@@ -298,7 +299,7 @@ def _serve(args: argparse.Namespace) -> int:
         from .web.app import TOKEN_ENV, serve
     except ImportError as error:
         raise ConfigurationError(
-            f"serve needs the web extra ({error.name} is missing): pip install 'otel_jobsteps[web]'"
+            f"serve needs the web extra ({error.name} is missing): {install_hint('web')}"
         ) from None
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
@@ -322,8 +323,7 @@ def _collect(args: argparse.Namespace) -> int:
         from .ingest import JobMapping, serve_collect
     except ImportError as error:
         raise ConfigurationError(
-            f"collect needs the collect extra ({error.name} is missing): "
-            "pip install 'otel_jobsteps[collect]'"
+            f"collect needs the collect extra ({error.name} is missing): {install_hint('collect')}"
         ) from None
     if args.settle_open_after < args.settle_after:
         raise ConfigurationError("--settle-open-after must be at least --settle-after")

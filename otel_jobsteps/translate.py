@@ -48,6 +48,9 @@ def _attempt_number(value: object) -> int | None:
 
 
 def _error_text(span: SpanFacts) -> str | None:
+    named = span.attributes.get(attr.JOB_ERROR)
+    if named is not None and named != "":
+        return clean_text(named)
     for event in reversed(span.events):
         attributes = event.attributes
         if event.name == "exception" and attributes:

@@ -280,8 +280,8 @@ def _prune(args: argparse.Namespace) -> int:
             f" and {_plural(result.partitions, 'dropped interval')}" if result.partitions else ""
         )
         print(f"deleted {what} in {_plural(result.batches, 'batch', 'batches')}{dropped}")
-        if result.settled_traces:
-            print(f"forgot {_plural(result.settled_traces, 'settled OTLP trace')}")
+        if result.settled_attempts:
+            print(f"forgot {_plural(result.settled_attempts, 'settled OTLP attempt')}")
     return 0
 
 

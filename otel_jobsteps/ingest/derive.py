@@ -84,9 +84,14 @@ def _in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]
         else:
             children.setdefault(parent, []).append(node)
     paths = _paths(nodes, children, roots)
-    # An end waits for its own start, and where a child started before it for every child's end.
+    # An end waits for its own start, for the children starting at its instant (and the ends
+    # of those lasting no time), and where a child started before it for every child's end.
     pending = {
-        node: 1 + sum(1 for child in children.get(node, ()) if _skewed(nodes, node, child))
+        node: 1
+        + sum(
+            (nodes[child].start_ns == span.end_ns) + _end_waits(nodes, node, child)
+            for child in children.get(node, ())
+        )
         for node, span in nodes.items()
         if span.end_ns
     }
@@ -117,15 +122,25 @@ def _in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]
                 heapq.heappush(ready, ((nodes[child].start_ns, 1, paths[child][0]), True, child))
             if node in pending:
                 one_done(node)
-            continue
         parent = _parent(nodes, node)
-        if parent is not None and parent in pending and _skewed(nodes, parent, node):
+        if parent is None or parent not in pending:
+            continue
+        if (
+            _end_waits(nodes, parent, node)
+            if not is_start
+            else span.start_ns == nodes[parent].end_ns
+        ):
             one_done(parent)
     return order
 
 
-def _skewed(nodes: dict[_Node, SpanFacts], parent: _Node, child: _Node) -> bool:
-    return bool(nodes[child].end_ns) and nodes[child].start_ns < nodes[parent].start_ns
+def _end_waits(nodes: dict[_Node, SpanFacts], parent: _Node, child: _Node) -> bool:
+    """Whether the parent's end waits for this child's end: the child lasts no time and starts
+    as the parent ends, or it started before the parent (the clocks disagree)."""
+    span, outer = nodes[child], nodes[parent]
+    if not span.end_ns:
+        return False
+    return span.start_ns < outer.start_ns or (span.end_ns == span.start_ns == outer.end_ns)
 
 
 def _paths(

@@ -25,17 +25,18 @@ from typing import Any
 
 import psycopg
 
+from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID
 from ..batch import Batch
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..facts import SpanFacts
-from ..recorder import DEFAULT_MAX_OPEN_ATTEMPTS, StepRecorder
+from ..recorder import DEFAULT_MAX_OPEN_ATTEMPTS, JobStarted, StepRecorder
 from ..schema import check_writable_tables
 from ..sql import qualified_queries
 from ..stats import Stats
 from ..store import StepStore, rejects_row
 from .decode import decode_span
 from .derive import job_commands
-from .place import Attempt, Skeleton, place, skeleton
+from .place import JOB, Attempt, Skeleton, place, skeleton
 from .settings import CollectSettings
 
 __all__ = ["Receipt", "Staging", "StagingUnavailable"]
@@ -79,6 +80,13 @@ class _Staged:
     place: Attempt | None
     gone: bool = False  # its attempt is settled: only the row is kept
     new: _Row | None = None
+
+
+def _job_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> SpanFacts:
+    """A settled attempt's job span as a start marker: all a derivation needs of it now."""
+    domain, job_id, number = attempt
+    names = {JOB_DOMAIN: domain, JOB_ID: job_id, JOB_ATTEMPT: number}
+    return SpanFacts(int(trace, 16), span_id & _ID_MASK, 0, "settled attempt", start_ns, 0, names)
 
 
 class Staging:
@@ -192,12 +200,17 @@ class Staging:
             )
             settled: set[Attempt] = set()
             attempts: set[Attempt] = set()
+            started: list[SpanFacts] = []  # the job spans' starts of settled attempts
             if jobs:
                 job_columns = {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]}
                 cur.execute(queries["lock_jobs"], job_columns)
                 cur.execute(queries["job_attempts"], job_columns)
-                for domain, job_id, attempt, is_settled in cur:
+                for domain, job_id, attempt, is_settled, trace, span_id, start_ns in cur:
                     (settled if is_settled else attempts).add((domain, job_id, attempt))
+                    if is_settled and start_ns is not None:
+                        started.append(
+                            _job_start((domain, job_id, attempt), trace, span_id, start_ns)
+                        )
             dropped = self._stage(cur, staged, moved, settled)
             late += dropped
             if late:
@@ -211,7 +224,7 @@ class Staging:
                 {"trace_id": traces, "added": [added[trace] for trace in traces]},
             )
             if jobs:
-                self._derive(store, cur, jobs, staged, attempts)
+                self._derive(store, cur, jobs, staged, attempts, started)
         return Receipt(len(fresh) - dropped, duplicates, late, over)
 
     @staticmethod
@@ -320,29 +333,39 @@ class Staging:
         jobs: list[_Job],
         staged: dict[_Key, _Staged],
         attempts: set[Attempt],
+        started: list[SpanFacts],
     ) -> None:
         """Replace the rows of the jobs' attempts that are not settled by a derivation from all
-        their staged spans (a new span's facts are at hand; the others are decoded)."""
+        their staged spans (a new span's facts are at hand; the others are decoded). Settled
+        attempts take part by their job span's start only: it abandons earlier attempts still
+        open then, as live."""
         cur.execute(
             self._queries["job_spans"],
             {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]},
         )
         spans: dict[_Job, list[SpanFacts]] = {job: [] for job in jobs}
+        for start in started:
+            spans[(start.attributes[JOB_DOMAIN], start.attributes[JOB_ID])].append(start)
         markers: dict[Attempt, list[tuple[str, int]]] = {}
         ended: set[tuple[str, int]] = set()
-        for trace, span_id, phase, domain, job_id, attempt, body in cur.fetchall():
+        jobs_ended: set[Attempt] = set()  # attempts whose job span's ended copy is staged
+        for trace, span_id, phase, kind, domain, job_id, attempt, body in cur.fetchall():
             span = staged.get((trace, span_id, phase))
             new = None if span is None else span.new
             spans[(domain, job_id)].append(decode_span(body) if new is None else new[3])
             attempts.add((domain, job_id, attempt))
             if phase:
                 ended.add((trace, span_id))
+                if kind == JOB:
+                    jobs_ended.add((domain, job_id, attempt))
             else:
                 markers.setdefault((domain, job_id, attempt), []).append((trace, span_id))
         recorder = StepRecorder(
             debounce_ms=0, max_open_attempts=max(DEFAULT_MAX_OPEN_ATTEMPTS, len(attempts) + 1)
         )
         failed: set[_Job] = set()
+        starts: list[tuple[str, str, int, int]] = []  # later attempts' starts
+        firsts: dict[Attempt, tuple[str, int, int]] = {}  # each attempt's job span start
         for job in jobs:
             try:
                 commands = job_commands(
@@ -356,6 +379,15 @@ class Staging:
                 continue
             for command in commands:
                 recorder.handle(command)
+                if isinstance(command, JobStarted):
+                    scope = command.scope
+                    where = (scope.domain, scope.job_id, scope.attempt)
+                    firsts.setdefault(
+                        where,
+                        (format(scope.trace_id, "032x"), _signed(scope.span_id), command.start_ns),
+                    )
+                    if scope.attempt > 1:
+                        starts.append((*where, command.start_ns))
         derived = sorted(a for a in attempts if (a[0], a[1]) not in failed)
         columns = {
             "domain": [a[0] for a in derived],
@@ -367,10 +399,27 @@ class Staging:
         batch = recorder.take_batch()
         if batch is not None:
             self._write(store, batch)
+        if starts:
+            cur.execute(
+                self._queries["abandon_settled_attempts"],
+                {
+                    "domain": [s[0] for s in starts],
+                    "job_id": [s[1] for s in starts],
+                    "attempt": [s[2] for s in starts],
+                    "at_us": [s[3] // 1000 for s in starts],
+                },
+            )
         waiting = {a for a, found in markers.items() if any(m not in ended for m in found)}
+        waiting.update(a for a in derived if a not in jobs_ended)
         cur.execute(
             self._queries["note_attempts"],
-            {**columns, "pending": [a in waiting for a in derived]},
+            {
+                **columns,
+                "pending": [a in waiting for a in derived],
+                "trace_id": [firsts.get(a, (None,))[0] for a in derived],
+                "span_id": [firsts.get(a, (None, None))[1] for a in derived],
+                "start_ns": [firsts.get(a, (None, None, None))[2] for a in derived],
+            },
         )
 
     def _write(self, store: StepStore, batch: Batch) -> None:

@@ -30,8 +30,9 @@ SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[])
 ON CONFLICT (domain, job_id) DO UPDATE SET touched_at = now();
 
 -- name: job_attempts --
--- The attempts collect derived of these jobs (read under the jobs' locks).
-SELECT a.domain, a.job_id, a.attempt, a.settled
+-- The attempts collect derived of these jobs (read under the jobs' locks), with the start of
+-- each one's job span.
+SELECT a.domain, a.job_id, a.attempt, a.settled, a.trace_id, a.span_id, a.start_ns
 FROM {otlp_attempt} AS a
 JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
   ON a.domain = t.domain AND a.job_id = t.job_id;
@@ -58,7 +59,7 @@ WHERE s.trace_id = t.trace_id AND s.span_id = t.span_id;
 
 -- name: job_spans --
 -- Every staged span of these jobs' attempts that are not settled (to derive their rows).
-SELECT s.trace_id, s.span_id, s.phase, s.domain, s.job_id, s.attempt, s.body
+SELECT s.trace_id, s.span_id, s.phase, s.kind, s.domain, s.job_id, s.attempt, s.body
 FROM {otlp_span} AS s
 JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
   ON s.domain = t.domain AND s.job_id = t.job_id
@@ -99,17 +100,21 @@ DELETE FROM {job_log} AS l USING target AS t
 WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt;
 
 -- name: note_attempts --
--- After a derivation: each attempt derived, whether it has its final row now and whether a span
--- of it is still open; its settle time starts again.
-INSERT INTO {otlp_attempt} AS a (domain, job_id, attempt, final, pending)
+-- After a derivation: each attempt derived, whether it has its final row now and whether it is
+-- pending (a span of it still open, or its job span's end not received: a final row another
+-- attempt's start wrote does not settle it); its settle time starts again.
+INSERT INTO {otlp_attempt} AS a (domain, job_id, attempt, final, pending, trace_id, span_id,
+                                  start_ns)
 SELECT t.domain, t.job_id, t.attempt,
        EXISTS (SELECT 1 FROM {job_log} AS l
                WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt),
-       t.pending
-FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(pending)b::bool[])
-     AS t (domain, job_id, attempt, pending)
+       t.pending, t.trace_id, t.span_id, t.start_ns
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(pending)b::bool[],
+            %(trace_id)b::text[], %(span_id)b::bigint[], %(start_ns)b::bigint[])
+     AS t (domain, job_id, attempt, pending, trace_id, span_id, start_ns)
 ON CONFLICT (domain, job_id, attempt) DO UPDATE
-SET final = excluded.final, pending = excluded.pending, touched_at = now();
+SET final = excluded.final, pending = excluded.pending, touched_at = now(),
+    trace_id = excluded.trace_id, span_id = excluded.span_id, start_ns = excluded.start_ns;
 
 -- name: settle_attempts --
 -- Attempts that have their final row, nothing pending, and no span of their job for the settle
@@ -167,3 +172,45 @@ WITH old AS (
                       WHERE s.trace_id = o.trace_id AND s.domain IS NOT NULL)
 )
 SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);
+
+-- name: abandon_settled_attempts --
+-- A later attempt that started before a settled attempt's final row, as live: that attempt had
+-- no final row yet, so the later start abandons it. The step it had open then is closed FAILED
+-- abandoned at that start, and its final row becomes FAILED abandoned, dated then, naming its
+-- latest step begun by then (what the writer's abandon would have written at that moment).
+WITH later AS (
+    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+                         %(at_us)b::bigint[]) AS t (domain, job_id, attempt, at_us)
+), victim AS (
+    SELECT DISTINCT ON (l.id) l.id, l.domain, l.job_id, l.attempt,
+           timestamptz 'epoch' + t.at_us * interval '1 microsecond' AS next_start
+    FROM later AS t
+    JOIN {job_log} AS l
+      ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt < t.attempt
+     AND l.created_at > timestamptz 'epoch' + t.at_us * interval '1 microsecond'
+     AND l.reason IS DISTINCT FROM 'abandoned'
+    JOIN {otlp_attempt} AS a
+      ON a.domain = l.domain AND a.job_id = l.job_id AND a.attempt = l.attempt AND a.settled
+    -- the writer's abandon finds an attempt by its job_event rows written by then
+    WHERE EXISTS (SELECT 1 FROM {job_event} AS e
+                  WHERE e.domain = l.domain AND e.job_id = l.job_id AND e.attempt = l.attempt
+                    AND e.created_at <= timestamptz 'epoch' + t.at_us * interval '1 microsecond')
+    ORDER BY l.id, t.at_us
+), closed AS (
+    UPDATE {job_event} AS e
+    SET step_status = 'FAILED', message = 'abandoned',
+        ended_at = GREATEST(e.created_at, v.next_start)
+    FROM victim AS v
+    WHERE e.domain = v.domain AND e.job_id = v.job_id AND e.attempt = v.attempt
+      AND e.type = 'STEP' AND e.created_at <= v.next_start
+      AND (e.ended_at IS NULL OR e.ended_at > v.next_start)
+)
+UPDATE {job_log} AS l
+SET status = 'FAILED', reason = 'abandoned', created_at = v.next_start,
+    detail = jsonb_build_object(
+        'step', (SELECT e.step_key FROM {job_event} AS e
+                 WHERE e.domain = v.domain AND e.job_id = v.job_id AND e.attempt = v.attempt
+                   AND e.type = 'STEP' AND e.created_at <= v.next_start
+                 ORDER BY e.created_at DESC, e.id DESC LIMIT 1))
+FROM victim AS v
+WHERE l.id = v.id;

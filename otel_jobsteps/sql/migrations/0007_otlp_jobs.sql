@@ -30,7 +30,8 @@ CREATE TABLE otlp_job (
 CREATE INDEX otlp_job_touched ON otlp_job (touched_at);  -- prune forgets idle ones
 
 -- One row per attempt collect derived: whether it has its final row, whether a span of it is
--- still open (a start marker without its ended copy), and whether it is settled.
+-- still open (a start marker without its ended copy), whether it is settled, and where and
+-- when its job span started.
 CREATE TABLE otlp_attempt (
     domain      text        NOT NULL,
     job_id      text        NOT NULL,
@@ -39,6 +40,10 @@ CREATE TABLE otlp_attempt (
     pending     boolean     NOT NULL DEFAULT false,
     settled     boolean     NOT NULL DEFAULT false,
     touched_at  timestamptz NOT NULL DEFAULT now(),
+    -- Its job span's start: once settled, it still abandons an earlier attempt arriving late.
+    trace_id    text,
+    span_id     bigint,
+    start_ns    bigint,
     PRIMARY KEY (domain, job_id, attempt)
 );
 

@@ -5,6 +5,7 @@ clock as coarse as a tick. The processor sees them in time order: its rows are t
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,22 @@ histories = st.builds(
 )
 
 
+def random_history(rng: random.Random) -> History:
+    """A history drawn from ``rng`` (for tests that are not property tests, and benchmarks)."""
+
+    def step() -> StepPlan:
+        return StepPlan(rng.choice((0, rng.randint(1, 40_000))), rng.randint(0, 5_000),
+                        rng.random() < 0.3, rng.random() < 0.3)  # fmt: skip
+
+    def attempt() -> AttemptPlan:
+        return AttemptPlan(rng.randint(0, 2), rng.choice((rng.randint(1, 60_000), 600_000_000)),
+                           tuple(step() for _ in range(rng.randint(0, 3))), rng.random() < 0.5,
+                           rng.random() < 0.2, rng.random() < 0.2)  # fmt: skip
+
+    attempts = tuple(attempt() for _ in range(rng.randint(1, 4)))
+    return History(attempts, rng.choice(TICKS_NS))
+
+
 @dataclass
 class _Action:
     at_us: int
@@ -144,14 +161,14 @@ def _actions(history: History, job_id: str) -> list[_Action]:
     return actions
 
 
-def _times(actions: list[_Action], tick_ns: int) -> Iterator[tuple[_Action, int]]:
+def _times(actions: list[_Action], tick_ns: int, base_ns: int) -> Iterator[tuple[_Action, int]]:
     """Each action's time on a clock of ``tick_ns``; actions of two attempts never share a tick
     (which of them came first would be a guess), so a new attempt's action waits for the next,
     as does an action marked ``own_tick``."""
     shift = 0
     previous: tuple[int, int] | None = None
     for action in actions:
-        at_ns = BASE_NS + action.at_us * 1000 + shift
+        at_ns = base_ns + action.at_us * 1000 + shift
         tick = at_ns // tick_ns
         apart = previous is not None and (previous[0] != action.attempt or action.own_tick)
         if previous is not None and apart and tick <= previous[1]:
@@ -161,13 +178,13 @@ def _times(actions: list[_Action], tick_ns: int) -> Iterator[tuple[_Action, int]
         yield action, tick * tick_ns
 
 
-def _timed(history: History, job_id: str) -> list[tuple[_Action, int]]:
+def _timed(history: History, job_id: str, base_ns: int) -> list[tuple[_Action, int]]:
     """The actions with their times; two steps of one attempt that both last no time on this
     clock never share a tick (which came first is unknown: the documented limit of the tie
     rule), the later one waits for the next."""
     actions = _actions(history, job_id)
     while True:
-        timed = list(_times(actions, history.tick_ns))
+        timed = list(_times(actions, history.tick_ns, base_ns))
         at = {(a.name, a.kind): t for a, t in timed}
         previous: dict[int, _Action] = {}
         marked = False
@@ -185,11 +202,12 @@ def _timed(history: History, job_id: str) -> list[tuple[_Action, int]]:
             return timed
 
 
-def tell(history: History, tracer: Tracer, job_id: str) -> dict[int, int]:
-    """Tell ``history`` live; returns each span's attempt (by span id; 0: outside any)."""
+def tell(history: History, tracer: Tracer, job_id: str, base_ns: int = BASE_NS) -> dict[int, int]:
+    """Tell ``history`` live from ``base_ns``; returns each span's attempt (by span id; 0:
+    outside any)."""
     live: dict[str, Span] = {}
     attempt_of: dict[int, int] = {}
-    for action, at_ns in _timed(history, job_id):
+    for action, at_ns in _timed(history, job_id, base_ns):
         if action.kind == "progress":
             live[action.name].add_event("progress", action.attributes, timestamp=at_ns)
             continue

@@ -175,7 +175,7 @@ SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);
 
 -- name: abandon_settled_attempts --
 -- A later attempt that started before a settled attempt's final row, as live: that attempt had
--- no final row yet, so the later start abandons it. The step it had open then is closed FAILED
+-- no final row yet, so the later start abandons it (again, earlier, if a later attempt did). The step it had open then is closed FAILED
 -- abandoned at that start, and its final row becomes FAILED abandoned, dated then, naming its
 -- latest step begun by then (what the writer's abandon would have written at that moment).
 WITH later AS (
@@ -188,7 +188,6 @@ WITH later AS (
     JOIN {job_log} AS l
       ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt < t.attempt
      AND l.created_at > timestamptz 'epoch' + t.at_us * interval '1 microsecond'
-     AND l.reason IS DISTINCT FROM 'abandoned'
     JOIN {otlp_attempt} AS a
       ON a.domain = l.domain AND a.job_id = l.job_id AND a.attempt = l.attempt AND a.settled
     -- the writer's abandon finds an attempt by its job_event rows written by then

@@ -120,6 +120,20 @@ _NOTHING = AttemptPlan(trace=0, gap_us=1, steps=())
             241,
             id="an attempt named by an event only is not settled before its job span ends",
         ),
+        pytest.param(
+            History(
+                (
+                    AttemptPlan(0, 1, (_INSTANT, StepPlan(0, 0, event=True)), names_itself=True),
+                    AttemptPlan(0, 1, (StepPlan(3, 0),)),
+                    AttemptPlan(0, 1, (_INSTANT, _INSTANT, StepPlan(0, 0, event=True)),
+                                last_step_outlives_job=True),
+                    _NOTHING,
+                ),
+                1,
+            ),
+            0,
+            id="an attempt arriving late abandons a settled one earlier than a later attempt did",
+        ),
     ],
 )  # fmt: skip
 def test_histories_found_by_the_property_test(

@@ -311,13 +311,15 @@ class Staging:
 
     def _within_limit(self, rows: list[_Row], counts: dict[str, int]) -> list[_Row]:
         """The rows that fit under the per-trace span limit (a trace's skeleton is read with
-        every request that touches it: an unbounded trace would make each request dearer)."""
+        every request that touches it: an unbounded trace would make each request dearer): the
+        earliest spans are kept, as the processor would have seen them first."""
         room = {trace: self.settings.max_spans_per_trace - count for trace, count in counts.items()}
         kept = []
-        for row in rows:
+        for row in sorted(rows, key=lambda row: (row[0], row[3].start_ns, row[1:3])):
             if room[row[0]] > 0:
                 room[row[0]] -= 1
                 kept.append(row)
+        kept.sort(key=lambda row: row[:3])
         if len(kept) < len(rows):
             self.stats.problem(
                 "spans_over_trace_limit",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import psycopg
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.trace import Tracer
 
+from otel_jobsteps import job_attempt, record_job_event, step
 from otel_jobsteps.attributes import JOB_EVENT_TYPE, JOB_ID
 from otel_jobsteps.ingest.decode import decode_protobuf
 from otel_jobsteps.ingest.settings import CollectSettings
@@ -55,7 +57,9 @@ def test_orphans_are_dropped_and_a_settled_attempts_copies_are_late(
         staging.close()
 
 
-def test_a_trace_stops_taking_spans_at_its_limit(recording: Recording, second_dsn: str) -> None:
+def test_a_trace_at_its_limit_keeps_its_earliest_spans(
+    recording: Recording, second_dsn: str
+) -> None:
     spans = recording.spans(seed_story, "-limit")
     by_trace: dict[bytes, list[Span]] = {}
     for span in spans:
@@ -63,10 +67,36 @@ def test_a_trace_stops_taking_spans_at_its_limit(recording: Recording, second_ds
     trace = max(by_trace.values(), key=len)  # attempt 1: job span, RENDER, plain, SAVE
     staging = Staging(CollectSettings(second_dsn, max_spans_per_trace=3, connections=1))
     try:
-        assert _receive(staging, trace[:2]).rejected == 0
-        receipt = _receive(staging, trace[2:])
-        assert (receipt.staged, receipt.rejected) == (1, len(trace) - 3)
+        assert _receive(staging, trace[:1]).rejected == 0
+        receipt = _receive(staging, list(reversed(trace[1:])))
+        assert (receipt.staged, receipt.rejected) == (2, len(trace) - 3)
         assert staging.stats.get("spans_over_trace_limit") == 1
+        with psycopg.connect(second_dsn) as conn:
+            kept = {bytes.fromhex(format(i & (2**64 - 1), "016x"))
+                    for (i,) in conn.execute("SELECT span_id FROM otlp_span")}  # fmt: skip
+        by_start = sorted(trace[1:], key=lambda s: s.start_time_unix_nano)
+        assert kept == {s.span_id for s in [trace[0], *by_start[:2]]}  # not by span id
+    finally:
+        staging.close()
+
+
+def test_an_event_naming_its_job_before_the_job_span_is_written_once(
+    recording: Recording, dsn: str, second_dsn: str
+) -> None:
+    def story(tracer: Tracer, _: str) -> None:
+        with job_attempt("mail", "once-1", "digest", tracer=tracer), step("SEND", tracer=tracer):
+            # An event inside the job that names its job itself, too.
+            record_job_event("mail", "once-1", "LOG", "inside", tracer=tracer)
+
+    spans = recording.spans(story, "")
+    events = [s for s in spans if any(kv.key == JOB_EVENT_TYPE for kv in s.attributes)]
+    staging = Staging(CollectSettings(second_dsn, connections=1))
+    try:
+        assert _receive(staging, events).staged == 1  # placed by what it names
+        _receive(staging, [s for s in spans if s not in events])  # then in its parent's job
+        _receive(staging, events)
+        assert table_rows(second_dsn, "once-1") == table_rows(dsn, "once-1")
+        assert len(table_rows(dsn, "once-1")[0]) == 2  # the step and the event, once
     finally:
         staging.close()
 

@@ -200,10 +200,12 @@ class Staging:
             )
             settled: set[Attempt] = set()
             attempts: set[Attempt] = set()
+            new_jobs: set[_Job] = set()  # jobs new in this request
             started: list[SpanFacts] = []  # the job spans' starts of settled attempts
             if jobs:
                 job_columns = {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]}
                 cur.execute(queries["lock_jobs"], job_columns)
+                new_jobs.update((domain, job_id) for domain, job_id, new in cur if new)
                 cur.execute(queries["job_attempts"], job_columns)
                 for domain, job_id, attempt, is_settled, trace, span_id, start_ns in cur:
                     (settled if is_settled else attempts).add((domain, job_id, attempt))
@@ -224,7 +226,7 @@ class Staging:
                 {"trace_id": traces, "added": [added[trace] for trace in traces]},
             )
             if jobs:
-                self._derive(store, cur, jobs, staged, attempts, started)
+                self._derive(store, cur, jobs, staged, attempts, started, new_jobs)
         return Receipt(len(fresh) - dropped, duplicates, late, over)
 
     @staticmethod
@@ -336,32 +338,27 @@ class Staging:
         staged: dict[_Key, _Staged],
         attempts: set[Attempt],
         started: list[SpanFacts],
+        new_jobs: set[_Job],
     ) -> None:
         """Replace the rows of the jobs' attempts that are not settled by a derivation from all
         their staged spans (a new span's facts are at hand; the others are decoded). Settled
         attempts take part by their job span's start only: it abandons earlier attempts still
         open then, as live."""
-        cur.execute(
-            self._queries["job_spans"],
-            {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]},
-        )
         spans: dict[_Job, list[SpanFacts]] = {job: [] for job in jobs}
         for start in started:
             spans[(start.attributes[JOB_DOMAIN], start.attributes[JOB_ID])].append(start)
         markers: dict[Attempt, list[tuple[str, int]]] = {}
         ended: set[tuple[str, int]] = set()
         jobs_ended: set[Attempt] = set()  # attempts whose job span's ended copy is staged
-        for trace, span_id, phase, kind, domain, job_id, attempt, body in cur.fetchall():
-            span = staged.get((trace, span_id, phase))
-            new = None if span is None else span.new
-            spans[(domain, job_id)].append(decode_span(body) if new is None else new[3])
-            attempts.add((domain, job_id, attempt))
-            if phase:
-                ended.add((trace, span_id))
+        for key, facts, kind, where in self._job_spans(cur, jobs, staged, new_jobs):
+            spans[where[:2]].append(facts)
+            attempts.add(where)
+            if key[2]:
+                ended.add(key[:2])
                 if kind == JOB:
-                    jobs_ended.add((domain, job_id, attempt))
+                    jobs_ended.add(where)
             else:
-                markers.setdefault((domain, job_id, attempt), []).append((trace, span_id))
+                markers.setdefault(where, []).append(key[:2])
         recorder = StepRecorder(
             debounce_ms=0, max_open_attempts=max(DEFAULT_MAX_OPEN_ATTEMPTS, len(attempts) + 1)
         )
@@ -423,6 +420,36 @@ class Staging:
                 "start_ns": [firsts.get(a, (None, None, None))[2] for a in derived],
             },
         )
+
+    def _job_spans(
+        self,
+        cur: psycopg.Cursor[Any],
+        jobs: list[_Job],
+        staged: dict[_Key, _Staged],
+        new_jobs: set[_Job],
+    ) -> Iterator[tuple[_Key, SpanFacts, int, Attempt]]:
+        """Every staged span of the jobs' attempts not settled: (key, facts, kind, attempt). A
+        new job's are this request's spans, at hand; the others' are read (and decoded, the
+        ones this request did not bring)."""
+        placed = [(key, span) for key, span in staged.items() if span.place and not span.gone]
+        for _, span in placed:
+            if span.new is None and span.place:  # placed now, staged before: read its job
+                new_jobs.discard(span.place[:2])
+        for key, span in placed:
+            if span.new is not None and span.place and span.place[:2] in new_jobs:
+                yield key, span.new[3], span.skeleton.kind, span.place
+        read = [job for job in jobs if job not in new_jobs]
+        if not read:
+            return
+        cur.execute(
+            self._queries["job_spans"],
+            {"domain": [j[0] for j in read], "job_id": [j[1] for j in read]},
+        )
+        for trace, span_id, phase, kind, domain, job_id, attempt, body in cur.fetchall():
+            known = staged.get((trace, span_id, phase))
+            new = None if known is None else known.new
+            facts = decode_span(body) if new is None else new[3]
+            yield (trace, span_id, phase), facts, kind, (domain, job_id, attempt)
 
     def _write(self, store: StepStore, batch: Batch) -> None:
         """The batch inside the request's transaction (a savepoint); PostgreSQL's refusal of

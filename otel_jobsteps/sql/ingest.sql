@@ -24,10 +24,11 @@ FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)b::text[]);
 
 -- name: lock_jobs --
 -- Register the jobs a request touches and lock them, in the (sorted) order given: one job is
--- derived by one request at a time, and never while it is being settled.
+-- derived by one request at a time, and never while it is being settled. Says which are new.
 INSERT INTO {otlp_job} AS j (domain, job_id)
 SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[])
-ON CONFLICT (domain, job_id) DO UPDATE SET touched_at = now();
+ON CONFLICT (domain, job_id) DO UPDATE SET touched_at = now()
+RETURNING j.domain, j.job_id, j.xmax = 0;  -- new: nothing of it was staged before
 
 -- name: job_attempts --
 -- The attempts collect derived of these jobs (read under the jobs' locks), with the start of

@@ -86,7 +86,8 @@ def _job_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> Spa
     """A settled attempt's job span as a start marker: all a derivation needs of it now."""
     domain, job_id, number = attempt
     names = {JOB_DOMAIN: domain, JOB_ID: job_id, JOB_ATTEMPT: number}
-    return SpanFacts(int(trace, 16), span_id & _ID_MASK, 0, "settled attempt", start_ns, 0, names)
+    start = start_ns & _ID_MASK  # kept signed, as the ids: OTLP times reach 2**64 - 1
+    return SpanFacts(int(trace, 16), span_id & _ID_MASK, 0, "settled attempt", start, 0, names)
 
 
 class Staging:
@@ -383,7 +384,11 @@ class Staging:
                     where = (scope.domain, scope.job_id, scope.attempt)
                     firsts.setdefault(
                         where,
-                        (format(scope.trace_id, "032x"), _signed(scope.span_id), command.start_ns),
+                        (
+                            format(scope.trace_id, "032x"),
+                            _signed(scope.span_id),
+                            _signed(command.start_ns),
+                        ),
                     )
                     if scope.attempt > 1:
                         starts.append((*where, command.start_ns))

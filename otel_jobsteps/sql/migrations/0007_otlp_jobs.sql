@@ -43,7 +43,7 @@ CREATE TABLE otlp_attempt (
     -- Its job span's start: once settled, it still abandons an earlier attempt arriving late.
     trace_id    text,
     span_id     bigint,
-    start_ns    bigint,
+    start_ns    bigint,  -- unsigned nanoseconds as a signed bigint, as span ids
     PRIMARY KEY (domain, job_id, attempt)
 );
 

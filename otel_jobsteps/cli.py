@@ -281,8 +281,8 @@ def _prune(args: argparse.Namespace) -> int:
             f" and {_plural(result.partitions, 'dropped interval')}" if result.partitions else ""
         )
         print(f"deleted {what} in {_plural(result.batches, 'batch', 'batches')}{dropped}")
-        if result.settled_traces:
-            print(f"forgot {_plural(result.settled_traces, 'settled OTLP trace')}")
+        if result.settled_attempts:
+            print(f"forgot {_plural(result.settled_attempts, 'settled OTLP attempt')}")
     return 0
 
 
@@ -539,13 +539,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     collect.add_argument("--listen", default="127.0.0.1:4318", help="HOST:PORT (127.0.0.1:4318)")
     for flag, default, what in (
-        ("--settle-after", "10m", "a trace's spans; then late copies are ignored"),
+        (
+            "--settle-after",
+            "10m",
+            "an attempt's spans after its final row and its job's last span; then late copies of "
+            "it are dropped (a new attempt is always taken)",
+        ),
         (
             "--settle-open-after",
             "24h",
-            "a trace still waiting for spans (a step or job span not ended yet, a step whose job "
-            "span has not arrived): longer than your longest job; then spans that never got a "
-            "job span are dropped",
+            "an attempt still waiting for spans (a step or job span not ended yet), and spans "
+            "whose job span has not arrived: longer than your longest job; then they are "
+            "settled, or dropped",
         ),
     ):
         collect.add_argument(

@@ -29,6 +29,8 @@ _RELATIONS = (
     "job_step_durations",  # {job_step_durations}(closed_since)
     "otlp_trace",  # OTLP ingest staging
     "otlp_span",
+    "otlp_job",
+    "otlp_attempt",
 )
 
 

@@ -23,10 +23,12 @@ import psycopg
 from . import __version__
 from .db import borrowed_connection, check_dsn
 from .errors import ConfigurationError, JobStepsError, describe, printable
+from .formatting import format_duration, format_time
 from .maintenance import prune, sweep
 from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
 from .schema import migrate
-from .timeline import Style, format_duration, format_time, render_detail, render_jobs
+from .timeline import Style, render_detail, render_jobs
+from .vocabulary import MAX_ATTEMPT
 
 __all__ = ["main", "parse_duration"]
 
@@ -40,7 +42,6 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION = timedelta(days=36500)
 MIN_INTERVAL_S = 0.05  # tail polls the database this often at most
 MAX_INTERVAL_S = 3600.0
-MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
 MAX_LIMIT = 1_000_000
 MAX_BATCH_SIZE = 100_000
 

@@ -22,10 +22,11 @@ from opentelemetry.trace import Tracer
 from .context import job_attempt, progress, record_event, record_job_event, step
 from .embedded import embedded_server
 from .errors import DatabaseUnavailableError
+from .formatting import format_time
 from .processor import JobStepsProcessor
 from .query import JobDetail, job_detail
 from .schema import migrate
-from .timeline import Style, format_time, render_detail
+from .timeline import Style, render_detail
 
 __all__ = ["DOMAIN", "JOB_TYPE", "record_seed_story", "run_demo"]
 

@@ -27,11 +27,11 @@ from .recorder import (
     StepStarted,
 )
 from .spans import latest_progress
+from .vocabulary import MAX_ATTEMPT
 
 __all__ = ["DEFAULT_MAX_OPEN_SPANS", "SpanTranslator"]
 
 MAX_ID_CHARS = 512
-MAX_ATTEMPT = 2**31 - 1  # the attempt column is a PostgreSQL integer
 DEFAULT_MAX_OPEN_SPANS = 100_000
 
 Problem = Callable[[str, object], None]

@@ -14,6 +14,7 @@ __all__ = [
     "EVENT_RETRY_SCHEDULED",
     "EVENT_STALLED",
     "FAILED",
+    "MAX_ATTEMPT",
     "OUTCOME_COMPLETED",
     "OUTCOME_RECLAIMED",
     "OUTCOME_RETRY",
@@ -24,6 +25,8 @@ __all__ = [
     "STEP",
     "TIME_LIMIT",
 ]
+
+MAX_ATTEMPT = 2**31 - 1  # the highest attempt number: job_event.attempt is an int column
 
 # job_event.type of a step row; every other type is an ordinary event.
 STEP = "STEP"

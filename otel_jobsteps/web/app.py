@@ -35,9 +35,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from ..formatting import format_ago, format_duration, format_time, format_utc
 from ..listen import parse_listen
 from ..query import STATUSES
-from ..timeline import format_duration, format_time
+from ..vocabulary import MAX_ATTEMPT
 from .data import Reader
 from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
 
@@ -60,11 +61,11 @@ TOKEN_ENV = "OTEL_JOBSTEPS_WEB_TOKEN"
 TOKEN_COOKIE = "otel_jobsteps_token"
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
-MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
 # The widest window of a /steps/failures link from /steps?window=all: over every row kept,
 # that read would scan the whole table (no index leads with the job type).
 FAILURES_WINDOW = "30d"
 DEFAULT_REFRESH_S = 2.0
+MAX_ROW = 10**9  # ``from``, the first row of an attempt to draw
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -109,11 +110,17 @@ def check_exposure(host: str, token: str | None, no_auth: bool) -> None:
 # -- rendering helpers -------------------------------------------------------------------------
 
 
-def job_url(domain: str, job_id: str, attempt: int | None = None) -> str:
+def job_url(
+    domain: str, job_id: str, attempt: int | None = None, step: str | None = None, **more: str
+) -> str:
     """The permalink of a job: ``/jobs/{domain}/{job_id}``, each part one percent-encoded segment
     (ids come from job code; a ``/`` in them is ``%2F``). A part a browser would normalise away
-    (``.``, ``..``, also as ``%2E``; or empty) takes the query form ``/job?domain=&job_id=``."""
+    (``.``, ``..``, also as ``%2E``; or empty) takes the query form ``/job?domain=&job_id=``.
+    ``attempt`` and ``step`` select an attempt and one of its steps; ``more`` goes in the query."""
     query = {} if attempt is None else {"attempt": str(attempt)}
+    if step is not None:
+        query["step"] = step
+    query.update(more)
     domain_part, id_part = quote(domain, safe=""), quote(job_id, safe="")
     if domain_part in _FRAGILE_SEGMENTS or id_part in _FRAGILE_SEGMENTS:
         return "/job?" + urlencode({"domain": domain, "job_id": job_id, **query})
@@ -142,9 +149,10 @@ def _environment() -> Environment:
         time=format_time,
         json=compact_json,
         iso=lambda value: value.isoformat() if value else "",
+        utc=format_utc,
         seconds=lambda value: format_duration(timedelta(seconds=value)),
     )
-    env.globals.update(job_url=job_url, since=since_text, windows=list(WINDOWS))
+    env.globals.update(job_url=job_url, since=since_text, ago=format_ago, windows=list(WINDOWS))
     return env
 
 
@@ -275,21 +283,27 @@ class WebApp:
         page = self.reader.job_page(domain, job_id)
         if page is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id)
-        timeline = build_timeline(page.attempts, page.rows, page.logs, page.as_of, self.links)
-        selected = next(
-            (lane for lane in timeline.lanes if lane.summary.attempt == chosen),
-            None if chosen is not None else timeline.lanes[-1],
+        first = _integer(request, "from", MAX_ROW)
+        timeline = build_timeline(
+            page.attempts,
+            page.rows,
+            page.logs,
+            page.as_of,
+            self.links,
+            attempt=chosen,
+            step=_text(request, "step"),
+            first=None if first is None else first - 1,
         )
-        if selected is None:
+        if timeline.selected is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id, attempt=chosen)
-        first = timeline.lanes[0].summary.started_at
+        started = timeline.lanes[0].summary.started_at
         latest_end = timeline.lanes[-1].summary.ended_at
-        total = (latest_end or page.as_of) - first if first else None
+        total = (latest_end or page.as_of) - started if started else None
         return self.render(
             "job.html",
             page=page,
             timeline=timeline,
-            selected=selected,
+            selected=timeline.selected,
             latest=timeline.lanes[-1],
             total=total,
             stalled=sum(lane.summary.stalled_count for lane in timeline.lanes),

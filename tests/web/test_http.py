@@ -62,8 +62,11 @@ def test_job_page_shows_the_seed_story(client: TestClient, two_attempts: str) ->
 
     assert response.status_code == 200
     page = Markup(response.text)
-    lanes = page.all("div", **{"class": "lane"}) + page.all("div", **{"class": "lane selected"})
+    lanes = page.all("section", **{"class": "attempt"})
+    lanes += page.all("section", **{"class": "attempt selected"})
     assert sorted(lane["data-attempt"] or "" for lane in lanes) == ["1", "2"]
+    rows = [(a["data-attempt"], a["data-step-key"]) for a in page.all("li") if "data-step-key" in a]
+    assert rows == [("1", "RENDER"), ("1", "SAVE"), ("2", "RENDER"), ("2", "SAVE")]
     bars = [(a["data-key"], a["class"]) for t, a in page.tags if t == "rect" and a.get("data-key")]
     assert bars == [
         ("RENDER", "bar completed"),
@@ -73,20 +76,29 @@ def test_job_page_shows_the_seed_story(client: TestClient, two_attempts: str) ->
     ]
     assert "OSError: disk full" in response.text
     assert len(page.all("rect", **{"class": "mark", "data-type": "STALLED"})) == 2
-    # a span link per step, an attempt link per lane, from the template
+    # a trace link per attempt, and the selected step's span link in its panel
     links = [a["href"] or "" for a in page.all("a", **{"class": "trace"})]
-    assert len(links) == 4
+    assert len(links) == 2
     assert all(re.match(r"http://jaeger\.example:16686/trace/[0-9a-f]{32}\?", u) for u in links)
-    assert sum(bool(re.search(r"uiFind=[0-9a-f]{16}&", u)) for u in links) == 2
+    assert not any(re.search(r"uiFind=[0-9a-f]{16}&", u) for u in links)
+    chosen = client.get(job_url("render", two_attempts, 1, "SAVE"))
+    links = [a["href"] or "" for a in Markup(chosen.text).all("a", **{"class": "trace"})]
+    assert sum(bool(re.search(r"uiFind=[0-9a-f]{16}&", u)) for u in links) == 1
 
 
 def test_attempt_parameter_selects_the_steps_shown(client: TestClient, two_attempts: str) -> None:
     first = client.get(job_url("render", two_attempts, 1))
-    rows = Markup(first.text).all("tr", **{"class": "step failed"})
+    selected = Markup(first.text).all("section", **{"class": "attempt selected"})
+    chosen = client.get(job_url("render", two_attempts, 1, "SAVE"))
+    row = Markup(chosen.text).all("li", **{"class": "row step failed chosen"})
 
-    assert first.status_code == 200
-    assert "Steps of attempt 1" in first.text
-    assert [r["data-key"] for r in rows] == ["SAVE"]
+    assert first.status_code == chosen.status_code == 200
+    assert [s["data-attempt"] for s in selected] == ["1"]
+    assert "Select a step" in first.text
+    assert [r["data-step-key"] for r in row] == ["SAVE"]
+    assert '<dd class="message">OSError: disk full</dd>' in chosen.text
+    # a key the attempt does not have selects nothing
+    assert "Select a step" in client.get(job_url("render", two_attempts, 1, "NOPE")).text
     assert client.get(job_url("render", two_attempts, 9)).status_code == 404
     assert client.get(job_url("render", "no-such-job")).status_code == 404
     assert client.get(job_url("render", two_attempts) + "?attempt=x").status_code == 400
@@ -137,7 +149,9 @@ def test_every_listed_job_has_a_working_permalink(
     # the attempt links and the JSON link of the query form keep the job
     dots = client.get(job_url("render", "..", 2))  # attempts_made 1: the second attempt
     assert dots.status_code == 200
-    assert "Steps of attempt 2" in dots.text
+    assert (
+        Markup(dots.text).all("section", **{"class": "attempt selected"})[0]["data-attempt"] == "2"
+    )
     assert client.get("/api" + job_url("render", ".", 2)).json()["job_id"] == "."
     # a path with literal slashes still splits as before: domain first, the rest is the id
     assert client.get("/api/jobs/a/b/7").json()["domain"] == "a"

@@ -72,11 +72,13 @@ LEFT JOIN LATERAL (
 ) AS page ON true
 ORDER BY page.active_at DESC, page.domain DESC, page.job_id DESC;
 
--- name: find_job --
--- Jobs with this exact id, in every domain (or the one given), by their latest attempt. The
--- domains are walked as a loose index scan of job_event_job (one probe per domain), so the id
--- is then an index condition in each. The latest attempt is read as list_jobs reads it
--- (job_latest_attempt, LATERAL): the job_current_attempt view would be computed whole first.
+-- name: find_jobs --
+-- Jobs whose id starts with prefix (an exact id is its own prefix), in every domain (or the one
+-- given), by their latest attempt, the most recently active first. The domains are walked as a
+-- loose index scan of job_event_job (one probe per domain); in each, the ids from prefix up to
+-- upper (prefix with its last character's next code point; NULL: no bound) are walked one
+-- distinct id per probe, at most limit of them. The range is exact where the collation orders
+-- by code point (C, C.UTF-8); starts_with keeps only true matches under any other.
 WITH RECURSIVE domains AS (
     (SELECT domain FROM {job_event} ORDER BY domain LIMIT 1)
     UNION ALL
@@ -84,16 +86,47 @@ WITH RECURSIVE domains AS (
             ORDER BY e.domain LIMIT 1)
     FROM domains AS d
     WHERE d.domain IS NOT NULL
+), ids AS (
+    SELECT d.domain, first.job_id, 1 AS n
+    FROM domains AS d
+    CROSS JOIN LATERAL (
+        SELECT e.job_id FROM {job_event} AS e
+        WHERE e.domain = d.domain AND e.job_id >= %(prefix)s
+          AND (%(upper)s::text IS NULL OR e.job_id < %(upper)s)
+        ORDER BY e.job_id LIMIT 1) AS first
+    WHERE d.domain IS NOT NULL
+      AND (%(domain)s::text IS NULL OR d.domain = %(domain)s)
+    UNION ALL
+    SELECT i.domain, later.job_id, i.n + 1
+    FROM ids AS i
+    CROSS JOIN LATERAL (
+        SELECT e.job_id FROM {job_event} AS e
+        WHERE e.domain = i.domain AND e.job_id > i.job_id
+          AND (%(upper)s::text IS NULL OR e.job_id < %(upper)s)
+        ORDER BY e.job_id LIMIT 1) AS later
+    WHERE i.n < %(limit)s
 )
 SELECT latest.*, latest.last_activity_at AS active_at,
        (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
-        WHERE n.domain = d.domain AND n.job_id = %(job_id)s) AS attempts
-FROM domains AS d
-CROSS JOIN LATERAL {job_latest_attempt}(d.domain, %(job_id)s) AS latest
-WHERE d.domain IS NOT NULL
-  AND (%(domain)s::text IS NULL OR d.domain = %(domain)s)
-ORDER BY latest.last_activity_at DESC NULLS LAST, d.domain
+        WHERE n.domain = i.domain AND n.job_id = i.job_id) AS attempts
+FROM ids AS i
+CROSS JOIN LATERAL {job_latest_attempt}(i.domain, i.job_id) AS latest
+WHERE starts_with(i.job_id, %(prefix)s)
+ORDER BY latest.last_activity_at DESC NULLS LAST, i.domain, i.job_id
 LIMIT %(limit)s;
+
+-- name: status_counts --
+-- How many attempts ended COMPLETED and FAILED since since_at, and how many steps are open now,
+-- each counted to at most cap (the page says "cap+"): an index range each, never the table.
+SELECT (SELECT count(*) FROM (SELECT FROM {job_log}
+                              WHERE created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+                                AND status = 'COMPLETED' LIMIT %(cap)s) AS c) AS completed,
+       (SELECT count(*) FROM (SELECT FROM {job_log}
+                              WHERE created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+                                AND status = 'FAILED' LIMIT %(cap)s) AS f) AS failed,
+       (SELECT count(*) FROM (SELECT FROM {job_event}
+                              WHERE type = 'STEP' AND ended_at IS NULL LIMIT %(cap)s) AS r)
+           AS running;
 
 -- name: job_rows --
 -- Every row of one job, all attempts: steps with their span ids (the swimlanes and the trace

@@ -15,7 +15,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, MutableMapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes, urlencode
 
@@ -39,7 +39,7 @@ from ..formatting import format_ago, format_duration, format_time, format_utc
 from ..listen import parse_listen
 from ..query import STATUSES
 from ..vocabulary import MAX_ATTEMPT
-from .data import Reader
+from .data import COUNT_CAP, Reader
 from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
 
 __all__ = [
@@ -227,6 +227,12 @@ def _json(value: Any, status_code: int = 200) -> JSONResponse:
     return JSONResponse(value, status_code=status_code)
 
 
+def _page_url(kept: dict[str, str], cursor: Cursor, trail: list[Cursor]) -> str:
+    """The jobs page below ``cursor``, remembering the cursors of the pages above (``back``)."""
+    query = [*kept.items(), *cursor.query().items(), *(("back", c.token()) for c in trail)]
+    return "/?" + urlencode(query)
+
+
 class WebApp:
     """The pages and the API over one `Reader`."""
 
@@ -237,6 +243,8 @@ class WebApp:
         self.env = _environment()
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        # now: what the relative times of pages without a database clock count from
+        context.setdefault("now", datetime.now(timezone.utc))
         html = self.env.get_template(name).render(refresh_ms=self.refresh_ms, **context)
         return HTMLResponse(html, status_code=status_code)
 
@@ -248,33 +256,43 @@ class WebApp:
             "status": (request.query_params.get("status") or "").lower(),
             "window": window_name,
             "q": _text(request, "q"),
+            "live": "1" if request.query_params.get("live") == "1" else None,
         }
         limit = _limit(request)
+        cursor = Cursor.parse(dict(request.query_params))
+        trail = Cursor.parse_trail(request.query_params.getlist("back"))
         if filters["q"]:
-            page = self.reader.find_job(filters["q"], domain=filters["domain"], limit=limit)
+            page = self.reader.find_jobs(filters["q"], domain=filters["domain"], limit=limit)
         else:
             page = self.reader.jobs_page(
                 domain=filters["domain"],
                 job_type=filters["type"],
                 status=_status(request),
                 since=window,
-                cursor=Cursor.parse(dict(request.query_params)),
+                cursor=cursor,
                 limit=limit,
             )
         kept = {k: v for k, v in filters.items() if v and not (k == "window" and v == "all")}
         if limit != PAGE_SIZE:
             kept["limit"] = str(limit)
-        next_url = None
+        newest_url = "/?" + urlencode(kept)
+        older_url = newer_url = None
         if page.next_cursor is not None:
-            next_url = "/?" + urlencode({**kept, **page.next_cursor.query()})
-        paged = "before" in request.query_params
+            back = [*trail, cursor] if cursor is not None else []
+            older_url = _page_url(kept, page.next_cursor, back)
+        if cursor is not None:
+            newer_url = _page_url(kept, trail[-1], trail[:-1]) if trail else newest_url
         return self.render(
             "jobs.html",
             page=page,
             filters=filters,
-            next_url=next_url,
-            paged=paged,
-            first_url="/?" + urlencode(kept),
+            counts=self.reader.status_counts(window),
+            count_cap=COUNT_CAP,
+            next_url=older_url,
+            newer_url=newer_url,
+            paged=cursor is not None,
+            first_url=newest_url,
+            live=filters["live"] is not None,
         )
 
     def job(self, request: Request) -> Response:

@@ -36,6 +36,7 @@ __all__ = [
     "JobsPage",
     "OpenStep",
     "Reader",
+    "StatusCounts",
     "StepFailure",
     "StepStat",
 ]
@@ -48,6 +49,7 @@ JOBS_MAX_READS = 4
 """A jobs page reads at most this many times and ``JOBS_ROW_BUDGET`` rows of each index: a
 filter that matches nothing among the latest changes walks that deep before it answers with an
 Older link."""
+COUNT_CAP = 10_000  # the status counts stop here: each is an index range read
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,16 @@ class JobsPage:
         changes remain unread; None when it read everything or filled the page."""
         cursor = self.next_cursor
         return cursor.at if cursor is not None and cursor.domain is None else None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCounts(Record):
+    """Attempts ended in a window by status and the steps open now, each capped at
+    `COUNT_CAP` (a count at the cap reads "at least")."""
+
+    completed: int
+    failed: int
+    running: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,13 +214,21 @@ class Reader:
         jobs = jobs[:limit]
         return JobsPage(jobs, _next_cursor(jobs, limit, floor), found[0]["as_of"])
 
-    def find_job(self, job_id: str, *, domain: str | None, limit: int) -> JobsPage:
-        """Jobs with this exact id, in every domain or in ``domain``."""
+    def find_jobs(self, prefix: str, *, domain: str | None, limit: int) -> JobsPage:
+        """Jobs whose id is or starts with ``prefix``, in every domain or in ``domain``."""
         with self._snapshot() as conn:
             now = _server_now(conn)
-            params = {"job_id": job_id, "domain": domain, "limit": limit}
-            jobs = fetch(conn, self._queries["find_job"], params, JobRow)
+            params: dict[str, Any] = {"prefix": prefix, "upper": _after_prefix(prefix)}
+            params.update(domain=domain, limit=limit)
+            jobs = fetch(conn, self._queries["find_jobs"], params, JobRow, prepare=False)
         return JobsPage(jobs, None, now)
+
+    def status_counts(self, since: timedelta | None) -> StatusCounts:
+        """Attempts ended COMPLETED and FAILED since ``since`` ago and steps open now, each
+        counted up to `COUNT_CAP`."""
+        with self._snapshot() as conn:
+            params = {"since_at": window_start(conn, since), "cap": COUNT_CAP}
+            return fetch(conn, self._queries["status_counts"], params, StatusCounts)[0]
 
     def job_page(self, domain: str, job_id: str) -> JobPage | None:
         """Every attempt of a job with all its rows and final rows, or None if it has none."""
@@ -260,6 +280,18 @@ class Reader:
         """The read API's `list_jobs`, on a read-only connection."""
         with self._connection() as conn:
             return list_jobs(conn, schema=self.schema, **filters)
+
+
+def _after_prefix(prefix: str) -> str | None:
+    """The first text above every text starting with ``prefix`` in code point order: its last
+    character's successor (surrogates are not text: skipped); None when there is none."""
+    text = prefix.rstrip(chr(0x10FFFF))
+    if not text:
+        return None
+    following = ord(text[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:
+        following = 0xE000
+    return text[:-1] + chr(following)
 
 
 def _server_now(conn: psycopg.Connection[Any]) -> datetime:

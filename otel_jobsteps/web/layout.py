@@ -6,6 +6,7 @@ unit tests check the arithmetic without a browser or a database.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -49,6 +50,7 @@ WINDOWS: dict[str, timedelta | None] = {
     "all": None,
 }
 """The time windows the filters offer, by their URL value."""
+TRAIL = 20  # the pages above the one shown that its Newer links can go back through
 PLACEHOLDERS = ("{trace_id}", "{span_id}", "{start_ms}", "{end_ms}")
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -107,6 +109,27 @@ class Cursor:
         if self.domain is not None and self.job_id is not None:
             found.update(before_domain=self.domain, before_job=self.job_id)
         return found
+
+    def token(self) -> str:
+        """The cursor as one URL value (``back``: the pages above the one shown)."""
+        return json.dumps([self.at.isoformat(), self.domain, self.job_id], ensure_ascii=False)
+
+    @classmethod
+    def parse_trail(cls, tokens: list[str]) -> list[Cursor]:
+        """The cursors of `token` values, oldest page first, at most `TRAIL` of them (the
+        newest kept: a Newer link past them goes to the first page)."""
+        trail = []
+        for token in tokens[-TRAIL:]:
+            try:
+                at, domain, job_id = json.loads(token)
+            except (ValueError, TypeError):
+                raise ConfigurationError("back must be a cursor of this page") from None
+            params = {"before": at, "before_domain": domain, "before_job": job_id}
+            found = cls.parse({k: v for k, v in params.items() if isinstance(v, str)})
+            if found is None:
+                raise ConfigurationError("back must be a cursor of this page")
+            trail.append(found)
+        return trail
 
     @classmethod
     def parse(cls, params: dict[str, str]) -> Cursor | None:

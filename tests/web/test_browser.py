@@ -262,13 +262,23 @@ def test_jobs_page_filters_and_pages(page: Page, base_url: str, tracing: Tracing
     assert all(text == "FAILED" for text in page.locator("tr.job .status").all_inner_texts())
 
     page.goto(base_url + "/?limit=2")
-    seen = page.locator("a.job-link").all_inner_texts()
+    shown = [page.locator("a.job-link").all_inner_texts()]
     while page.locator("a.older").count():
         page.locator("a.older").click()
         page.wait_for_load_state()
-        seen += page.locator("a.job-link").all_inner_texts()
-    assert sorted(seen) == [f"job-{n}" for n in range(5)]
+        shown.append(page.locator("a.job-link").all_inner_texts())
+    assert sorted(job for jobs in shown for job in jobs) == [f"job-{n}" for n in range(5)]
+    back = []
+    while page.locator("a.newer").count():  # and back, page by page
+        page.locator("a.newer").click()
+        page.wait_for_load_state()
+        back.append(page.locator("a.job-link").all_inner_texts())
+    assert back == shown[-2::-1]
 
+    page.get_by_label("Job id").fill("job-")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**q=job-*")
+    assert sorted(page.locator("a.job-link").all_inner_texts()) == [f"job-{n}" for n in range(5)]
     page.get_by_label("Job id").fill("job-3")
     page.get_by_role("button", name="Show").click()
     page.wait_for_url("**q=job-3*")

@@ -227,19 +227,33 @@ def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: Traci
     def job_ids(html: str) -> list[str]:
         return re.findall(r'class="job-link" href="/jobs/render/([^"]+)"', html)
 
-    seen: list[str] = []
+    def link(html: str, name: str) -> str | None:
+        found = Markup(html).all("a", **{"class": name})
+        return found[0]["href"] if found else None
+
+    shown: list[list[str]] = []
     url: str | None = "/?limit=3"
-    pages = 0
     while url is not None:
         response = client.get(url)
         assert response.status_code == 200
-        seen += job_ids(response.text)
-        older = Markup(response.text).all("a", **{"class": "older"})
-        url = (older[0]["href"] or "").replace("&amp;", "&") if older else None
-        pages += 1
-    assert pages >= 3
+        shown.append(job_ids(response.text))
+        last = response.text
+        url = link(last, "older")
+    seen = [job for page in shown for job in page]
+    assert len(shown) >= 3
     assert sorted(seen) == [f"job-{n}" for n in range(7)]
     assert len(seen) == len(set(seen))
+    # Newer goes back through the same pages, the first page has none
+    back: list[list[str]] = []
+    url = link(last, "newer")
+    while url is not None:
+        response = client.get(url)
+        back.append(job_ids(response.text))
+        url = link(response.text, "newer")
+    assert back == shown[-2::-1]
+    assert link(client.get("/?limit=3").text, "newer") is None
+    assert link(last, "newest") == "/?limit=3"
+    assert client.get("/?back=nonsense").status_code == 400
 
     first_page = client.get("/").text
     assert "<td>1 of 1</td>" in first_page  # attempt 1 of the failed ones
@@ -250,7 +264,18 @@ def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: Traci
     assert job_ids(client.get("/?status=completed&type=thumbnail").text) != []
     assert job_ids(client.get("/?type=invoice").text) == []
     assert job_ids(client.get("/?q=job-4").text) == ["job-4"]
+    assert sorted(job_ids(client.get("/?q=job-").text)) == [f"job-{n}" for n in range(7)]
+    assert job_ids(client.get("/?q=jo").text) != []
     assert job_ids(client.get("/?q=job-4&domain=other").text) == []
+    assert job_ids(client.get("/?q=job-45").text) == []
+    counts = Markup(first_page)
+    assert '<span class="count-failed">3</span>' in first_page
+    assert '<span class="count-completed">4</span>' in first_page
+    assert counts.all("main", id="live")[0].get("data-refresh-ms") is None
+    assert "data-refresh-ms" in client.get("/?live=1").text  # live refresh only when asked
+    assert '<span class="error" title="OSError: disk full">OSError: disk full</span>' in (
+        client.get("/?status=failed").text
+    )
     assert client.get("/?window=3y").status_code == 400
     assert client.get("/?before=yesterday").status_code == 400
 

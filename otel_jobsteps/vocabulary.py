@@ -23,6 +23,7 @@ __all__ = [
     "RUNNING",
     "STATUSES",
     "STEP",
+    "TAG",
     "TIME_LIMIT",
 ]
 
@@ -30,6 +31,9 @@ MAX_ATTEMPT = 2**31 - 1  # the highest attempt number: job_event.attempt is an i
 
 # job_event.type of a step row; every other type is an ordinary event.
 STEP = "STEP"
+# job_event.type of a tag of an attempt (job.tag.<name>): step_key is its name, message its
+# value; written once, at the attempt's start. Not an ordinary event: the reads leave it out.
+TAG = "TAG"
 EVENT_STALLED = "STALLED"
 """Ordinary event of an attempt whose worker the queue reported lost."""
 EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"

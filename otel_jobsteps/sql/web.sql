@@ -115,6 +115,17 @@ WHERE starts_with(i.job_id, %(prefix)s)
 ORDER BY latest.last_activity_at DESC NULLS LAST, i.domain, i.job_id
 LIMIT %(limit)s;
 
+-- name: tagged_jobs --
+-- The jobs page with a tag: list_tagged_jobs of read.sql with this page's columns (active_at:
+-- the newest tagged start).
+SELECT latest.*, t.tagged_at AS active_at,
+       (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
+        WHERE n.domain = t.domain AND n.job_id = t.job_id) AS attempts
+FROM {job_tagged}(%(tag_name)s, %(tag_value)s, %(since_at)s::timestamptz, %(domain)s,
+                  %(job_type)s, %(status)s, %(scan)s, %(limit)s) AS t
+CROSS JOIN LATERAL {job_latest_attempt}(t.domain, t.job_id) AS latest
+ORDER BY t.tagged_at DESC, t.domain, t.job_id;
+
 -- name: status_counts --
 -- How many attempts ended COMPLETED and FAILED since since_at, and how many steps are open now,
 -- each counted to at most cap (the page says "cap+"): an index range each, never the table.

@@ -37,7 +37,7 @@ from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
 from ..formatting import format_ago, format_duration, format_time, format_utc
 from ..listen import parse_listen
-from ..query import STATUSES
+from ..query import STATUSES, parse_tag
 from ..vocabulary import MAX_ATTEMPT
 from .data import COUNT_CAP, Reader
 from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
@@ -191,6 +191,12 @@ def _text(request: Request, name: str) -> str | None:
     return request.query_params.get(name) or None
 
 
+def _tag(request: Request) -> tuple[str, str] | None:
+    """``?tag=NAME:VALUE`` as (name, value), None when absent or empty."""
+    text = _text(request, "tag")
+    return None if text is None else parse_tag(text, ":")
+
+
 def _attempt(request: Request) -> int | None:
     return _integer(request, "attempt", MAX_ATTEMPT)
 
@@ -256,13 +262,24 @@ class WebApp:
             "status": (request.query_params.get("status") or "").lower(),
             "window": window_name,
             "q": _text(request, "q"),
+            "tag": _text(request, "tag"),
             "live": "1" if request.query_params.get("live") == "1" else None,
         }
         limit = _limit(request)
         cursor = Cursor.parse(dict(request.query_params))
         trail = Cursor.parse_trail(request.query_params.getlist("back"))
+        tag = _tag(request)
         if filters["q"]:
             page = self.reader.find_jobs(filters["q"], domain=filters["domain"], limit=limit)
+        elif tag is not None:
+            page = self.reader.tagged_jobs(
+                tag,
+                domain=filters["domain"],
+                job_type=filters["type"],
+                status=_status(request),
+                since=window,
+                limit=limit,
+            )
         else:
             page = self.reader.jobs_page(
                 domain=filters["domain"],
@@ -370,6 +387,7 @@ class WebApp:
             status=_status(request),
             since=window,
             limit=_limit(request),
+            tag=_tag(request),
         )
         return _json(jobs)
 

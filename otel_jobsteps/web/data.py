@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from ..db import Record, connection_kwargs, fetch, session
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
+    TAG_SCAN_PER_JOB,
     AttemptSummary,
     JobDetail,
     JobLogEntry,
@@ -221,6 +222,32 @@ class Reader:
             params: dict[str, Any] = {"prefix": prefix, "upper": _after_prefix(prefix)}
             params.update(domain=domain, limit=limit)
             jobs = fetch(conn, self._queries["find_jobs"], params, JobRow, prepare=False)
+        return JobsPage(jobs, None, now)
+
+    def tagged_jobs(
+        self,
+        tag: tuple[str, str],
+        *,
+        domain: str | None,
+        job_type: str | None,
+        status: str | None,
+        since: timedelta | None,
+        limit: int,
+    ) -> JobsPage:
+        """Jobs with an attempt tagged ``tag`` (name, value) started within ``since``."""
+        with self._snapshot() as conn:
+            now = _server_now(conn)
+            params = {
+                "tag_name": tag[0],
+                "tag_value": tag[1],
+                "since_at": window_start(conn, since),
+                "domain": domain,
+                "job_type": job_type,
+                "status": status,
+                "scan": limit * TAG_SCAN_PER_JOB,
+                "limit": limit,
+            }
+            jobs = fetch(conn, self._queries["tagged_jobs"], params, JobRow, prepare=False)
         return JobsPage(jobs, None, now)
 
     def status_counts(self, since: timedelta | None) -> StatusCounts:

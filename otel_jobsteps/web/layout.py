@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 from ..errors import ConfigurationError
 from ..formatting import format_duration
 from ..query import AttemptSummary, JobLogEntry
+from ..vocabulary import TAG
 
 __all__ = [
     "AXIS_WIDTH",
@@ -37,6 +38,7 @@ MIN_BAR_WIDTH = 2.0  # a step of a microsecond stays visible
 TICKS = 5
 COLLAPSE_OVER = 100
 """An earlier attempt with more rows than this is drawn collapsed unless it is selected."""
+LOG = "LOG"  # the log lines of the logs issue: shown in their step's panel
 ROWS_SHOWN = 200
 """At most this many rows of one attempt are drawn at once (a window around the selection):
 a job of 10,000 steps must not put 10,000 bars in the page."""
@@ -229,6 +231,7 @@ class Lane:
     trace_link: str | None
     open_bar: Bar | None
     marks: tuple[Mark, ...]
+    tags: tuple[tuple[str, str], ...]  # (name, value): its job.tag.* attributes
 
     @property
     def hidden_after(self) -> int:
@@ -286,10 +289,14 @@ def build_timeline(
     ``attempt`` (default: the latest) is the selected attempt, ``step`` the key of its selected
     step (its last run); ``first`` the first of its rows to draw. The axis runs from the first
     row to the last end, or to ``as_of`` while a step is open, so a running bar grows as the page
-    refreshes. Log lines (type LOG) are no rows of their own.
+    refreshes. Log lines (type LOG) and tags (type TAG) are no rows of their own.
     """
-    lines = [r for r in rows if r["type"] == "LOG"]
-    rows = [r for r in rows if r["type"] != "LOG"]
+    lines = [r for r in rows if r["type"] == LOG]
+    tags: dict[int, list[tuple[str, str]]] = {}
+    for r in rows:
+        if r["type"] == TAG:
+            tags.setdefault(r["attempt"], []).append((r["step_key"], r["message"]))
+    rows = [r for r in rows if r["type"] not in (LOG, TAG)]
     by_attempt_rows: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
         by_attempt_rows.setdefault(r["attempt"], []).append(r)
@@ -330,6 +337,7 @@ def build_timeline(
             trace_link,
             open_bar,
             marks,
+            tuple(tags.get(summary.attempt, ())),
         )
         lanes.append(lane)
         if is_selected:

@@ -203,3 +203,14 @@ def record_forty_steps(tracer: Tracer, job_id: str = "forty") -> None:
             span.end(end_time=at)
         job.end(end_time=at)
         at += S
+
+
+def tagged_job(tracer: Tracer, job_id: str, attempt: int, **tags: object) -> None:
+    """One attempt of one step whose job span carries ``tags`` as job.tag.* attributes."""
+    attributes = {JOB_DOMAIN: "shop", JOB_ID: job_id, JOB_TYPE: "invoice", JOB_ATTEMPT: attempt}
+    attributes.update({f"job.tag.{name}": value for name, value in tags.items()})
+    job = tracer.start_span("job", attributes=attributes)  # type: ignore[arg-type]
+    tracer.start_span(
+        "send", context=set_span_in_context(job), attributes={JOB_STEP_KEY: "SEND"}
+    ).end()
+    job.end()

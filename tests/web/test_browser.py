@@ -32,6 +32,7 @@ from tests.web.support import (
     record_forty_steps,
     record_timed_story,
     step_key,
+    tagged_job,
 )
 
 if TYPE_CHECKING:
@@ -274,6 +275,16 @@ def test_jobs_page_filters_and_pages(page: Page, base_url: str, tracing: Tracing
         page.wait_for_load_state()
         back.append(page.locator("a.job-link").all_inner_texts())
     assert back == shown[-2::-1]
+
+    tagged_job(tracer, "acme-1", 1, customer="acme")
+    tagged_job(tracer, "other-1", 1, customer="globex")
+    assert processor.force_flush(10_000)
+    page.goto(base_url + "/")
+    page.get_by_label("Tag").fill("customer:acme")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**tag=customer%3Aacme*")
+    assert page.locator("a.job-link").all_inner_texts() == ["acme-1"]
+    page.get_by_label("Tag").fill("")
 
     page.get_by_label("Job id").fill("job-")
     page.get_by_role("button", name="Show").click()

@@ -429,7 +429,46 @@ def test_phone_and_dark_views(
     assert luminance(dark.evaluate(background)) < 0.1 < 0.8 < luminance(light.evaluate(background))
     text = "getComputedStyle(document.body).color"
     assert luminance(dark.evaluate(text)) > 0.6
+    for shown in (light, dark):  # WCAG AA: 4.5:1 for text of this size
+        for selector, (fg, bg) in colours(shown, CONTRASTED).items():
+            assert contrast(fg, bg) >= 4.5, (selector, fg, bg)
     picture(dark, "web-job-dark.png")
+
+
+CONTRASTED = [
+    "main",
+    ".took",
+    ".attempt-head .reason",
+    ".attempt-head .error",
+    ".status.failed",
+    ".status.completed",
+    ".attempt-link",
+    ".event-type",
+    ".event-message",
+    ".row.step.failed .key",
+    ".axis",
+    "#panel dt",
+]
+
+
+def colours(page: Page, selectors: list[str]) -> dict[str, tuple[str, str]]:
+    """Each selector's first element: its text colour and the first opaque background behind it."""
+    found: dict[str, tuple[str, str]] = page.evaluate(
+        """selectors => Object.fromEntries(selectors.map(selector => {
+            const el = document.querySelector(selector);
+            let ground = el, bg = "rgba(0, 0, 0, 0)";
+            while (ground && (bg = getComputedStyle(ground).backgroundColor).startsWith("rgba")
+                   && bg.endsWith(", 0)")) ground = ground.parentElement;
+            return [selector, [getComputedStyle(el).color, bg]];
+        }))""",
+        selectors,
+    )
+    return found
+
+
+def contrast(first: str, second: str) -> float:
+    high, low = sorted((luminance(first), luminance(second)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
 
 
 def luminance(css_color: str) -> float:

@@ -183,7 +183,7 @@ def measure(
 SEARCH_VALUES: dict[str, Any] = {
     "prefix": "fill-4242",
     "upper": "fill-4243",
-    "cap": 10_000,
+    "cap": 1_000,
     "tag_name": "customer",
     "tag_value": "cust-7",
     "scan": 400,

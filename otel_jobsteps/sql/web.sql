@@ -76,8 +76,9 @@ ORDER BY page.active_at DESC, page.domain DESC, page.job_id DESC;
 -- Jobs whose id starts with prefix (an exact id is its own prefix), in every domain (or the one
 -- given), by their latest attempt, the most recently active first. The domains are walked as a
 -- loose index scan of job_event_job (one probe per domain); in each, the ids from prefix up to
--- upper (prefix with its last character's next code point; NULL: no bound) are walked one
--- distinct id per probe, at most limit of them. The range is exact where the collation orders
+-- upper (prefix with its last character's next code point) are walked one
+-- distinct id per probe, at most limit of them (upper is always given: a bound, not a filter, in
+-- a generic plan too). The range is exact where the collation orders
 -- by code point (C, C.UTF-8); starts_with keeps only true matches under any other.
 WITH RECURSIVE domains AS (
     (SELECT domain FROM {job_event} ORDER BY domain LIMIT 1)
@@ -91,8 +92,7 @@ WITH RECURSIVE domains AS (
     FROM domains AS d
     CROSS JOIN LATERAL (
         SELECT e.job_id FROM {job_event} AS e
-        WHERE e.domain = d.domain AND e.job_id >= %(prefix)s
-          AND (%(upper)s::text IS NULL OR e.job_id < %(upper)s)
+        WHERE e.domain = d.domain AND e.job_id >= %(prefix)s AND e.job_id < %(upper)s
         ORDER BY e.job_id LIMIT 1) AS first
     WHERE d.domain IS NOT NULL
       AND (%(domain)s::text IS NULL OR d.domain = %(domain)s)
@@ -101,8 +101,7 @@ WITH RECURSIVE domains AS (
     FROM ids AS i
     CROSS JOIN LATERAL (
         SELECT e.job_id FROM {job_event} AS e
-        WHERE e.domain = i.domain AND e.job_id > i.job_id
-          AND (%(upper)s::text IS NULL OR e.job_id < %(upper)s)
+        WHERE e.domain = i.domain AND e.job_id > i.job_id AND e.job_id < %(upper)s
         ORDER BY e.job_id LIMIT 1) AS later
     WHERE i.n < %(limit)s
 )
@@ -135,19 +134,29 @@ SELECT (SELECT count(*) FROM (SELECT FROM {job_log}
        (SELECT count(*) FROM (SELECT FROM {job_log}
                               WHERE created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
                                 AND status = 'FAILED' LIMIT %(cap)s) AS f) AS failed,
+       -- ordered as job_event_one_open_step: the planner, which takes far more rows for open
+       -- steps than there are, would otherwise filter a scan of the table
        (SELECT count(*) FROM (SELECT FROM {job_event}
-                              WHERE type = 'STEP' AND ended_at IS NULL LIMIT %(cap)s) AS r)
+                              WHERE type = 'STEP' AND ended_at IS NULL
+                              ORDER BY domain, job_id, attempt LIMIT %(cap)s) AS r)
            AS running;
 
 -- name: job_rows --
--- Every row of one job, all attempts: steps with their span ids (the swimlanes and the trace
--- links) and ordinary events (the marks on the time axis), with the server's time of the read.
-SELECT attempt, type, step_key, step_status, detail, message, trace_id, span_id,
-       created_at, ended_at, GREATEST(created_at, heartbeat_at) AS seen_at,
+-- Every row of one job, all attempts, without their detail and message (a job of 10,000 steps
+-- draws 200 of them: job_row_details reads those): steps (the waterfall), ordinary events, tags,
+-- log lines, with the server's time of the read.
+SELECT id, attempt, type, step_key, step_status, trace_id, created_at, ended_at,
+       GREATEST(created_at, heartbeat_at) AS seen_at,
        now() AS as_of
 FROM {job_event}
 WHERE domain = %(domain)s AND job_id = %(job_id)s
 ORDER BY attempt, created_at, id;
+
+-- name: job_row_details --
+-- The detail, message and span id of some rows of one job (those the page draws), by id.
+SELECT id, detail, message, span_id
+FROM {job_event}
+WHERE id = ANY(%(ids)s) AND domain = %(domain)s AND job_id = %(job_id)s;
 
 -- name: job_logs --
 -- The final rows of every attempt of one job.

@@ -39,8 +39,8 @@ from ..formatting import format_ago, format_duration, format_time, format_utc
 from ..listen import parse_listen
 from ..query import STATUSES, parse_tag
 from ..vocabulary import MAX_ATTEMPT
-from .data import COUNT_CAP, Reader
-from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
+from .data import COUNT_CAP, JobPage, Reader
+from .layout import WINDOWS, Cursor, Timeline, TraceLinks, build_timeline, drawn_rows
 
 __all__ = [
     "CSP",
@@ -314,21 +314,26 @@ class WebApp:
 
     def job(self, request: Request) -> Response:
         domain, job_id = _job_key(request)
-        chosen = _attempt(request)
-        page = self.reader.job_page(domain, job_id)
+        chosen, step = _attempt(request), _text(request, "step")
+        first = _integer(request, "from", MAX_ROW)
+
+        def lay_out(page: JobPage) -> Timeline:
+            return build_timeline(
+                page.attempts,
+                page.rows,
+                page.logs,
+                page.as_of,
+                self.links,
+                attempt=chosen,
+                step=step,
+                first=None if first is None else first - 1,
+            )
+
+        # laid out twice: once to know which rows it draws, once with their details
+        page = self.reader.job_page(domain, job_id, lambda read: drawn_rows(lay_out(read)))
         if page is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id)
-        first = _integer(request, "from", MAX_ROW)
-        timeline = build_timeline(
-            page.attempts,
-            page.rows,
-            page.logs,
-            page.as_of,
-            self.links,
-            attempt=chosen,
-            step=_text(request, "step"),
-            first=None if first is None else first - 1,
-        )
+        timeline = lay_out(page)
         if timeline.selected is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id, attempt=chosen)
         started = timeline.lanes[0].summary.started_at

@@ -7,7 +7,7 @@ role with SELECT on the tables and views is all the page needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -29,6 +29,7 @@ from ..query import (
     window_start,
 )
 from ..sql import qualified_queries
+from ..translate import MAX_ID_CHARS
 from .layout import Cursor
 
 __all__ = [
@@ -50,7 +51,7 @@ JOBS_MAX_READS = 4
 """A jobs page reads at most this many times and ``JOBS_ROW_BUDGET`` rows of each index: a
 filter that matches nothing among the latest changes walks that deep before it answers with an
 Older link."""
-COUNT_CAP = 10_000  # the status counts stop here: each is an index range read
+COUNT_CAP = 1_000  # the status counts stop here: each is an index range read, at most this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +258,12 @@ class Reader:
             params = {"since_at": window_start(conn, since), "cap": COUNT_CAP}
             return fetch(conn, self._queries["status_counts"], params, StatusCounts)[0]
 
-    def job_page(self, domain: str, job_id: str) -> JobPage | None:
-        """Every attempt of a job with all its rows and final rows, or None if it has none."""
+    def job_page(self, domain: str, job_id: str, drawn: RowChooser) -> JobPage | None:
+        """Every attempt of a job with all its rows and final rows, or None if it has none.
+
+        Rows come without detail, message and span id but those ``drawn`` picks (by id, given
+        the page read so far): one snapshot reads both.
+        """
         key = {"domain": domain, "job_id": job_id}
         # job_attempts of the read API (the list_jobs fragment does not matter to it)
         read_side = qualified_queries("read.sql", self.schema, (("in_domain", ""),))
@@ -269,8 +274,16 @@ class Reader:
                     return None
                 rows = cur.execute(self._queries["job_rows"], key).fetchall()
             logs = fetch(conn, self._queries["job_logs"], key, JobLogEntry)
-        names = [f.name for f in fields(AttemptSummary)]
-        attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
+            names = [f.name for f in fields(AttemptSummary)]
+            attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
+            page = JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
+            wanted = {**key, "ids": sorted(drawn(page))}
+            with conn.cursor(row_factory=dict_row) as cur:
+                found_details = cur.execute(self._queries["job_row_details"], wanted).fetchall()
+        details = {row["id"]: row for row in found_details}
+        for row in rows:
+            row.update(details.get(row["id"]) or _NO_DETAIL)
+        return page
         return JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
 
     def open_steps(self, min_silence: timedelta, limit: int) -> list[OpenStep]:
@@ -309,12 +322,17 @@ class Reader:
             return list_jobs(conn, schema=self.schema, **filters)
 
 
-def _after_prefix(prefix: str) -> str | None:
-    """The first text above every text starting with ``prefix`` in code point order: its last
-    character's successor (surrogates are not text: skipped); None when there is none."""
+_NO_DETAIL = {"detail": None, "message": None, "span_id": None}
+RowChooser = Callable[[JobPage], Iterable[int]]
+
+
+def _after_prefix(prefix: str) -> str:
+    """A text above every id starting with ``prefix`` in code point order: its last character's
+    successor (surrogates are not text: skipped); with none, more top code points than an id
+    has characters."""
     text = prefix.rstrip(chr(0x10FFFF))
     if not text:
-        return None
+        return chr(0x10FFFF) * (MAX_ID_CHARS + 1)
     following = ord(text[-1]) + 1
     if 0xD800 <= following <= 0xDFFF:
         following = 0xE000

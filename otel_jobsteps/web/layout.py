@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 from ..errors import ConfigurationError
 from ..formatting import format_duration
 from ..query import AttemptSummary, JobLogEntry
-from ..vocabulary import TAG
+from ..vocabulary import STEP, TAG
 
 __all__ = [
     "AXIS_WIDTH",
@@ -29,6 +29,7 @@ __all__ = [
     "Timeline",
     "TraceLinks",
     "build_timeline",
+    "drawn_rows",
     "progress_of",
 ]
 
@@ -185,6 +186,7 @@ def progress_of(detail: dict[str, Any] | None) -> Progress | None:
 class Bar:
     """One step of an attempt: ``x`` and ``width`` on the shared axis, in axis units."""
 
+    id: int
     key: str
     status: str
     started_at: datetime
@@ -204,6 +206,7 @@ class Bar:
 class Mark:
     """An ordinary event (STALLED, RETRY_SCHEDULED, ...) at ``x`` on the shared axis."""
 
+    id: int
     type: str
     message: str | None
     detail: dict[str, Any] | None
@@ -251,6 +254,7 @@ class Timeline:
     selected: Lane | None
     step: Bar | None
     step_lines: tuple[tuple[datetime, str | None], ...]
+    row_ids: frozenset[int]  # the tag rows and the selected step's log lines (drawn_rows)
 
     @property
     def tick_labels(self) -> tuple[str, ...]:
@@ -292,16 +296,16 @@ def build_timeline(
     refreshes. Log lines (type LOG) and tags (type TAG) are no rows of their own.
     """
     lines = [r for r in rows if r["type"] == LOG]
+    tag_rows = [r for r in rows if r["type"] == TAG]
     tags: dict[int, list[tuple[str, str]]] = {}
-    for r in rows:
-        if r["type"] == TAG:
-            tags.setdefault(r["attempt"], []).append((r["step_key"], r["message"]))
+    for r in tag_rows:
+        tags.setdefault(r["attempt"], []).append((r["step_key"], r.get("message") or ""))
     rows = [r for r in rows if r["type"] not in (LOG, TAG)]
     by_attempt_rows: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
         by_attempt_rows.setdefault(r["attempt"], []).append(r)
     times = [r["created_at"] for r in rows] + [log.created_at for log in logs]
-    times += [r["ended_at"] or as_of for r in rows if r["type"] == "STEP"]
+    times += [r["ended_at"] or as_of for r in rows if r["type"] == STEP]
     start = min(times, default=as_of)
     end = max(times, default=as_of)
     span = max((end - start).total_seconds(), 1e-6)
@@ -311,7 +315,7 @@ def build_timeline(
     selected, selected_step = None, None
     for summary in attempts:
         own: list[Row] = [
-            _bar(r, start, span, as_of, links) if r["type"] == "STEP" else _mark(r, start, span)
+            _bar(r, start, span, as_of, links) if r["type"] == STEP else _mark(r, start, span)
             for r in by_attempt_rows.get(summary.attempt, ())
         ]
         is_selected = summary.attempt == chosen
@@ -343,12 +347,27 @@ def build_timeline(
         if is_selected:
             selected, selected_step = lane, picked
     ticks = tuple(start + (end - start) * i / (TICKS - 1) for i in range(TICKS))
-    step_lines = tuple(
-        (r["created_at"], r["message"])
+    own_lines = [
+        r
         for r in lines
         if selected_step is not None and r["attempt"] == chosen and r["step_key"] == step
+    ]
+    step_lines = tuple((r["created_at"], r.get("message")) for r in own_lines)
+    row_ids = frozenset(r["id"] for r in [*own_lines, *tag_rows])
+    return Timeline(
+        start, end, as_of, tuple(lanes), ticks, selected, selected_step, step_lines, row_ids
     )
-    return Timeline(start, end, as_of, tuple(lanes), ticks, selected, selected_step, step_lines)
+
+
+def drawn_rows(timeline: Timeline) -> set[int]:
+    """The ids of the rows a page of ``timeline`` shows in full: the steps drawn, the selected
+    one, and every row that is no step (events, tags and log lines are few and all shown)."""
+    drawn = {row.id for lane in timeline.lanes for row in lane.rows}
+    drawn.update(mark.id for lane in timeline.lanes for mark in lane.marks)
+    drawn.update(timeline.row_ids)
+    if timeline.step is not None:
+        drawn.add(timeline.step.id)
+    return drawn
 
 
 def _last_run(rows: list[Row], key: str) -> Bar | None:
@@ -368,7 +387,14 @@ def _window_start(rows: list[Row], picked: Bar | None, first: int | None) -> int
 
 def _mark(row: dict[str, Any], start: datetime, span: float) -> Mark:
     at = row["created_at"]
-    return Mark(row["type"], row["message"], row["detail"], at, _position(at, start, span))
+    return Mark(
+        row["id"],
+        row["type"],
+        row.get("message"),
+        row.get("detail"),
+        at,
+        _position(at, start, span),
+    )
 
 
 def _bar(
@@ -378,20 +404,23 @@ def _bar(
     until = ended_at or as_of
     x = _position(row["created_at"], start, span)
     width = max(_position(until, start, span) - x, MIN_BAR_WIDTH)
-    link = links.link(row["trace_id"], row["span_id"], row["created_at"], until) if links else None
+    span_id = row.get("span_id")
+    link = links.link(row["trace_id"], span_id, row["created_at"], until) if links else None
     duration = until - row["created_at"]
+    detail = row.get("detail")
     return Bar(
+        id=row["id"],
         key=row["step_key"],
         status=row["step_status"],
         started_at=row["created_at"],
         ended_at=ended_at,
         duration=duration,
         seen_at=row["seen_at"],
-        detail=row["detail"],
-        message=row["message"],
+        detail=detail,
+        message=row.get("message"),
         x=min(x, AXIS_WIDTH - MIN_BAR_WIDTH),
         width=round(width, 3),
         trace_link=link,
         duration_ms=round(duration.total_seconds() * 1000, 3),
-        progress=progress_of(row["detail"]),
+        progress=progress_of(detail),
     )

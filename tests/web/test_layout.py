@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -20,6 +21,7 @@ from otel_jobsteps.web.layout import (
     Progress,
     TraceLinks,
     build_timeline,
+    drawn_rows,
     progress_of,
 )
 
@@ -112,8 +114,12 @@ def _summary(attempt: int, status: str, start: float, end: float | None) -> Atte
     )
 
 
+ROW_IDS = itertools.count(1)
+
+
 def _step(attempt: int, key: str, start: float, end: float | None, status: str) -> dict[str, Any]:
     return {
+        "id": next(ROW_IDS),
         "attempt": attempt,
         "type": "STEP",
         "step_key": key,
@@ -252,6 +258,11 @@ def test_a_long_attempt_draws_a_window_around_the_selection_and_earlier_ones_col
     assert window.first == 250 - ROWS_SHOWN // 2
     assert chosen.step in window.rows
     assert (paged.lanes[1].first, paged.lanes[1].hidden_after) == (10, many - 10 - ROWS_SHOWN)
+    # only what a page draws is read in full: the windows drawn and the selected step
+    drawn = drawn_rows(chosen)
+    assert len(drawn) == 2 * ROWS_SHOWN  # the selected attempt's window and the latest's
+    assert chosen.step is not None
+    assert chosen.step.id in drawn
 
 
 @pytest.mark.parametrize(

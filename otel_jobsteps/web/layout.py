@@ -314,23 +314,34 @@ def build_timeline(
     lanes: list[Lane] = []
     selected, selected_step = None, None
     for summary in attempts:
-        own: list[Row] = [
-            _bar(r, start, span, as_of, links) if r["type"] == STEP else _mark(r, start, span)
-            for r in by_attempt_rows.get(summary.attempt, ())
-        ]
+        # Rows become bars and marks only where drawn: a job of 10,000 steps draws 200.
+        own = by_attempt_rows.get(summary.attempt, [])
         is_selected = summary.attempt == chosen
         picked = _last_run(own, step) if is_selected and step is not None else None
-        window_start = _window_start(own, picked, first if is_selected else None)
+        window_start = _window_start(len(own), picked, first if is_selected else None)
         collapsed = len(own) > COLLAPSE_OVER and not is_selected and summary is not attempts[-1]
-        shown = () if collapsed else tuple(own[window_start : window_start + ROWS_SHOWN])
-        trace_id = next(
-            (r["trace_id"] for r in by_attempt_rows.get(summary.attempt, ()) if r["trace_id"]), None
+        drawn = [] if collapsed else own[window_start : window_start + ROWS_SHOWN]
+        shown = tuple(
+            _bar(r, start, span, as_of, links) if r["type"] == STEP else _mark(r, start, span)
+            for r in drawn
         )
+        made = {id(raw): row for raw, row in zip(drawn, shown, strict=True)}
+
+        def bar_of(raw: dict[str, Any], made: dict[int, Row] = made) -> Bar:
+            found = made.get(id(raw))
+            return found if isinstance(found, Bar) else _bar(raw, start, span, as_of, links)
+
+        trace_id = next((r["trace_id"] for r in own if r["trace_id"]), None)
         lane_start = summary.started_at or start
         lane_end = summary.ended_at or as_of
         trace_link = links.link(trace_id, None, lane_start, lane_end) if links else None
-        open_bar = next((b for b in own if isinstance(b, Bar) and b.ended_at is None), None)
-        marks = tuple(r for r in own if isinstance(r, Mark))
+        open_raw = next((r for r in own if r["type"] == STEP and r["ended_at"] is None), None)
+        open_bar = None if open_raw is None else bar_of(open_raw)
+        marks = tuple(
+            found if isinstance(found := made.get(id(r)), Mark) else _mark(r, start, span)
+            for r in own
+            if r["type"] != STEP
+        )
         lane = Lane(
             summary,
             by_attempt.get(summary.attempt),
@@ -345,7 +356,7 @@ def build_timeline(
         )
         lanes.append(lane)
         if is_selected:
-            selected, selected_step = lane, picked
+            selected, selected_step = lane, None if picked is None else bar_of(own[picked])
     ticks = tuple(start + (end - start) * i / (TICKS - 1) for i in range(TICKS))
     own_lines = [
         r
@@ -370,18 +381,26 @@ def drawn_rows(timeline: Timeline) -> set[int]:
     return drawn
 
 
-def _last_run(rows: list[Row], key: str) -> Bar | None:
-    return next((r for r in reversed(rows) if isinstance(r, Bar) and r.key == key), None)
+def _last_run(rows: list[dict[str, Any]], key: str) -> int | None:
+    """The index of the last STEP row of ``key`` among an attempt's rows."""
+    return next(
+        (
+            i
+            for i in reversed(range(len(rows)))
+            if rows[i]["type"] == STEP and rows[i]["step_key"] == key
+        ),
+        None,
+    )
 
 
-def _window_start(rows: list[Row], picked: Bar | None, first: int | None) -> int:
-    """Where the drawn window of an attempt's rows starts: ``first`` if asked, else around the
-    selected step, else at the end (where a running attempt's news is)."""
-    most = max(len(rows) - ROWS_SHOWN, 0)
+def _window_start(count: int, picked: int | None, first: int | None) -> int:
+    """Where the drawn window of an attempt's ``count`` rows starts: ``first`` if asked, else
+    around the selected row, else at the end (where a running attempt's news is)."""
+    most = max(count - ROWS_SHOWN, 0)
     if first is not None:
         return min(first, most)
     if picked is not None:
-        return min(max(rows.index(picked) - ROWS_SHOWN // 2, 0), most)
+        return min(max(picked - ROWS_SHOWN // 2, 0), most)
     return most
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "JOB_OUTCOME",
     "JOB_STEP_DETAIL",
     "JOB_STEP_KEY",
+    "JOB_TAG_PREFIX",
     "JOB_TIME_LIMIT",
     "JOB_TYPE",
     "OUTCOME_TARGET_DELETED",
@@ -50,3 +51,6 @@ JOB_EVENT_MESSAGE = "job.event.message"
 """Optional message of an ordinary job event."""
 JOB_EVENT_DETAIL = "job.event.detail"
 """Optional detail of an ordinary job event: a JSON object as a string."""
+JOB_TAG_PREFIX = "job.tag."
+"""Prefix of the optional tags of an attempt on the job span (``job.tag.customer = "acme"``),
+read at its start and stored once; searchable (``?tag=customer:acme``)."""

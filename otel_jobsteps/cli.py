@@ -24,10 +24,12 @@ from . import __version__
 from .db import borrowed_connection, check_dsn
 from .errors import ConfigurationError, JobStepsError, describe, printable
 from .extras import install_hint
+from .formatting import format_duration, format_time
 from .maintenance import prune, sweep
-from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
+from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs, parse_tag
 from .schema import migrate
-from .timeline import Style, format_duration, format_time, render_detail, render_jobs
+from .timeline import Style, render_detail, render_jobs
+from .vocabulary import MAX_ATTEMPT
 
 __all__ = ["main", "parse_duration"]
 
@@ -41,7 +43,6 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION = timedelta(days=36500)
 MIN_INTERVAL_S = 0.05  # tail polls the database this often at most
 MAX_INTERVAL_S = 3600.0
-MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
 MAX_LIMIT = 1_000_000
 MAX_BATCH_SIZE = 100_000
 
@@ -67,6 +68,13 @@ def _duration_argument(text: str) -> timedelta:
     try:
         return parse_duration(text)
     except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _tag_argument(text: str) -> tuple[str, str]:
+    try:
+        return parse_tag(text, "=")
+    except ConfigurationError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
@@ -202,6 +210,7 @@ def _jobs(args: argparse.Namespace) -> int:
         since=args.since,
         limit=args.limit,
         schema=_schema(args),
+        tag=args.tag,
     )
     if args.json:
         _print_json([job.to_dict() for job in jobs])
@@ -458,6 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--status", type=str.upper, choices=STATUSES)
     jobs.add_argument(
         "--since", type=_duration_argument, help="active within this long, e.g. 1h or 2d"
+    )
+    jobs.add_argument(
+        "--tag", type=_tag_argument, metavar="NAME=VALUE", help="jobs with an attempt so tagged"
     )
     _integer_option(jobs, "--limit", (1, MAX_LIMIT), 50, "at most N jobs (50)")
     jobs.add_argument("--json", action="store_true", help="print the jobs as JSON")

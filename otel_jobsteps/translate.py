@@ -28,12 +28,21 @@ from .recorder import (
 )
 from .spans import latest_progress
 from .times import EARLIEST_NS, LATEST_NS, clamp_ns
+from .vocabulary import MAX_ATTEMPT
 
-__all__ = ["DEFAULT_MAX_OPEN_SPANS", "SpanTranslator"]
+__all__ = [
+    "DEFAULT_MAX_OPEN_SPANS",
+    "MAX_TAGS",
+    "MAX_TAG_NAME_CHARS",
+    "MAX_TAG_VALUE_CHARS",
+    "SpanTranslator",
+]
 
 MAX_ID_CHARS = 512
-MAX_ATTEMPT = 2**31 - 1  # the attempt column is a PostgreSQL integer
 DEFAULT_MAX_OPEN_SPANS = 100_000
+MAX_TAGS = 20  # tags kept per attempt: the first by name
+MAX_TAG_NAME_CHARS = 64  # a longer name is dropped (cut, two names could become one)
+MAX_TAG_VALUE_CHARS = 256  # a longer value is cut
 
 Problem = Callable[[str, object], None]
 
@@ -122,7 +131,7 @@ class SpanTranslator:
             scope = self._job_scope(span, attributes)
             if scope is not None:
                 self._remember(span_id, _OpenSpan(scope, None))
-                return [JobStarted(scope, span.start_ns)]
+                return [JobStarted(scope, span.start_ns, self._tags(attributes))]
         parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
         if parent is None:
             return []  # outside any job scope
@@ -229,6 +238,29 @@ class SpanTranslator:
         if len(spans) > self._max_open_spans:
             del spans[next(iter(spans))]
             self._problem("evicted_spans", f"more than {self._max_open_spans} open spans")
+
+    def _tags(self, attributes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        """The job span's ``job.tag.<name>`` attributes within the caps, by name."""
+        prefix = attr.JOB_TAG_PREFIX
+        named = sorted(
+            (clean_text(name[len(prefix) :]), value)
+            for name, value in attributes.items()
+            if name.startswith(prefix)
+        )
+        if not named:
+            return ()
+        kept = [
+            (name, clean_text(value, MAX_TAG_VALUE_CHARS))
+            for name, value in named
+            if 0 < len(name) <= MAX_TAG_NAME_CHARS
+        ]
+        if len(kept) < len(named) or len(kept) > MAX_TAGS:
+            self._problem(
+                "dropped_tags",
+                f"tags beyond {MAX_TAGS} per attempt or with a name of more than "
+                f"{MAX_TAG_NAME_CHARS} characters dropped",
+            )
+        return tuple(kept[:MAX_TAGS])
 
     def _event(self, span: SpanFacts, attributes: Mapping[str, Any]) -> EventRecorded | None:
         """An ordinary event: in the parent's job scope, or in the scope its attributes name."""

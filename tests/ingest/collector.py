@@ -41,6 +41,11 @@ class Collector:
     process: subprocess.Popen[bytes]
     url: str
     log_path: str
+    grpc_port: int | None = None  # None: the test chose --grpc-listen itself
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     @property
     def traces_url(self) -> str:

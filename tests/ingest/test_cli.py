@@ -13,6 +13,8 @@ import pytest
     [
         pytest.param(["--mapping", "id=a,colour=b"], "invalid mapping part", id="mapping"),
         pytest.param(["--listen", "nowhere"], "--listen must be HOST:PORT", id="listen"),
+        pytest.param(["--grpc-listen", "on"], "--grpc-listen must be HOST:PORT", id="grpc-listen"),
+        pytest.param(["--body-timeout", "0s"], "invalid duration", id="body-timeout"),
         pytest.param(["--workers", "0"], "--workers", id="workers"),
         pytest.param(["--settle-after", "soon"], "invalid duration", id="settle-after"),
         pytest.param(

@@ -1,0 +1,234 @@
+"""OTLP/gRPC against a running ``collect``: the Python gRPC exporter's spans give the processor's
+rows; refusals carry OTLP's status codes (RetryInfo where the client should retry)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from otel_jobsteps import JobStepsProcessor
+from tests.faults.proxy import FaultProxy, Mode
+from tests.helpers import free_port, wait_until
+from tests.ingest.collector import Collector, CollectorFactory, table_rows
+from tests.ingest.requests import request_of
+from tests.ingest.stories import Recording, seed_story, tell_all
+
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+@pytest.fixture
+def channel(start_collect: CollectorFactory, second_dsn: str) -> Iterator[grpc.Channel]:
+    """A channel to a receiver writing ``second_dsn``."""
+    with grpc.insecure_channel(start_collect(second_dsn).grpc_target) as opened:
+        yield opened
+
+
+def _exported(provider: TracerProvider, suffix: str = "") -> None:
+    tell_all(provider.get_tracer("tests"), suffix)
+    assert provider.force_flush(60_000)
+    provider.shutdown()
+
+
+@pytest.mark.parametrize(
+    "compression", [grpc.Compression.NoCompression, grpc.Compression.Gzip], ids=["plain", "gzip"]
+)
+def test_the_grpc_exporters_story_gives_the_processors_rows(
+    start_collect: CollectorFactory, dsn: str, second_dsn: str, compression: grpc.Compression
+) -> None:
+    collector = start_collect(second_dsn)
+    exporter = OTLPSpanExporter(
+        endpoint=collector.grpc_target, insecure=True, compression=compression
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(JobStepsProcessor(dsn))
+    # Small batches: the spans of one trace arrive split over several requests.
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=3))
+    _exported(provider)
+
+    live_events, live_logs = table_rows(dsn)
+    assert (len(live_events), len(live_logs)) == (9, 4)  # the stories' rows, all there
+    assert table_rows(second_dsn) == (live_events, live_logs)
+
+
+def test_an_export_that_does_not_decode_is_invalid_argument(channel: grpc.Channel) -> None:
+    export = channel.unary_unary(EXPORT)  # raw bytes, as a broken client would send
+    with pytest.raises(grpc.RpcError) as raised:
+        export(b"\x0a\x05ab", timeout=30)  # a field longer than the message
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a protobuf ExportTraceServiceRequest" in (raised.value.details() or "")
+
+
+def test_rejected_spans_are_a_partial_success(channel: grpc.Channel, recording: Recording) -> None:
+    spans = recording.spans(seed_story, "-partial")
+    spans[0].trace_id = b"\x01" * 15  # one span with an id of the wrong length
+    response = TraceServiceStub(channel).Export(request_of(spans), timeout=30)
+    assert response.partial_success.rejected_spans == 1
+    assert "16 bytes" in response.partial_success.error_message
+
+
+def _retry_delay_s(error: grpc.RpcError) -> tuple[int, int]:
+    """The RetryInfo delay in the status details and in the Python exporter's trailer."""
+    trailers = dict(error.trailing_metadata() or ())
+    status = Status.FromString(trailers["grpc-status-details-bin"])
+    (detail,) = status.details
+    retry = RetryInfo()
+    assert detail.Unpack(retry)
+    assert status.code == error.code().value[0]
+    python_retry = RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"])
+    return retry.retry_delay.seconds, python_retry.retry_delay.seconds
+
+
+def test_database_away_unavailable_with_retry_info_then_every_span_once(
+    start_collect: CollectorFactory, proxy: FaultProxy, dsn: str, second_dsn: str
+) -> None:
+    collector = start_collect(proxy.dsn_for(second_dsn), "--retry-after", "1")
+    proxy.set_mode(Mode.REFUSE)
+    proxy.cut()
+    recording = Recording(dsn)
+    try:
+        spans = recording.spans(seed_story, "-down")
+    finally:
+        recording.close()
+    with grpc.insecure_channel(collector.grpc_target) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            TraceServiceStub(channel).Export(request_of(spans), timeout=30)
+    assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert _retry_delay_s(raised.value) == (1, 1)
+
+    provider = TracerProvider()
+    provider.add_span_processor(JobStepsProcessor(dsn))
+    exporter = OTLPSpanExporter(endpoint=collector.grpc_target, insecure=True, timeout=60)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tried = proxy.accepted
+    flusher = threading.Thread(target=_exported, args=(provider, "-retried"))
+    flusher.start()
+    # The receiver keeps trying the database while the exporter retries; then it is back.
+    wait_until(lambda: proxy.accepted >= tried + 2, what="collect to try the database again")
+    proxy.set_mode(Mode.PASS)
+    flusher.join()
+    assert table_rows(second_dsn, "%-retried%") == table_rows(dsn, "%-retried%")
+    assert len(table_rows(second_dsn, "%-retried%")[0]) == 9
+
+
+def test_over_the_in_flight_bound_resource_exhausted_with_retry_info(
+    start_collect: CollectorFactory, proxy: FaultProxy, recording: Recording, dsn: str,
+    second_dsn: str
+) -> None:  # fmt: skip
+    collector = start_collect(proxy.dsn_for(second_dsn))
+    requests = [request_of(recording.spans(seed_story, f"-busy{n}")) for n in range(40)]
+    # The database stops answering once the first request reaches it: requests pile up.
+    proxy.blackhole_when(client_sends=b"otlp_trace")
+    with grpc.insecure_channel(collector.grpc_target) as channel:
+        stub = TraceServiceStub(channel)
+        calls = [stub.Export.future(request, timeout=120) for request in requests]
+        wait_until(lambda: proxy.mode is Mode.BLACKHOLE, what="a request to reach the database")
+        busy = wait_until(
+            lambda: next((c for c in calls if c.done() and c.exception() is not None), None),
+            what="collect to tell a client to back off",
+        )
+        proxy.set_mode(Mode.PASS)
+        error = busy.exception()
+        assert isinstance(error, grpc.RpcError)
+        assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _retry_delay_s(error) == (1, 1)
+        for request, call in zip(requests, calls, strict=True):
+            if call.exception() is not None:  # as an exporter does after the RetryInfo delay
+                wait_until(
+                    lambda request=request: _accepted(stub, request), what="a retry to be taken"
+                )
+    assert table_rows(second_dsn, "%-busy%") == table_rows(dsn, "%-busy%")
+
+
+def _accepted(stub: TraceServiceStub, request: ExportTraceServiceRequest) -> bool:
+    error = stub.Export.future(request, timeout=30).exception()
+    if error is None:
+        return True
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+    return False
+
+
+def _listeners(port: int) -> int:
+    """How many sockets listen on ``port`` (any process, IPv4 and IPv6)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                count += local_port == port and fields[3] == "0A"  # TCP_LISTEN
+    return count
+
+
+def _listening_ports(pid: int) -> set[int]:
+    """The ports ``pid``'s sockets listen on."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_grpc_listen_off_opens_no_port(start_collect: CollectorFactory, second_dsn: str) -> None:
+    collector: Collector = start_collect(second_dsn, "--grpc-listen", "off")
+    http_port = int(collector.url.rsplit(":", 1)[1])
+    assert _listening_ports(collector.process.pid) == {http_port}
+
+
+def test_workers_share_the_grpc_port(
+    start_collect: CollectorFactory, recording: Recording, dsn: str, second_dsn: str
+) -> None:
+    collector = start_collect(second_dsn, "--workers", "2")
+    assert collector.grpc_port is not None
+    wait_until(lambda: _listeners(collector.grpc_port or 0) == 2, what="both workers to listen")
+    with grpc.insecure_channel(collector.grpc_target) as channel:
+        stub = TraceServiceStub(channel)
+        for n in range(4):
+            stub.Export(request_of(recording.spans(seed_story, f"-workers{n}")), timeout=30)
+    assert table_rows(second_dsn, "%-workers%") == table_rows(dsn, "%-workers%")
+
+
+@pytest.mark.parametrize("reuse_port", [False, True], ids=["plain", "reuseport"])
+def test_a_taken_grpc_port_is_a_clear_error(second_dsn: str, reuse_port: bool) -> None:
+    with socket.socket() as holder:
+        # SO_REUSEPORT as another receiver's gRPC server binds: grpc would share it silently.
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, int(reuse_port))
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", second_dsn,
+             "--listen", f"127.0.0.1:{free_port()}", "--grpc-listen", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"otel-jobsteps: error: --grpc-listen 127.0.0.1:{port}: the port is taken"
+    ]

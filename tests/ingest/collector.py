@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,3 +63,13 @@ class Collector:
 
 
 CollectorFactory = Callable[..., Collector]
+
+
+def run_collect(dsn: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``otel-jobsteps collect`` run to its end (one that refuses to start), its output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", dsn, *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

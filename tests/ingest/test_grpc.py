@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 
 import grpc
@@ -23,7 +20,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_jobsteps import JobStepsProcessor
 from tests.faults.proxy import FaultProxy, Mode
 from tests.helpers import free_port, wait_until
-from tests.ingest.collector import Collector, CollectorFactory, table_rows
+from tests.ingest.collector import Collector, CollectorFactory, run_collect, table_rows
+from tests.ingest.outage import database_away, export_through_recovery
 from tests.ingest.requests import request_of
 from tests.ingest.stories import Recording, seed_story, tell_all
 
@@ -96,30 +94,15 @@ def test_database_away_unavailable_with_retry_info_then_every_span_once(
     start_collect: CollectorFactory, proxy: FaultProxy, dsn: str, second_dsn: str
 ) -> None:
     collector = start_collect(proxy.dsn_for(second_dsn), "--retry-after", "1")
-    proxy.set_mode(Mode.REFUSE)
-    proxy.cut()
-    recording = Recording(dsn)
-    try:
-        spans = recording.spans(seed_story, "-down")
-    finally:
-        recording.close()
+    spans = database_away(proxy, dsn, "-down")
     with grpc.insecure_channel(collector.grpc_target) as channel:
         with pytest.raises(grpc.RpcError) as raised:
             TraceServiceStub(channel).Export(request_of(spans), timeout=30)
     assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
     assert _retry_delay_s(raised.value) == (1, 1)
 
-    provider = TracerProvider()
-    provider.add_span_processor(JobStepsProcessor(dsn))
     exporter = OTLPSpanExporter(endpoint=collector.grpc_target, insecure=True, timeout=60)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    tried = proxy.accepted
-    flusher = threading.Thread(target=_exported, args=(provider, "-retried"))
-    flusher.start()
-    # The receiver keeps trying the database while the exporter retries; then it is back.
-    wait_until(lambda: proxy.accepted >= tried + 2, what="collect to try the database again")
-    proxy.set_mode(Mode.PASS)
-    flusher.join()
+    export_through_recovery(proxy, exporter, dsn, "-retried")
     assert table_rows(second_dsn, "%-retried%") == table_rows(dsn, "%-retried%")
     assert len(table_rows(second_dsn, "%-retried%")[0]) == 9
 
@@ -221,13 +204,9 @@ def test_a_taken_grpc_port_is_a_clear_error(second_dsn: str, reuse_port: bool) -
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", second_dsn,
-             "--listen", f"127.0.0.1:{free_port()}", "--grpc-listen", f"127.0.0.1:{port}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )  # fmt: skip
+        done = run_collect(
+            second_dsn, "--listen", f"127.0.0.1:{free_port()}", "--grpc-listen", f"127.0.0.1:{port}"
+        )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"otel-jobsteps: error: --grpc-listen 127.0.0.1:{port}: the port is taken"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -73,3 +75,13 @@ def run_collect(dsn: str, *options: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def refuses_connections(url: str) -> bool:
+    """Whether nothing listens at ``url``'s host and port any more (a receiver shutting down)."""
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False

@@ -4,10 +4,8 @@ away the receiver answers 503 with Retry-After, and the exporter's retries land 
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 import psycopg
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -16,7 +14,7 @@ from otel_jobsteps.attributes import JOB_ID
 from otel_jobsteps.maintenance import sweep
 from tests.faults.proxy import FaultProxy, Mode
 from tests.helpers import wait_until
-from tests.ingest.collector import CollectorFactory, table_rows
+from tests.ingest.collector import CollectorFactory, refuses_connections, table_rows
 from tests.ingest.outage import database_away, export_through_recovery
 from tests.ingest.requests import post, request_of, start_markers
 from tests.ingest.stories import Recording, seed_story
@@ -58,21 +56,12 @@ def test_sigterm_finishes_the_requests_in_flight(
     collector.process.send_signal(signal.SIGTERM)  # ...when the receiver is told to stop
     # Released only once shutdown has begun (the listener is closed first), so the request is
     # finished by the graceful shutdown, not before the signal is noticed.
-    wait_until(lambda: _refuses(collector.url), what="collect to stop accepting connections")
+    wait_until(lambda: refuses_connections(collector.url), what="collect to stop accepting")
     proxy.set_mode(Mode.PASS)
     sender.join()
     assert replies == [200]
     assert collector.process.wait(timeout=30) in (0, -signal.SIGTERM)
     assert table_rows(second_dsn) == table_rows(dsn)
-
-
-def _refuses(url: str) -> bool:
-    parts = urlsplit(url)
-    try:
-        socket.create_connection((parts.hostname, parts.port), timeout=1).close()
-    except ConnectionRefusedError:
-        return True
-    return False
 
 
 def test_database_away_503_then_the_exporters_retries_land_once(

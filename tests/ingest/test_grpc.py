@@ -4,6 +4,7 @@ rows; refusals carry OTLP's status codes (RetryInfo where the client should retr
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections.abc import Iterator
 
@@ -20,7 +21,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_jobsteps import JobStepsProcessor
 from tests.faults.proxy import FaultProxy, Mode
 from tests.helpers import free_port, wait_until
-from tests.ingest.collector import Collector, CollectorFactory, run_collect, table_rows
+from tests.ingest.collector import (
+    Collector,
+    CollectorFactory,
+    refuses_connections,
+    run_collect,
+    table_rows,
+)
 from tests.ingest.outage import database_away, export_through_recovery
 from tests.ingest.requests import request_of
 from tests.ingest.stories import Recording, seed_story, tell_all
@@ -134,6 +141,42 @@ def test_over_the_in_flight_bound_resource_exhausted_with_retry_info(
                     lambda request=request: _accepted(stub, request), what="a retry to be taken"
                 )
     assert table_rows(second_dsn, "%-busy%") == table_rows(dsn, "%-busy%")
+
+
+def test_sigterm_finishes_the_exports_in_flight(
+    start_collect: CollectorFactory, proxy: FaultProxy, recording: Recording, dsn: str,
+    second_dsn: str
+) -> None:  # fmt: skip
+    collector = start_collect(proxy.dsn_for(second_dsn))
+    request = request_of(recording.spans(seed_story, "-term"))
+    # The export's first statement reaches the server; its answer is held back...
+    proxy.blackhole_when(client_sends=b"otlp_trace")
+    with grpc.insecure_channel(collector.grpc_target) as channel:
+        call = TraceServiceStub(channel).Export.future(request, timeout=60)
+        wait_until(lambda: proxy.mode is Mode.BLACKHOLE, what="the export to reach the database")
+        collector.process.send_signal(signal.SIGTERM)  # ...when the receiver is told to stop
+        # Released once the gRPC listener is closed too (HTTP's closes first), so the export is
+        # finished by the graceful shutdown, not before the signal is noticed.
+        grpc_url = f"http://{collector.grpc_target}"
+        wait_until(lambda: refuses_connections(grpc_url), what="collect to stop accepting")
+        proxy.set_mode(Mode.PASS)
+        assert call.exception() is None
+    assert collector.process.wait(timeout=30) in (0, -signal.SIGTERM)
+    assert table_rows(second_dsn, "%-term") == table_rows(dsn, "%-term")
+
+
+def test_an_export_over_the_body_limit_is_refused_for_good(
+    start_collect: CollectorFactory, second_dsn: str, recording: Recording
+) -> None:
+    collector = start_collect(second_dsn, "--max-body-bytes", "1024")
+    request = request_of(recording.spans(seed_story, "-big"))
+    assert request.ByteSize() > 1024
+    with grpc.insecure_channel(collector.grpc_target) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            TraceServiceStub(channel).Export(request, timeout=30)
+    # RESOURCE_EXHAUSTED without RetryInfo: OTLP clients do not retry it.
+    assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "grpc-status-details-bin" not in dict(raised.value.trailing_metadata() or ())
 
 
 def _accepted(stub: TraceServiceStub, request: ExportTraceServiceRequest) -> bool:

@@ -19,6 +19,8 @@ from .staging import Staging, StagingUnavailable
 
 __all__ = ["Answer", "Intake", "Outcome"]
 
+_UNAVAILABLE = "the database cannot take spans now"
+
 
 class Answer(enum.Enum):
     ACCEPTED = "accepted"  # durable; ``rejected`` spans were not taken
@@ -38,7 +40,7 @@ class Intake:
     """A receiver process's door to its `Staging`, shared by its listeners (one event loop)."""
 
     def __init__(self, staging: Staging, *, max_in_flight: int) -> None:
-        self.staging = staging
+        self._staging = staging
         self._max_in_flight = max_in_flight
         self._in_flight = 0  # changed on the event loop only
         # Only as many bodies are decoded as connections can stage them: the others wait
@@ -49,7 +51,7 @@ class Intake:
     async def export(self, body: bytes, decode: Callable[[bytes], Decoded]) -> Outcome:
         """Decode a whole body and stage its spans; counted in flight only from here (a body
         still arriving holds no slot)."""
-        stats = self.staging.stats
+        stats = self._staging.stats
         if self._in_flight >= self._max_in_flight:
             stats.add("busy_answers")
             return Outcome(Answer.BUSY, "too many requests in flight")
@@ -61,19 +63,19 @@ class Intake:
             return Outcome(Answer.BAD_REQUEST, str(error)[:500])
         except StagingUnavailable as error:
             stats.problem("database_unavailable", error)
-            return Outcome(Answer.UNAVAILABLE, "the database cannot take spans now")
+            return Outcome(Answer.UNAVAILABLE, _UNAVAILABLE)
         finally:
             self._in_flight -= 1
 
     async def _export(self, body: bytes, decode: Callable[[bytes], Decoded]) -> Outcome:
-        staging = self.staging
+        staging = self._staging
         try:  # before decoding: a database that is away costs no decoding memory
             if staging.resting():
                 raise StagingUnavailable("resting")
             await run_in_threadpool(staging.ready)
         except StagingUnavailable:
             staging.stats.add("unavailable_answers")
-            return Outcome(Answer.UNAVAILABLE, "the database cannot take spans now")
+            return Outcome(Answer.UNAVAILABLE, _UNAVAILABLE)
         async with self._staging_slots:
             decoded = await run_in_threadpool(decode, body)
             receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)

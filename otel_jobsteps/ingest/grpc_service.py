@@ -5,9 +5,9 @@ The service is opentelemetry-proto's (its servicer, service name and messages), 
 the request kept as bytes: an Export that does not decode then goes through `decode_protobuf`
 and is answered INVALID_ARGUMENT (grpcio answers UNKNOWN for a request its deserializer
 rejects), and it is decoded in a thread under the intake's bound, not on the event loop.
-Refusals carry ``google.rpc.RetryInfo``, as OTLP/gRPC throttling says: in the status details
-(``grpc-status-details-bin``, read by Go, Java and the Collector) and as
-``google.rpc.retryinfo-bin`` (what the Python exporter reads).
+Refusals to retry carry ``google.rpc.RetryInfo``, as OTLP/gRPC throttling says: in the status
+details (``grpc-status-details-bin``) and as ``google.rpc.retryinfo-bin`` (the one trailer the
+Python exporter reads).
 """
 
 from __future__ import annotations

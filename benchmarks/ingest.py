@@ -132,7 +132,9 @@ def _export_all(receiver: Receiver, bodies: list[bytes], clients: int) -> list[i
     (200 for OK)."""
 
     def client(next_body: Callable[[], bytes | None], answered: Callable[[int], None]) -> None:
-        with grpc.insecure_channel(receiver.grpc_target) as channel:
+        # Its own connection (grpc shares one between channels by default), as HTTP's clients.
+        own = [("grpc.use_local_subchannel_pool", 1)]
+        with grpc.insecure_channel(receiver.grpc_target, options=own) as channel:
             export = channel.unary_unary(EXPORT)  # the bodies as they are: no re-encoding
             while (body := next_body()) is not None:
                 try:

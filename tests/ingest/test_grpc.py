@@ -3,6 +3,7 @@ rows; refusals carry OTLP's status codes (RetryInfo where the client should retr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -188,54 +189,59 @@ def _accepted(stub: TraceServiceStub, request: ExportTraceServiceRequest) -> boo
     return False
 
 
-def _listeners(port: int) -> int:
-    """How many sockets listen on ``port`` (any process, IPv4 and IPv6)."""
-    count = 0
+_LISTEN, _ESTABLISHED = "0A", "01"  # TCP states in /proc/net/tcp
+
+
+def _sockets(pid: int | None = None) -> list[tuple[int, str]]:
+    """(local port, TCP state) of every TCP socket, or of ``pid``'s only."""
+    inodes = None
+    if pid is not None:
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(FileNotFoundError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+    found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table, encoding="ascii") as lines:
             for line in list(lines)[1:]:
                 fields = line.split()
-                local_port = int(fields[1].rsplit(":", 1)[1], 16)
-                count += local_port == port and fields[3] == "0A"  # TCP_LISTEN
-    return count
-
-
-def _listening_ports(pid: int) -> set[int]:
-    """The ports ``pid``'s sockets listen on."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except FileNotFoundError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table, encoding="ascii") as lines:
-            for line in list(lines)[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+                if inodes is None or fields[9] in inodes:
+                    found.append((int(fields[1].rsplit(":", 1)[1], 16), fields[3]))
+    return found
 
 
 def test_grpc_listen_off_opens_no_port(start_collect: CollectorFactory, second_dsn: str) -> None:
     collector: Collector = start_collect(second_dsn, "--grpc-listen", "off")
     http_port = int(collector.url.rsplit(":", 1)[1])
-    assert _listening_ports(collector.process.pid) == {http_port}
+    listening = {port for port, state in _sockets(collector.process.pid) if state == _LISTEN}
+    assert listening == {http_port}
 
 
 def test_workers_share_the_grpc_port(
     start_collect: CollectorFactory, recording: Recording, dsn: str, second_dsn: str
 ) -> None:
     collector = start_collect(second_dsn, "--workers", "2")
-    assert collector.grpc_port is not None
-    wait_until(lambda: _listeners(collector.grpc_port or 0) == 2, what="both workers to listen")
-    with grpc.insecure_channel(collector.grpc_target) as channel:
-        stub = TraceServiceStub(channel)
-        for n in range(4):
-            stub.Export(request_of(recording.spans(seed_story, f"-workers{n}")), timeout=30)
+    port = collector.grpc_port
+    wait_until(
+        lambda: _sockets().count((port, _LISTEN)) == 2, what="both workers to listen for gRPC"
+    )
+    # 20 connections (each channel its own: grpc shares one between channels by default): the
+    # kernel spreads them over the two listeners (all on one: p = 2**-19).
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.insecure_channel(collector.grpc_target, options=own) for _ in range(20)]
+    try:
+        for n, channel in enumerate(channels):
+            request = request_of(recording.spans(seed_story, f"-workers{n}"))
+            TraceServiceStub(channel).Export(request, timeout=30)
+        with open(f"/proc/{collector.process.pid}/task/{collector.process.pid}/children") as f:
+            children = [int(child) for child in f.read().split()]
+        served = [_sockets(child).count((port, _ESTABLISHED)) for child in children]
+    finally:
+        for channel in channels:
+            channel.close()
+    assert sorted(count > 0 for count in served) == [False] * (len(served) - 2) + [True, True]
     assert table_rows(second_dsn, "%-workers%") == table_rows(dsn, "%-workers%")
 
 

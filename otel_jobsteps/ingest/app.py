@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
 from google.protobuf import json_format
@@ -24,13 +24,13 @@ from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..stats import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
-from .intake import Answer, Intake
+from .intake import Answer, Intake, Outcome
 from .settings import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, SHUTDOWN_GRACE_S
 from .staging import Staging
 
@@ -49,6 +49,37 @@ class _TooLarge(Exception):
     pass
 
 
+class _Busy(Exception):
+    pass
+
+
+class _Buffers:
+    """The bytes of HTTP bodies held at once (arriving, or waiting to be staged), bounded: a
+    flood of large bodies is told to back off, while slow clients, a few bytes each, are not."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._held = 0  # changed on the event loop only
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[Callable[[int], None]]:
+        """A request's share: the function it calls for each piece of its body (`_Busy` over
+        the bound), all of it released when the block ends."""
+        taken = 0
+
+        def take(size: int) -> None:
+            nonlocal taken
+            if self._held + size > self._limit:
+                raise _Busy
+            self._held += size
+            taken += size
+
+        try:
+            yield take
+        finally:
+            self._held -= taken
+
+
 def _encoded(message: Message, media_type: str) -> bytes:
     if media_type == JSON:
         return json_format.MessageToJson(message, indent=None).encode()
@@ -60,8 +91,9 @@ def _status(code: int, message: str, media_type: str, status: int, **headers: st
     return Response(body, status_code=status, media_type=media_type, headers=headers)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The request body, gunzipped when it says so; `_TooLarge` past ``limit`` bytes."""
+async def _body(request: Request, limit: int, take: Callable[[int], None]) -> bytes:
+    """The request body, gunzipped when it says so, each piece counted by ``take``;
+    `_TooLarge` past ``limit`` bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _TooLarge
@@ -77,6 +109,7 @@ async def _body(request: Request, limit: int) -> bytes:
         size += len(chunk)
         if size > limit:
             raise _TooLarge
+        take(len(chunk))
         parts.append(chunk)
     if gunzip is not None and not gunzip.ended():
         raise BadRequest("invalid gzip body: truncated")
@@ -124,6 +157,7 @@ def create_app(
     """The receiver as an ASGI app over ``staging`` (which it closes on shutdown); with
     ``grpc_listen`` (``HOST:PORT``) it also serves OTLP/gRPC there, on the same budget."""
     intake = Intake(staging, max_in_flight=max_in_flight)
+    buffers = _Buffers(max_in_flight * max_body_bytes)  # what in-flight bodies may hold
     retry_after = {"Retry-After": str(retry_after_s)}
 
     async def traces(request: Request) -> Response:
@@ -136,26 +170,36 @@ def create_app(
                 JSON,
                 415,
             )
-        try:
-            with anyio.fail_after(body_timeout_s):
-                body = await _body(request, max_body_bytes)
-        except TimeoutError:  # a slow client: its connection is closed, not kept for more
-            staging.stats.add("body_timeouts")
-            message = f"the body took over {body_timeout_s:g} s to arrive"
-            return _status(_DEADLINE_EXCEEDED, message, media_type, 408, Connection="close")
-        except _TooLarge:
-            staging.stats.add("too_large_answers")
-            return _status(_INVALID_ARGUMENT, f"body over {max_body_bytes} bytes", media_type, 413)
-        except BadRequest as error:
-            staging.stats.add("bad_requests")
-            return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
-        outcome = await intake.export(body, decode)
+        with buffers.request() as take:
+            try:
+                with anyio.fail_after(body_timeout_s):
+                    body = await _body(request, max_body_bytes, take)
+            except TimeoutError:  # a slow client: its connection is closed, not kept for more
+                staging.stats.add("body_timeouts")
+                message = f"the body took over {body_timeout_s:g} s to arrive"
+                return _status(_DEADLINE_EXCEEDED, message, media_type, 408, Connection="close")
+            except _TooLarge:
+                staging.stats.add("too_large_answers")
+                message = f"body over {max_body_bytes} bytes"
+                return _status(_INVALID_ARGUMENT, message, media_type, 413)
+            except ClientDisconnect:  # gone before its body arrived: nobody reads an answer
+                staging.stats.add("clients_gone")
+                return Response(status_code=400)
+            except _Busy:  # the rest of its body is not read: its connection is closed
+                staging.stats.add("busy_answers")
+                busy = Outcome(Answer.BUSY, "too many request bytes held")
+                return answer(busy, media_type, Connection="close")
+            except BadRequest as error:
+                staging.stats.add("bad_requests")
+                return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
+            return answer(await intake.export(body, decode), media_type)
+
+    def answer(outcome: Outcome, media_type: str, **headers: str) -> Response:
         if outcome.answer is Answer.BAD_REQUEST:
             return _status(_INVALID_ARGUMENT, outcome.message, media_type, 400)
         if outcome.answer is Answer.BUSY:
-            return _status(
-                _RESOURCE_EXHAUSTED, outcome.message, media_type, 429, **{"Retry-After": "1"}
-            )
+            headers["Retry-After"] = "1"
+            return _status(_RESOURCE_EXHAUSTED, outcome.message, media_type, 429, **headers)
         if outcome.answer is Answer.UNAVAILABLE:
             return _status(_UNAVAILABLE, outcome.message, media_type, 503, **retry_after)
         response = ExportTraceServiceResponse()

@@ -4,10 +4,11 @@ Answers follow the OTLP/HTTP specification: 200 with an ``ExportTraceServiceResp
 the spans are durable (``partial_success`` counts the spans it rejected); 400 with a
 ``google.rpc.Status`` for a body it cannot decode (clients do not retry it); 413 over the size
 limit; 415 for another content type; 429 when too many requests are in flight or their bodies
-hold too many bytes, 503 while the database cannot take them, both with ``Retry-After`` (clients retry); 408 (and the connection
-closed) for a body slower than the body timeout. The body is answered in the request's
-encoding. A body still arriving holds no in-flight slot (`Intake`). With ``grpc_listen`` the
-app also serves OTLP/gRPC (`grpc_service`) for its lifetime.
+hold too many bytes, 503 while the database cannot take them, both with ``Retry-After``
+(clients retry); 408 (and the connection closed) for a body slower than the body timeout. The
+body is answered in the request's encoding. A body still arriving holds no in-flight slot
+(`Intake`). With ``grpc_listen`` the app also serves OTLP/gRPC (`grpc_service`) for its
+lifetime.
 """
 
 from __future__ import annotations

@@ -43,12 +43,6 @@ def channel(start_collect: CollectorFactory, second_dsn: str) -> Iterator[grpc.C
         yield opened
 
 
-def _exported(provider: TracerProvider, suffix: str = "") -> None:
-    tell_all(provider.get_tracer("tests"), suffix)
-    assert provider.force_flush(60_000)
-    provider.shutdown()
-
-
 @pytest.mark.parametrize(
     "compression", [grpc.Compression.NoCompression, grpc.Compression.Gzip], ids=["plain", "gzip"]
 )
@@ -63,7 +57,9 @@ def test_the_grpc_exporters_story_gives_the_processors_rows(
     provider.add_span_processor(JobStepsProcessor(dsn))
     # Small batches: the spans of one trace arrive split over several requests.
     provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=3))
-    _exported(provider)
+    tell_all(provider.get_tracer("tests"))
+    assert provider.force_flush(60_000)
+    provider.shutdown()
 
     live_events, live_logs = table_rows(dsn)
     assert (len(live_events), len(live_logs)) == (9, 4)  # the stories' rows, all there

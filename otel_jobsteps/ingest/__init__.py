@@ -85,6 +85,8 @@ def serve_collect(
     grpc_bind = None
     if grpc_listen != "off":
         grpc_bind = parse_listen(grpc_listen, option="--grpc-listen", example="127.0.0.1:4317")
+        if grpc_bind[1] == port:
+            raise ConfigurationError("--grpc-listen and --listen need two ports")
     settings = CollectSettings(
         dsn,
         schema=schema,

@@ -14,6 +14,11 @@ from tests.ingest.collector import run_collect
         pytest.param(["--listen", "nowhere"], "--listen must be HOST:PORT", id="listen"),
         pytest.param(["--grpc-listen", "on"], "--grpc-listen must be HOST:PORT", id="grpc-listen"),
         pytest.param(["--body-timeout", "0s"], "invalid duration", id="body-timeout"),
+        pytest.param(
+            ["--listen", "127.0.0.1:4398", "--grpc-listen", "0.0.0.0:4398"],
+            "--grpc-listen and --listen need two ports",
+            id="one-port",
+        ),
         pytest.param(["--workers", "0"], "--workers", id="workers"),
         pytest.param(["--settle-after", "soon"], "invalid duration", id="settle-after"),
         pytest.param(

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -30,7 +31,7 @@ from tests.ingest.collector import (
     table_rows,
 )
 from tests.ingest.outage import database_away, export_through_recovery
-from tests.ingest.requests import request_of
+from tests.ingest.requests import post, request_of
 from tests.ingest.stories import Recording, seed_story, tell_all
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -111,32 +112,41 @@ def test_database_away_unavailable_with_retry_info_then_every_span_once(
     assert len(table_rows(second_dsn, "%-retried%")[0]) == 9
 
 
-def test_over_the_in_flight_bound_resource_exhausted_with_retry_info(
+def test_over_the_in_flight_bound_shared_with_http_resource_exhausted_with_retry_info(
     start_collect: CollectorFactory, proxy: FaultProxy, recording: Recording, dsn: str,
     second_dsn: str
 ) -> None:  # fmt: skip
     collector = start_collect(proxy.dsn_for(second_dsn))
-    requests = [request_of(recording.spans(seed_story, f"-busy{n}")) for n in range(40)]
+    bodies = [
+        request_of(recording.spans(seed_story, f"-busy{n}")).SerializeToString() for n in range(20)
+    ]
+    export = request_of(recording.spans(seed_story, "-busy-grpc"))
     # The database stops answering once the first request reaches it: requests pile up.
     proxy.blackhole_when(client_sends=b"otlp_trace")
-    with grpc.insecure_channel(collector.grpc_target) as channel:
-        stub = TraceServiceStub(channel)
-        calls = [stub.Export.future(request, timeout=120) for request in requests]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        replies = [pool.submit(post, collector.traces_url, body) for body in bodies]
         wait_until(lambda: proxy.mode is Mode.BLACKHOLE, what="a request to reach the database")
-        busy = wait_until(
-            lambda: next((c for c in calls if c.done() and c.exception() is not None), None),
-            what="collect to tell a client to back off",
+        # 16 HTTP requests are in flight once one is told 429; gRPC's export counts in the same.
+        wait_until(
+            lambda: any(r.done() and r.result().status_code == 429 for r in replies),
+            what="collect to tell an HTTP client to back off",
         )
-        proxy.set_mode(Mode.PASS)
-        error = busy.exception()
-        assert isinstance(error, grpc.RpcError)
-        assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert _retry_delay_s(error) == (1, 1)
-        for request, call in zip(requests, calls, strict=True):
-            if call.exception() is not None:  # as an exporter does after the RetryInfo delay
-                wait_until(
-                    lambda request=request: _accepted(stub, request), what="a retry to be taken"
-                )
+        with grpc.insecure_channel(collector.grpc_target) as channel:
+            stub = TraceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as raised:
+                stub.Export(export, timeout=30)
+            proxy.set_mode(Mode.PASS)
+            assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert _retry_delay_s(raised.value) == (1, 1)
+            # As an exporter does after the RetryInfo delay.
+            wait_until(lambda: _accepted(stub, export), what="the export to be taken")
+        statuses = [reply.result().status_code for reply in replies]
+    for body, status in zip(bodies, statuses, strict=True):
+        if status != 200:  # as an exporter does after Retry-After
+            wait_until(
+                lambda body=body: post(collector.traces_url, body).status_code == 200,
+                what="a retried request to be taken",
+            )
     assert table_rows(second_dsn, "%-busy%") == table_rows(dsn, "%-busy%")
 
 

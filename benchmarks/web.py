@@ -41,6 +41,7 @@ PAGES = (
     ("job page, 1,000 steps over 5 attempts", f"/jobs/bench/{LONG_JOB}", 200.0),
     ("running page (every open step)", "/running", 100.0),
     ("JSON job_detail, 1,000-step job", f"/api/jobs/bench/{LONG_JOB}", 200.0),
+    ("GET /metrics: open and silent steps (every open step)", "/metrics", 100.0),
     ("steps page, last 24 h", "/steps", None),
     ("steps page, every row kept (window=all)", "/steps?window=all", None),
 )

@@ -38,12 +38,19 @@ SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
 def app_from_environment() -> Starlette:
     """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
     (uvicorn's factory for each worker process)."""
+    from ..stats import Stats
     from .app import create_app
+    from .metrics import CollectMetrics, RequestMetricsMiddleware, exporting_readers
     from .staging import Staging
 
     settings = CollectSettings.from_json(os.environ[SETTINGS_ENV])
-    return create_app(
-        Staging(settings),
+    stats = Stats()
+    metrics = CollectMetrics(
+        stats, settled_at=lambda: staging.settled_at, readers=exporting_readers()
+    )
+    staging = Staging(settings, stats=stats, on_committed=metrics.steps.record)
+    app = create_app(
+        staging,
         max_body_bytes=settings.max_body_bytes,
         max_in_flight=4 * settings.connections,
         retry_after_s=settings.retry_after_s,
@@ -51,6 +58,9 @@ def app_from_environment() -> Starlette:
         body_timeout_s=settings.body_timeout_s,
         grpc_listen=settings.grpc_listen,
     )
+    app.router.routes.append(metrics.route())
+    app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
+    return app
 
 
 def serve_collect(
@@ -79,6 +89,7 @@ def serve_collect(
 
     from ..db import redact
     from .grpc_service import grpc_target
+    from .metrics import metric_exporters
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
@@ -99,6 +110,7 @@ def serve_collect(
         body_timeout_s=body_timeout_s,
         grpc_listen=grpc_target(*grpc_bind) if grpc_bind else None,
     )
+    metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))
     try:
         checker.check()

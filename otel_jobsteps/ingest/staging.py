@@ -17,7 +17,7 @@ import json
 import queue
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,7 @@ import psycopg
 from ..batch import Batch
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..facts import SpanFacts
+from ..metrics import Committed
 from ..recorder import JobEnded, JobStarted, StepRecorder
 from ..schema import check_writable_tables
 from ..sql import qualified_queries
@@ -71,11 +72,19 @@ class Staging:
     ``settings.connections`` stores (each one connection) serve requests in parallel.
     """
 
-    def __init__(self, settings: CollectSettings, *, stats: Stats | None = None) -> None:
+    def __init__(
+        self,
+        settings: CollectSettings,
+        *,
+        stats: Stats | None = None,
+        on_committed: Callable[[Committed], None] = lambda committed: None,
+    ) -> None:
         self.settings = settings
+        self._on_committed = on_committed  # what a request's commit closed and finished anew
         self._queries = qualified_queries("ingest.sql", settings.schema)
         self._pause_s = min(1.0, settings.connect_timeout_s)
         self._down_until = 0.0
+        self.settled_at = time.monotonic()  # when the last settle pass ended (its lag metric)
         self.stats = stats or Stats()
         self._stores: queue.LifoQueue[StepStore] = queue.LifoQueue()
         for _ in range(settings.connections):
@@ -119,7 +128,7 @@ class Staging:
         with self._store() as store:
             for attempt in range(_TRANSACTION_ATTEMPTS):
                 try:
-                    return self._receive(store, rows)
+                    receipt, committed = self._receive(store, rows)
                 except _RETRIED as error:
                     if attempt + 1 == _TRANSACTION_ATTEMPTS:
                         raise StagingUnavailable(
@@ -132,6 +141,12 @@ class Staging:
                     # spans and retries (a 500 is not retried: they would be lost), and logged.
                     self.stats.problem("database_error", error)
                     raise StagingUnavailable(describe(error)) from None
+                else:
+                    self.stats.add("spans_staged", receipt.staged)
+                    self.stats.add("spans_duplicate", receipt.duplicates)
+                    self.stats.add("spans_late", receipt.late)
+                    self._on_committed(committed)
+                    return receipt
         raise AssertionError("unreachable")
 
     def ready(self) -> None:
@@ -150,8 +165,11 @@ class Staging:
         self._down_until = time.monotonic() + self._pause_s
         return StagingUnavailable(describe(error))
 
-    def _receive(self, store: StepStore, rows: list[_Row]) -> Receipt:
+    def _receive(self, store: StepStore, rows: list[_Row]) -> tuple[Receipt, Committed]:
+        """Stage and derive in one transaction; what it closed and finished that no earlier
+        derivation had (the metrics count each step and attempt once)."""
         conn = store.connection()
+        committed = Committed()
         queries = self._queries
         with conn.transaction(), conn.cursor() as cur:
             traces = sorted({row[0] for row in rows})
@@ -181,8 +199,8 @@ class Staging:
                 )
                 staged = {(t, s, p) for t, s, p in cur}
             if staged:
-                self._derive(store, cur, rows, staged, state)
-        return Receipt(len(staged), len(live) - len(staged) - over, late, over)
+                committed = self._derive(store, cur, rows, staged, state)
+        return Receipt(len(staged), len(live) - len(staged) - over, late, over), committed
 
     def _within_limit(self, rows: list[_Row], state: dict[str, Any]) -> list[_Row]:
         """The rows that fit under the per-trace span limit (every request re-derives its traces
@@ -211,8 +229,9 @@ class Staging:
         rows: list[_Row],
         staged: set[tuple[str, int, int]],
         state: dict[str, tuple[bool, int, Any]],
-    ) -> None:
-        """Replace the rows of every trace that received a new span by a derivation from all."""
+    ) -> Committed:
+        """Replace the rows of every trace that received a new span by a derivation from all;
+        returns what the new derivation closed and finished that the one it replaced had not."""
         changed = sorted({key[0] for key in staged})
         spans: dict[str, list[SpanFacts]] = {trace: [] for trace in changed}
         added = Counter(key[0] for key in staged)
@@ -261,6 +280,7 @@ class Staging:
             written[trace] = [list(key) for key in attempts] if produced else None
             replaced.append(trace)
         previous = [(*key, trace) for trace in replaced for key in state[trace][2] or ()]
+        counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
         if previous:
             columns = list(zip(*previous, strict=True))
             cur.execute(
@@ -272,6 +292,8 @@ class Staging:
                     "trace_id": list(columns[3]),
                 },
             )
+            counted = cur.fetchall()
+        committed = Committed()
         batch = recorder.take_batch()
         if batch is not None:
             logs = [log for segment in batch.segments for log in segment.job_logs]
@@ -285,7 +307,8 @@ class Staging:
                         "end_us": [log.created_us for log in logs],
                     },
                 )
-            self._write(store, batch)
+                counted.extend((None, None, *key) for key in cur.fetchall())
+            committed = self._write(store, batch)
         cur.execute(
             self._queries["note_traces"],
             {
@@ -298,16 +321,26 @@ class Staging:
                 "whole": [whole[trace] for trace in changed],
             },
         )
+        return committed.without(
+            [(trace, span) for trace, span, _, _, attempt in counted if attempt is None],
+            [
+                (domain, job, attempt)
+                for _, _, domain, job, attempt in counted
+                if attempt is not None
+            ],
+        )
 
-    def _write(self, store: StepStore, batch: Batch) -> None:
+    def _write(self, store: StepStore, batch: Batch) -> Committed:
         """The batch inside the request's transaction (a savepoint); PostgreSQL's refusal of
         one row (hostile data) costs that row only."""
         try:
-            store.write(batch)
+            return store.write(batch)
         except psycopg.Error as error:
             if not rejects_row(error):
                 raise
-            store.write_one_by_one(batch, lambda name, e: self.stats.problem("rejected_row", e))
+            return store.write_one_by_one(
+                batch, lambda name, e: self.stats.problem("rejected_row", e)
+            )
 
     def check(self) -> None:
         """At startup: the tables must be migrated (`SchemaNotMigratedError`). An unreachable
@@ -364,6 +397,7 @@ class Staging:
             settled += len(found)
             orphans += sum(count for count, had_rows in found if not had_rows)
             if len(found) < limit:
+                self.settled_at = time.monotonic()
                 break
         if orphans:
             self.stats.problem(

@@ -46,6 +46,7 @@ WHERE o.trace_id = t.trace_id;
 
 -- name: forget_derived_rows --
 -- Remove what an earlier derivation of these traces wrote, before writing the new derivation.
+-- Returns what of it the metrics counted then: its closed steps, then its final rows.
 WITH target AS (
     SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
                          %(trace_id)b::text[]) AS t (domain, job_id, attempt, trace_id)
@@ -53,20 +54,29 @@ WITH target AS (
     DELETE FROM {job_event} AS e USING target AS t
     WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
       AND e.trace_id = t.trace_id
+    RETURNING e.trace_id, e.span_id, e.type, e.ended_at
+), logs AS (
+    DELETE FROM {job_log} AS l USING target AS t
+    WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
+      AND l.trace_id = t.trace_id
+    RETURNING l.domain, l.job_id, l.attempt
 )
-DELETE FROM {job_log} AS l USING target AS t
-WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
-  AND l.trace_id = t.trace_id;
+SELECT trace_id, span_id, NULL AS domain, NULL AS job_id, NULL::int AS attempt FROM events
+WHERE type = 'STEP' AND ended_at IS NOT NULL
+UNION ALL
+SELECT NULL, NULL, domain, job_id, attempt FROM logs;
 
 -- name: forget_abandoned_logs --
 -- A later attempt's start wrote FAILED abandoned for an attempt whose end is only arriving now,
--- and is dated after it: in span order the attempt ended first, so its own final row replaces it.
+-- and is dated after it: in span order the attempt ended first, so its own final row replaces it
+-- (returned: the metrics counted that attempt once already).
 DELETE FROM {job_log} AS l
 USING unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(end_us)b::bigint[])
       AS t (domain, job_id, attempt, end_us)
 WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
   AND l.reason = 'abandoned'
-  AND l.created_at >= timestamptz 'epoch' + t.end_us * interval '1 microsecond';
+  AND l.created_at >= timestamptz 'epoch' + t.end_us * interval '1 microsecond'
+RETURNING l.domain, l.job_id, l.attempt;
 
 -- name: settle_traces --
 -- Traces untouched for the settle time: drop their spans, keep a tombstone so late copies are

@@ -126,6 +126,17 @@ WHERE type = 'STEP' AND ended_at IS NULL
 ORDER BY GREATEST(created_at, heartbeat_at), id
 LIMIT %(limit)s;
 
+-- name: open_step_gauges --
+-- GET /metrics: open steps by domain, job type and step, and how many of them showed no sign of
+-- life (start or heartbeat) for silent_after. Reads the open rows only (job_event_one_open_step,
+-- whose predicate this is), so a scrape costs the number of open steps, not the table's size.
+SELECT domain, job_type, step_key, count(*) AS open,
+       count(*) FILTER (WHERE GREATEST(created_at, heartbeat_at)
+                              <= now() - %(silent_after)s::interval) AS silent
+FROM {job_event}
+WHERE type = 'STEP' AND ended_at IS NULL
+GROUP BY domain, job_type, step_key;
+
 -- name: step_stats --
 -- The job_step_duration view's numbers over a time window (steps closed since since_at), read
 -- through job_event_recent instead of over every row kept.

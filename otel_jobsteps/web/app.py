@@ -40,6 +40,7 @@ from ..query import STATUSES
 from ..timeline import format_duration, format_time
 from .data import Reader
 from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
+from .metrics import DEFAULT_SILENT_AFTER, metrics_page
 
 __all__ = [
     "CSP",
@@ -508,6 +509,7 @@ def create_app(
     token: str | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
     hosts: frozenset[str] | None = None,
+    silent_after: timedelta = DEFAULT_SILENT_AFTER,
 ) -> ASGIApp:
     """The ASGI app of ``serve``: pages, ``/api/...`` and ``/static``, behind the security layer.
 
@@ -536,6 +538,7 @@ def create_app(
         page("/api/job", web.api_job, api=True),
         page("/api/running", web.api_running, api=True),
         page("/api/steps", web.api_steps, api=True),
+        page("/metrics", metrics_page(web.reader, silent_after), api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
     ]
     return SecurityMiddleware(Starlette(routes=routes), token, hosts)
@@ -550,6 +553,7 @@ def serve(
     token: str | None = None,
     no_auth: bool = False,
     announce: Callable[[str], None] | None = None,
+    silent_after: timedelta = DEFAULT_SILENT_AFTER,
 ) -> None:
     """Run the web page until interrupted (uvicorn). Checks the listen address first."""
     import uvicorn
@@ -558,7 +562,9 @@ def serve(
     check_exposure(host, token, no_auth)
     # Without a token, a loopback server answers loopback names only (DNS rebinding).
     hosts = loopback_hosts(host) if is_loopback(host) and not token else None
-    app = create_app(dsn, schema=schema, trace_url=trace_url, token=token, hosts=hosts)
+    app = create_app(
+        dsn, schema=schema, trace_url=trace_url, token=token, hosts=hosts, silent_after=silent_after
+    )
     shown = f"[{host}]" if ":" in host else host
     if announce is not None:
         announce(f"serving http://{shown}:{port}/ (database {redact(dsn)}, schema {schema!r})")

@@ -234,6 +234,12 @@ class Reader:
         with self._snapshot() as conn:
             return fetch(conn, self._queries["open_steps"], params, OpenStep)
 
+    def open_step_gauges(self, silent_after: timedelta) -> list[tuple[Any, ...]]:
+        """(domain, job type, step key, open steps, of them silent for ``silent_after``)."""
+        with self._snapshot() as conn:
+            params = {"silent_after": silent_after}
+            return conn.execute(self._queries["open_step_gauges"], params).fetchall()
+
     def step_stats(self, since: timedelta) -> list[StepStat]:
         """Per job type and step key: closed steps over the last ``since``."""
         with self._snapshot() as conn:

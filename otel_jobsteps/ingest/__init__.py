@@ -1,20 +1,30 @@
-"""``otel-jobsteps collect``: the second door in. OTLP/HTTP spans from any language's exporter
-or an OpenTelemetry Collector become the same rows `JobStepsProcessor` writes.
+"""``otel-jobsteps collect``: the second door in. OTLP/HTTP and OTLP/gRPC spans from any
+language's exporter or an OpenTelemetry Collector become the same rows `JobStepsProcessor`
+writes.
 
-decode (protobuf / JSON -> span facts) -> staging (durable, per trace) -> derive (mapping, span
-order) -> translate (shared with the processor) -> recorder -> store.
+listener (app: HTTP, grpc_service: gRPC) -> intake (one budget) -> decode (protobuf / JSON ->
+span facts) -> staging (durable, per trace) -> derive (mapping, span order) -> translate (shared
+with the processor) -> recorder -> store.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ..errors import ConfigurationError
 from ..listen import parse_listen
 from .mapping import JobMapping
-from .settings import DEFAULT_MAX_BODY_BYTES, CollectSettings
+from .settings import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    SHUTDOWN_GRACE_S,
+    CollectSettings,
+)
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -45,6 +55,8 @@ def app_from_environment() -> Starlette:
         max_in_flight=4 * settings.connections,
         retry_after_s=settings.retry_after_s,
         settle_every_s=min(60.0, max(1.0, settings.settle_after_s / 4)),
+        body_timeout_s=settings.body_timeout_s,
+        grpc_listen=settings.grpc_listen,
     )
     app.router.routes.append(metrics.route())
     app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
@@ -55,12 +67,14 @@ def serve_collect(
     dsn: str,
     *,
     listen: str = "127.0.0.1:4318",
+    grpc_listen: str = "127.0.0.1:4317",
     schema: str = "public",
     settle_after_s: float = 600.0,
     settle_open_after_s: float = 86_400.0,
     mappings: Sequence[JobMapping] = (),
     max_body_bytes: int | None = None,
     retry_after_s: int = 2,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     connections: int = 4,
     workers: int = 1,
     announce: Callable[[str], None] = lambda line: None,
@@ -68,15 +82,22 @@ def serve_collect(
     """Run the receiver until SIGTERM or SIGINT: then stop accepting, finish the requests in
     flight (their spans are committed before they are answered) and return.
 
-    ``workers`` processes share the port (they lock per trace, as separate receivers do).
+    ``workers`` processes share the ports (they lock per trace, as separate receivers do);
+    ``grpc_listen`` ``off``: no gRPC listener.
     """
     import uvicorn
 
     from ..db import redact
+    from .grpc_service import grpc_target
     from .metrics import metric_exporters
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
+    grpc_bind = None
+    if grpc_listen != "off":
+        grpc_bind = parse_listen(grpc_listen, option="--grpc-listen", example="127.0.0.1:4317")
+        if grpc_bind[1] == port:
+            raise ConfigurationError("--grpc-listen and --listen need two ports")
     settings = CollectSettings(
         dsn,
         schema=schema,
@@ -86,6 +107,8 @@ def serve_collect(
         mappings=tuple(mappings),
         max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         retry_after_s=retry_after_s,
+        body_timeout_s=body_timeout_s,
+        grpc_listen=grpc_target(*grpc_bind) if grpc_bind else None,
     )
     metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))
@@ -93,8 +116,11 @@ def serve_collect(
         checker.check()
     finally:
         checker.close()
+    if grpc_bind is not None:
+        _check_free(*grpc_bind)
     os.environ[SETTINGS_ENV] = settings.to_json()
-    announce(f"collect: http://{listen}/v1/traces -> {redact(dsn)} (schema {schema})")
+    grpc_line = f", gRPC {grpc_listen}" if grpc_bind else ""
+    announce(f"collect: http://{listen}/v1/traces{grpc_line} -> {redact(dsn)} (schema {schema})")
     uvicorn.run(
         f"{__name__}:app_from_environment",
         factory=True,
@@ -103,6 +129,21 @@ def serve_collect(
         port=port,
         log_level="warning",
         access_log=False,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         server_header=False,
+        loop="asyncio",  # grpc.aio runs in the app's loop: the standard one, not uvloop
     )
+
+
+def _check_free(host: str, port: int) -> None:
+    """`ConfigurationError` if something listens on the gRPC port: the workers bind it with
+    SO_REUSEPORT, which would otherwise share it silently with another receiver."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            taken = error.errno == errno.EADDRINUSE
+            why = "the port is taken" if taken else (error.strerror or str(error))
+            raise ConfigurationError(f"--grpc-listen {host}:{port}: {why}") from None

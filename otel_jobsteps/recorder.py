@@ -14,6 +14,7 @@ never end must not grow memory without bound).
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -200,9 +201,11 @@ class StepRecorder:
         self._batch = BatchBuilder()
         self._max_attempts = max_open_attempts
         self._on_evict = on_evict
-        self._attempts: dict[tuple[int, int], _Attempt] = {}  # by job span (trace, span id)
+        # By job span (trace, span id); ordered, so the oldest goes in O(1) (a plain dict's
+        # first key is found by walking the slots of every key deleted before it).
+        self._attempts: OrderedDict[tuple[int, int], _Attempt] = OrderedDict()
         # Span ids of forgotten attempts, as bounded as the attempts themselves.
-        self._forgotten: dict[tuple[int, int], None] = {}
+        self._forgotten: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._handlers: dict[type, Callable[[Any], None]] = {
             JobStarted: self._job_started,
             StepStarted: self._step_started,
@@ -274,15 +277,14 @@ class StepRecorder:
         return _Attempt(scope, execution_id, trace_hex, forgotten=forgotten)
 
     def _evict_oldest(self) -> None:
-        key, state = next(iter(self._attempts.items()))
-        del self._attempts[key]
+        key, state = self._attempts.popitem(last=False)
         step = state.open
         if step is not None:
             self._debounce.cancel(step)  # its trailing progress is dropped with it
             self._batch.seal(step.row)
         self._forgotten[key] = None
         if len(self._forgotten) > self._max_attempts:
-            del self._forgotten[next(iter(self._forgotten))]
+            self._forgotten.popitem(last=False)
         if self._on_evict is not None:
             self._on_evict(state.scope)
 

@@ -88,6 +88,12 @@ class Interpretation:
         for command in self.translator.started(facts):
             self._record(command)
 
+    def resumed(self, facts: SpanFacts) -> None:
+        """A span still open that a writer process which died had seen start: its rows may
+        exist already (`StepRecorder.resume`)."""
+        for command in self.translator.started(facts):
+            self.recorder.resume(command)
+
     def whole(self, facts: SpanFacts) -> None:
         for command in self.translator.whole(facts):
             self._record(command)

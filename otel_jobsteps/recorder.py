@@ -222,6 +222,20 @@ class StepRecorder:
         """Apply one command; its row operations join the pending batch."""
         self._handlers[type(command)](command)
 
+    def resume(self, command: Command) -> None:
+        """Apply a start told again to a new writer (one replacing a writer process that died),
+        whose rows may be written already: a job's start only sets up its attempt (its earlier
+        attempts were settled then), a step's inserts its row, a no-op if it is open (the
+        open-step index), sealed so that later changes are guarded updates of the open row."""
+        if type(command) is JobStarted:
+            self._attempt(command.scope).start_us = command.start_ns // 1000
+            return
+        self.handle(command)
+        if type(command) is StepStarted:
+            state = self._attempts.get((command.scope.trace_id, command.scope.span_id))
+            if state is not None and state.open is not None:
+                self._batch.seal(state.open.row)
+
     def take_batch(self) -> Batch | None:
         """Hand over the pending operations (None if there are none) and start a new batch."""
         return self._batch.take()

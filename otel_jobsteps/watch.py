@@ -153,6 +153,11 @@ class SpanWatch:
         if self.reader.progress(span.context.span_id, plain_attributes(event.attributes)):
             watched.added, watched.newest = added, event
 
+    def offer_progress_again(self) -> None:
+        """A new reader: each running step's newest progress is passed on at its next visit."""
+        for watched in self._steps.values():
+            watched.added, watched.newest = 0, None
+
     def next_poll(self) -> float | None:
         """When running steps are next looked at; None while no step runs."""
         return self._next_poll if self._steps else None

@@ -118,6 +118,50 @@ def test_a_writer_process_that_dies_is_replaced(
     assert rows(conn, "SELECT status FROM job_log WHERE job_id = 'before'") == [("COMPLETED",)]
 
 
+def _kill_and_await_the_restart(processor: JobStepsProcessor, writer: int) -> None:
+    """SIGKILL the writer process and wait until the relay has noticed (a new one starts at the
+    next send or flush)."""
+    exited = processor.stats().get("writer_process_exited", 0)
+    os.kill(writer, signal.SIGKILL)
+    wait_until(
+        lambda: processor.stats().get("writer_process_exited", 0) > exited,
+        what="the death to be noticed",
+    )
+
+
+def test_a_job_in_flight_when_its_writer_process_dies_is_written_whole(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    """Issue 22: FETCH done, RENDER running and committed, the writer process SIGKILLed; the
+    new one is told what is open, so RENDER and the attempt close as they end."""
+    others = set(writer_processes())
+    tracer, processor = tracing(writer="process", debounce_ms=0)
+    with job_attempt("render", "in-flight", "thumbnail", tracer=tracer):
+        with step("FETCH", tracer=tracer):
+            progress(pct=100)
+        with step("RENDER", tracer=tracer):
+            progress(pct=10)
+            assert processor.force_flush(10_000)
+            (writer,) = set(writer_processes()) - others
+            _kill_and_await_the_restart(processor, writer)
+            progress(pct=60)
+            assert processor.force_flush(10_000)  # a new writer process: told, then the rest
+            assert rows(conn, f"{STEPS} WHERE step_key = 'RENDER'") == [
+                (1, "RENDER", "RUNNING", {"pct": 60}, None)
+            ]
+        with step("SAVE", tracer=tracer):
+            pass
+    assert processor.force_flush(10_000)
+
+    assert rows(conn, f"{STEPS} ORDER BY id") == [
+        (1, "FETCH", "COMPLETED", {"pct": 100}, None),
+        (1, "RENDER", "COMPLETED", {"pct": 60}, None),
+        (1, "SAVE", "COMPLETED", None, None),
+    ]
+    assert rows(conn, LOGS) == [(1, "COMPLETED", None, None)]
+    assert processor.stats()["writer_process_exited"] == 1
+
+
 def test_the_writer_process_finishes_and_ends_with_its_job_process(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:

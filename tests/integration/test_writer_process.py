@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from opentelemetry.trace import Tracer
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.demo import record_seed_story
+from otel_jobsteps.maintenance import sweep
 from tests.helpers import TracingFactory, free_port, rows, wait_until, writer_processes
 
 STEPS = "SELECT attempt, step_key, step_status, detail, message FROM job_event"
@@ -160,6 +162,11 @@ def test_a_job_in_flight_when_its_writer_process_dies_is_written_whole(
     ]
     assert rows(conn, LOGS) == [(1, "COMPLETED", None, None)]
     assert processor.stats()["writer_process_exited"] == 1
+    conn.execute(
+        "UPDATE job_event SET created_at = created_at - interval '1 hour',"
+        " ended_at = ended_at - interval '1 hour', heartbeat_at = now() - interval '1 hour'"
+    )
+    assert sweep(conn, timedelta(minutes=10)) == []  # nothing left for sweep to fail
 
 
 def test_the_writer_process_finishes_and_ends_with_its_job_process(

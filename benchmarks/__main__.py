@@ -27,6 +27,7 @@ from . import (
     ingest,
     latency,
     memory,
+    open_spans,
     open_steps,
     throughput,
     web,
@@ -44,6 +45,7 @@ SECTIONS = (
     "hot",
     "throughput",
     "open-steps",
+    "open-spans",
     "latency",
     "debounce",
     "memory",
@@ -188,6 +190,8 @@ def main() -> int:
                 )
             if "open-steps" in chosen:
                 _section("open steps", lambda: open_steps.run(dbs, quick=args.quick), rows)
+            if "open-spans" in chosen:
+                _section("open spans", lambda: open_spans.run(dbs, quick=args.quick), rows)
             if "latency" in chosen:
                 _section("latency", lambda: latency.run(dbs, quick=args.quick), rows)
             if "debounce" in chosen:

@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from .attributes import JOB_EVENT_TYPE
 from .facts import SpanEvent, SpanFacts, span_fields
-from .spans import attribute_dict, ended_events, events_read, plain_attributes
+from .spans import ended_events, events_read, plain_attributes
 from .stats import Stats, logger
 from .watch import SpanWatch
 
@@ -155,23 +155,25 @@ def decode_facts(message: tuple[Any, ...]) -> SpanFacts:
 class _Outbox:
     """The watch's reader on the relay thread: span facts become messages for the next frame.
 
-    It keeps the spans started and not yet ended in a frame sent (at most ``max_open``, oldest
-    out), to replay them to a writer process that replaces a dead one.
+    It keeps the start facts of the spans started and not yet ended in a frame sent (at most
+    ``max_open``, oldest out; not the spans, which a job may drop unended), to replay them to a
+    writer process that replaces a dead one.
     """
 
     def __init__(self, max_open: int) -> None:
         self.messages: list[Any] = []
-        self._open: OrderedDict[int, ReadableSpan] = OrderedDict()
+        self._open: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._max_open = max_open
         self._ending: list[int] = []  # ends among the messages: still open until sent
 
     def started(self, span: ReadableSpan) -> None:
-        self.messages.append(("s", span_fields(span, ended=False)))
-        if JOB_EVENT_TYPE not in attribute_dict(span):  # an event is whole at its start
-            spans = self._open
-            spans[span.context.span_id] = span
-            if len(spans) > self._max_open:
-                spans.popitem(last=False)
+        fields = span_fields(span, ended=False)
+        self.messages.append(("s", fields))
+        if JOB_EVENT_TYPE not in fields[6]:  # its attributes; an event is whole at its start
+            opened = self._open
+            opened[span.context.span_id] = fields
+            if len(opened) > self._max_open:
+                opened.popitem(last=False)
 
     def whole(self, span: ReadableSpan) -> None:
         self.messages.append(("w", span_fields(span, ended=True, events=_events(span))))
@@ -190,8 +192,7 @@ class _Outbox:
 
     def replay(self) -> None:
         """Tell a new writer process first what is still open, in start order."""
-        opened = [("r", span_fields(span, ended=False)) for span in self._open.values()]
-        self.messages[:0] = opened
+        self.messages[:0] = [("r", fields) for fields in self._open.values()]
 
     def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
         self.messages.append(("p", span_id, _plain_dict(attributes)))

@@ -607,7 +607,8 @@ class Relay:
 
     def _lost(self, messages: list[Any], error: object) -> None:
         self._stats.problem("dropped_facts", error)
-        lost = [message for message in messages if message[0] != "f"]
+        # A replay is not lost: the spans it tells stay open here, told to the next one.
+        lost = [message for message in messages if message[0] not in ("f", "r")]
         self._stats.add("dropped_facts", max(0, len(lost) - 1))
         for message in messages:
             if message[0] == "f":

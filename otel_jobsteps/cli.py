@@ -23,6 +23,7 @@ import psycopg
 from . import __version__
 from .db import borrowed_connection, check_dsn
 from .errors import ConfigurationError, JobStepsError, describe, printable
+from .extras import install_hint
 from .maintenance import prune, sweep
 from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
 from .schema import migrate
@@ -289,8 +290,15 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo  # the SDK and the embedded server load only for the demo
 
     dsn = _dsn(args) if args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN") else None
-    run_demo(dsn, schema=_schema(args))
+    consent = (lambda _: True) if args.migrate else _ask if sys.stdin.isatty() else None
+    run_demo(dsn, schema=_schema(args), consent=consent)
     return 0
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question on the terminal; anything but yes is no."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -298,7 +306,7 @@ def _serve(args: argparse.Namespace) -> int:
         from .web.app import TOKEN_ENV, serve
     except ImportError as error:
         raise ConfigurationError(
-            f"serve needs the web extra ({error.name} is missing): pip install 'otel_jobsteps[web]'"
+            f"serve needs the web extra ({error.name} is missing): {install_hint('web')}"
         ) from None
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
@@ -322,8 +330,7 @@ def _collect(args: argparse.Namespace) -> int:
         from .ingest import JobMapping, serve_collect
     except ImportError as error:
         raise ConfigurationError(
-            f"collect needs the collect extra ({error.name} is missing): "
-            "pip install 'otel_jobsteps[collect]'"
+            f"collect needs the collect extra ({error.name} is missing): {install_hint('collect')}"
         ) from None
     if args.settle_open_after < args.settle_after:
         raise ConfigurationError("--settle-open-after must be at least --settle-after")
@@ -486,7 +493,14 @@ def build_parser() -> argparse.ArgumentParser:
         pruner, "--batch-size", (1, MAX_BATCH_SIZE), 1000, "job_log rows per transaction"
     )
 
-    command("demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)")
+    demo = command(
+        "demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)"
+    )
+    demo.add_argument(
+        "--migrate",
+        action="store_true",
+        help="with a DSN: apply the migrations it lacks without asking (it asks on a terminal)",
+    )
 
     web = command("serve", _serve, "the recorded jobs as web pages and JSON (read-only)")
     web.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (127.0.0.1:8080)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import attributes as attr
@@ -28,6 +28,7 @@ from .recorder import (
     StepStarted,
 )
 from .spans import latest_progress
+from .times import EARLIEST_NS, LATEST_NS, clamp_ns
 
 __all__ = ["DEFAULT_MAX_OPEN_SPANS", "SpanTranslator"]
 
@@ -49,6 +50,9 @@ def _attempt_number(value: object) -> int | None:
 
 
 def _error_text(span: SpanFacts) -> str | None:
+    named = span.attributes.get(attr.JOB_ERROR)
+    if named is not None and named != "":
+        return clean_text(named)
     for event in reversed(span.events):
         attributes = event.attributes
         if event.name == "exception" and attributes:
@@ -107,6 +111,7 @@ class SpanTranslator:
 
     def started(self, span: SpanFacts) -> list[Command]:
         """The commands a span's start implies (an ordinary-event span is complete at start)."""
+        span = self._in_range(span)
         attributes = span.attributes
         if attr.JOB_EVENT_TYPE in attributes:
             event = self._event(span, attributes)
@@ -141,6 +146,7 @@ class SpanTranslator:
 
     def ended(self, span: SpanFacts) -> list[Command]:
         """The commands a span's end implies: a step's close, or the attempt's end."""
+        span = self._in_range(span)
         if attr.JOB_EVENT_TYPE in span.attributes:
             return []  # an ordinary event is whole at its start: `started` recorded it
         span_id = span.span_id
@@ -178,6 +184,7 @@ class SpanTranslator:
     def whole(self, span: SpanFacts) -> list[Command]:
         """The commands of `started` then `ended` for a span whose start and end arrive with
         nothing in between (live: adjacent in the writer's queue); a step's as one StepRan."""
+        span = self._in_range(span)
         attributes = span.attributes
         key = attributes.get(attr.JOB_STEP_KEY)
         parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
@@ -204,6 +211,18 @@ class SpanTranslator:
         ]
 
     # -- interpretation -----------------------------------------------------------------------
+
+    def _in_range(self, span: SpanFacts) -> SpanFacts:
+        """``span`` with its times clamped into what every reader can hold (`times`); counted."""
+        start, end = span.start_ns, span.end_ns
+        if EARLIEST_NS <= start <= LATEST_NS and EARLIEST_NS <= end <= LATEST_NS:
+            return span
+        self._problem(
+            "impossible_time",
+            f"span {clean_text(span.name, 200)!r}: a time outside 1970..9999-12-30 clamped",
+        )
+        # An end clamped to 1970 reads as "not ended" (0): the translation takes the start then.
+        return replace(span, start_ns=clamp_ns(start), end_ns=clamp_ns(end))
 
     def _remember(self, span_id: int, entry: _OpenSpan) -> None:
         spans = self._open

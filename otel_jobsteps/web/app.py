@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote, unquote_to_bytes, urlencode
+from urllib.parse import quote, unquote, unquote_to_bytes, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -80,6 +80,7 @@ _STATUS_WORDS = {s.lower(): s for s in STATUSES}
 # Path segments a browser (or proxy) drops or resolves away, %2E spellings included.
 _FRAGILE_SEGMENTS = {"", ".", ".."}
 _LOOPBACK_NAMES = {"localhost"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INTEGER = re.compile(r"[0-9]{1,10}")  # ASCII digits only; a length int() takes at once
 
 
@@ -209,6 +210,19 @@ def _raw_path(scope: Scope) -> bytes:
     """The request path as sent, still percent-encoded (``raw_path`` is optional in ASGI)."""
     raw: bytes | None = scope.get("raw_path")
     return raw if raw is not None else quote(scope["path"]).encode("ascii")
+
+
+def _local_path(raw: str) -> str:
+    """``raw`` if a browser reads it as a path on this origin, else ``/``. As sent and at every
+    percent-decoding (a proxy may decode once more) it starts with one ``/`` not followed by ``/``
+    or ``\\`` (browsers read ``/\\`` as ``//``) and holds no control character (browsers drop
+    tabs and newlines, so ``/<tab>/host`` is ``//host``)."""
+    text, previous = raw, None
+    while text != previous:
+        if not text.startswith("/") or text[1:2] in ("/", "\\") or _CONTROL.search(text):
+            return "/"
+        text, previous = unquote(text), text
+    return raw
 
 
 def _json(value: Any, status_code: int = 200) -> JSONResponse:
@@ -416,7 +430,7 @@ class SecurityMiddleware:
         if given is not None and _same(given, self.token):
             # Move the token from the URL (history, logs, Referer) into an HttpOnly cookie.
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = _raw_path(request.scope).decode("latin-1") + (
+            target = _local_path(_raw_path(request.scope).decode("latin-1")) + (
                 "?" + urlencode(rest) if rest else ""
             )
             redirect = RedirectResponse(target, status_code=303)

@@ -28,6 +28,7 @@ from ..query import (
     window_start,
 )
 from ..sql import qualified_queries
+from ..times import read_any_time
 from .layout import Cursor
 
 __all__ = [
@@ -148,6 +149,7 @@ class Reader:
             conn = psycopg.connect(self.dsn, **options)
         except psycopg.OperationalError as error:
             raise DatabaseUnavailableError(f"database unreachable: {describe(error)}") from None
+        read_any_time(conn)
         with conn:
             conn.read_only = True  # every transaction begins READ ONLY
             yield conn

@@ -44,7 +44,7 @@ def _tracer(given: trace.Tracer | None) -> trace.Tracer:
 _PRIMITIVES = (str, bool, int, float)
 _SETUP = (
     "add JobStepsProcessor() to the TracerProvider, or set OTEL_JOBSTEPS_DSN and run the worker "
-    "under opentelemetry-instrument (README: Quickstart)"
+    "under opentelemetry-instrument (README: Queue integrations)"
 )
 
 logger = logging.getLogger("otel_jobsteps")

@@ -310,6 +310,7 @@ def _serve(args: argparse.Namespace) -> int:
         trace_url=args.trace_url,
         token=token,
         no_auth=args.no_auth,
+        access_log=args.access_log,
         announce=lambda line: print(line, flush=True),
     )
     return 0
@@ -337,6 +338,7 @@ def _collect(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         retry_after_s=args.retry_after,
         workers=args.workers,
+        access_log=args.access_log,
         announce=lambda line: print(line, flush=True),
     )
     return 0
@@ -554,7 +556,17 @@ def build_parser() -> argparse.ArgumentParser:
         1,
         "processes sharing the port; each decodes and derives on its own core (1)",
     )
+    for server in (web, collect):
+        _access_log_option(server)
     return parser
+
+
+def _access_log_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="print one JSON line per request: method, path (token masked), status, duration",
+    )
 
 
 def _undecodable(args: argparse.Namespace) -> str | None:

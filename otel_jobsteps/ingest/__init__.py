@@ -12,12 +12,12 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..listen import parse_listen
+from ..listen import check_free, parse_listen
 from .mapping import JobMapping
 from .settings import DEFAULT_MAX_BODY_BYTES, CollectSettings
 
 if TYPE_CHECKING:
-    from starlette.applications import Starlette
+    from starlette.types import ASGIApp
 
 __all__ = ["CollectSettings", "JobMapping", "app_from_environment", "serve_collect"]
 
@@ -25,7 +25,7 @@ __all__ = ["CollectSettings", "JobMapping", "app_from_environment", "serve_colle
 SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
 
 
-def app_from_environment() -> Starlette:
+def app_from_environment() -> ASGIApp:
     """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
     (uvicorn's factory for each worker process)."""
     from .app import create_app
@@ -38,6 +38,7 @@ def app_from_environment() -> Starlette:
         max_in_flight=4 * settings.connections,
         retry_after_s=settings.retry_after_s,
         settle_every_s=min(60.0, max(1.0, settings.settle_after_s / 4)),
+        access_log=settings.access_log,
     )
 
 
@@ -53,6 +54,7 @@ def serve_collect(
     retry_after_s: int = 2,
     connections: int = 4,
     workers: int = 1,
+    access_log: bool = False,
     announce: Callable[[str], None] = lambda line: None,
 ) -> None:
     """Run the receiver until SIGTERM or SIGINT: then stop accepting, finish the requests in
@@ -63,9 +65,11 @@ def serve_collect(
     import uvicorn
 
     from ..db import redact
+    from ..health import COLLECT_RIGHTS, Readiness
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
+    check_free(host, port)
     settings = CollectSettings(
         dsn,
         schema=schema,
@@ -75,6 +79,7 @@ def serve_collect(
         mappings=tuple(mappings),
         max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         retry_after_s=retry_after_s,
+        access_log=access_log,
     )
     checker = Staging(dataclasses.replace(settings, connections=1))
     try:
@@ -82,7 +87,10 @@ def serve_collect(
     finally:
         checker.close()
     os.environ[SETTINGS_ENV] = settings.to_json()
-    announce(f"collect: http://{listen}/v1/traces -> {redact(dsn)} (schema {schema})")
+    layout = Readiness(dsn, schema=schema, rights=COLLECT_RIGHTS).layout()
+    announce(
+        f"collect: http://{listen}/v1/traces -> {redact(dsn)} (schema {schema}, layout {layout})"
+    )
     uvicorn.run(
         f"{__name__}:app_from_environment",
         factory=True,

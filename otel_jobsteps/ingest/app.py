@@ -24,7 +24,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
+from ..health import COLLECT_RIGHTS, HealthMiddleware, Readiness
+from ..requestlog import RequestLog
 from ..stats import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
 from .settings import DEFAULT_MAX_BODY_BYTES
@@ -113,8 +116,10 @@ def create_app(
     max_in_flight: int = 16,
     retry_after_s: int = 2,
     settle_every_s: float = 60.0,
-) -> Starlette:
-    """The receiver as an ASGI app over ``staging`` (which it closes on shutdown)."""
+    access_log: bool = False,
+) -> ASGIApp:
+    """The receiver as an ASGI app over ``staging`` (which it closes on shutdown), with
+    ``/healthz`` and ``/readyz``; ``access_log`` writes a line per request."""
     in_flight = 0  # changed on the event loop only
     staging_slots = asyncio.Semaphore(staging.settings.connections)
 
@@ -180,6 +185,7 @@ def create_app(
         except StagingUnavailable as error:
             staging.stats.problem("database_unavailable", error)
             return unavailable(media_type)
+        request.state.spans_staged = receipt.staged  # for the access log
         response = ExportTraceServiceResponse()
         rejected = decoded.rejected + receipt.rejected
         if rejected:
@@ -209,4 +215,8 @@ def create_app(
             logger.info("collect stopped: %s", staging.stats.snapshot())
 
     routes = [Route("/v1/traces", traces, methods=["POST"])]
-    return Starlette(routes=routes, lifespan=lifespan)
+    readiness = Readiness(
+        staging.settings.dsn, schema=staging.settings.schema, rights=COLLECT_RIGHTS
+    )
+    receiver = HealthMiddleware(Starlette(routes=routes, lifespan=lifespan), readiness)
+    return RequestLog(receiver, name="collect", access_log=access_log)

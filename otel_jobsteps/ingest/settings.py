@@ -36,6 +36,7 @@ class CollectSettings:
     connect_timeout_s: float = 5.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     retry_after_s: int = 2
+    access_log: bool = False
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -35,8 +35,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
-from ..listen import parse_listen
+from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness
+from ..listen import check_free, parse_listen
 from ..query import STATUSES
+from ..requestlog import RequestLog
 from ..timeline import format_duration, format_time
 from .data import Reader
 from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
@@ -494,11 +496,14 @@ def create_app(
     token: str | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
     hosts: frozenset[str] | None = None,
+    access_log: bool = False,
 ) -> ASGIApp:
-    """The ASGI app of ``serve``: pages, ``/api/...`` and ``/static``, behind the security layer.
+    """The ASGI app of ``serve``: pages, ``/api/...`` and ``/static``, behind the security layer;
+    ``/healthz`` and ``/readyz`` in front of it.
 
     ``trace_url`` is validated here (http or https only); ``token``, if given, is required on
-    every request; ``hosts``, if given, are the only Host header names answered.
+    every request; ``hosts``, if given, are the only Host header names answered;
+    ``access_log`` writes a line per request.
     """
     if not refresh_s > 0:
         raise ConfigurationError("refresh_s must be positive")
@@ -524,7 +529,9 @@ def create_app(
         page("/api/steps", web.api_steps, api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
     ]
-    return SecurityMiddleware(Starlette(routes=routes), token, hosts)
+    secured = SecurityMiddleware(Starlette(routes=routes), token, hosts)
+    readiness = Readiness(dsn, schema=schema, rights=SERVE_RIGHTS)
+    return RequestLog(HealthMiddleware(secured, readiness), name="serve", access_log=access_log)
 
 
 def serve(
@@ -535,6 +542,7 @@ def serve(
     trace_url: str | None = None,
     token: str | None = None,
     no_auth: bool = False,
+    access_log: bool = False,
     announce: Callable[[str], None] | None = None,
 ) -> None:
     """Run the web page until interrupted (uvicorn). Checks the listen address first."""
@@ -542,10 +550,17 @@ def serve(
 
     host, port = parse_listen(listen, example=DEFAULT_LISTEN)
     check_exposure(host, token, no_auth)
+    check_free(host, port)
     # Without a token, a loopback server answers loopback names only (DNS rebinding).
     hosts = loopback_hosts(host) if is_loopback(host) and not token else None
-    app = create_app(dsn, schema=schema, trace_url=trace_url, token=token, hosts=hosts)
+    app = create_app(
+        dsn, schema=schema, trace_url=trace_url, token=token, hosts=hosts, access_log=access_log
+    )
     shown = f"[{host}]" if ":" in host else host
     if announce is not None:
-        announce(f"serving http://{shown}:{port}/ (database {redact(dsn)}, schema {schema!r})")
+        layout = Readiness(dsn, schema=schema, rights=SERVE_RIGHTS).layout()
+        announce(
+            f"serving http://{shown}:{port}/ (database {redact(dsn)}, schema {schema!r},"
+            f" layout {layout})"
+        )
     uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)

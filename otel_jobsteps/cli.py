@@ -1,4 +1,4 @@
-"""``otel-jobsteps``: migrate, show, jobs, tail, sweep, prune, demo, serve.
+"""``otel-jobsteps``: migrate, show, jobs, tail, sweep, prune, demo, serve, collect, ops.
 
 Exit codes: 0 done, 1 the job asked for does not exist, 2 bad input or the database is
 unreachable or not migrated (one line on stderr, never a traceback, never a password), 130
@@ -344,6 +344,13 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ops_dashboard(args: argparse.Namespace) -> int:
+    from .ops import read
+
+    sys.stdout.write(read("dashboard.json"))
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -558,7 +565,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for server in (web, collect):
         _access_log_option(server)
+    _ops_commands(commands)
     return parser
+
+
+def _ops_commands(commands: Any) -> None:
+    """``ops``: files for operating it, printed to be saved or piped (no database needed)."""
+    ops = commands.add_parser("ops", help="files for operating otel_jobsteps")
+    verbs = ops.add_subparsers(dest="ops_command", required=True, metavar="VERB")
+    verbs.add_parser(
+        "dashboard", help="the Grafana dashboard (JSON: Prometheus and PostgreSQL inputs)"
+    ).set_defaults(handler=_ops_dashboard)
 
 
 def _access_log_option(parser: argparse.ArgumentParser) -> None:

@@ -1,8 +1,9 @@
 """``GET /healthz`` and ``GET /readyz`` of ``serve`` and ``collect``.
 
 ``/healthz``: the process answers (200). ``/readyz``: the database answers and this role has
-the rights the service needs on its tables (200), else 503 with the reason. Both are answered
-before any token check and say nothing about jobs; a reason never shows the password.
+the rights the service needs on its tables (200), else 503 with the reason. Neither needs a
+token (serve still checks the Host header) nor says anything about jobs; a reason never shows
+the password.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .errors import describe
 from .schema import is_partitioned
 from .sql import load_queries
 
-__all__ = ["COLLECT_RIGHTS", "SERVE_RIGHTS", "HealthMiddleware", "Readiness"]
+__all__ = ["COLLECT_RIGHTS", "SERVE_RIGHTS", "HealthMiddleware", "Readiness", "is_health_request"]
 
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 CHECK_TIMEOUT_S = 2.0  # a probe's connect; a probe answers before its own timeout
@@ -29,7 +30,6 @@ COLLECT_RIGHTS = (
     ("job_event", "job_log", "otlp_trace", "otlp_span"),
     ("SELECT", "INSERT", "UPDATE", "DELETE"),
 )
-_NO_STORE = {"cache-control": "no-store", "x-content-type-options": "nosniff"}
 
 
 class Readiness:
@@ -74,28 +74,29 @@ class Readiness:
         return None
 
 
-def _answer(scope: Scope) -> bool:
+def is_health_request(scope: Scope) -> bool:
+    """A GET of ``/healthz`` or ``/readyz``: answered without a token."""
     return scope["type"] == "http" and scope["method"] == "GET" and scope["path"] in HEALTH_PATHS
 
 
 class HealthMiddleware:
-    """Answers the two health paths itself, in front of every other layer (auth included)."""
+    """Answers the two health paths itself, before the app's routes."""
 
     def __init__(self, app: ASGIApp, readiness: Readiness) -> None:
         self.app = app
         self.readiness = readiness
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not _answer(scope):
+        if not is_health_request(scope):
             await self.app(scope, receive, send)
             return
         response: Response
         if scope["path"] == "/healthz":
-            response = PlainTextResponse("ok\n", headers=_NO_STORE)
+            response = PlainTextResponse("ok\n")
         else:
             problem = await run_in_threadpool(self.readiness.problem)
             body: dict[str, Any] = {"ready": problem is None}
             if problem is not None:
                 body["reason"] = problem
-            response = JSONResponse(body, 200 if problem is None else 503, headers=_NO_STORE)
+            response = JSONResponse(body, 200 if problem is None else 503)
         await response(scope, receive, send)

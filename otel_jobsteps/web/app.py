@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
-from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness
+from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness, is_health_request
 from ..listen import check_free, parse_listen
 from ..query import STATUSES
 from ..requestlog import RequestLog
@@ -404,7 +404,8 @@ class SecurityMiddleware:
             await send(message)
 
         request = Request(scope)
-        response = self._authenticate(request) if self.token else None
+        needs_token = self.token and not is_health_request(scope)
+        response = self._authenticate(request) if needs_token else None
         if self.hosts is not None and _host_name(request.headers.get("host", "")) not in self.hosts:
             response = PlainTextResponse("unknown Host header", status_code=421)
         if response is not None:
@@ -529,9 +530,9 @@ def create_app(
         page("/api/steps", web.api_steps, api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
     ]
-    secured = SecurityMiddleware(Starlette(routes=routes), token, hosts)
     readiness = Readiness(dsn, schema=schema, rights=SERVE_RIGHTS)
-    return RequestLog(HealthMiddleware(secured, readiness), name="serve", access_log=access_log)
+    pages = HealthMiddleware(Starlette(routes=routes), readiness)
+    return RequestLog(SecurityMiddleware(pages, token, hosts), name="serve", access_log=access_log)
 
 
 def serve(

@@ -18,6 +18,7 @@ from otel_jobsteps.ingest.app import create_app as create_collect
 from otel_jobsteps.ingest.settings import CollectSettings
 from otel_jobsteps.ingest.staging import Staging
 from otel_jobsteps.web import create_app as create_serve
+from otel_jobsteps.web.app import loopback_hosts
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 
 SECRET = "pa55-for-nobody"
@@ -72,6 +73,17 @@ def test_health_needs_no_token_where_the_pages_do(dsn: str) -> None:
     assert health.status_code == 200
     assert ready.status_code == 200
     assert "job" not in health.text + ready.text  # nothing about jobs
+
+
+def test_health_keeps_the_host_check_of_a_loopback_server(dsn: str) -> None:
+    app = create_serve(dsn, hosts=loopback_hosts("127.0.0.1"))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        here = client.get("/readyz")
+        rebound = client.get("/readyz", headers={"host": "rebind.example"})
+
+    assert here.status_code == 200
+    assert here.headers["cache-control"] == "no-store"  # the security headers too
+    assert rebound.status_code == 421
 
 
 @pytest.mark.parametrize("factory", SERVICES)

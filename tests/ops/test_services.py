@@ -231,12 +231,16 @@ def _run_one_job(processor: JobStepsProcessor) -> TracerProvider:
     return provider
 
 
+@pytest.mark.parametrize("writer", ["thread", "process"])
 def test_shutdown_with_the_database_down_says_what_it_dropped(
-    proxy: FaultProxy, dsn: str, caplog: pytest.LogCaptureFixture
+    writer: str, proxy: FaultProxy, dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     proxy.set_mode(Mode.REFUSE)
     processor = JobStepsProcessor(
-        proxy.dsn_for(dsn, password=SECRET), connect_timeout_s=1, shutdown_timeout_ms=5000
+        proxy.dsn_for(dsn, password=SECRET),
+        writer=writer,
+        connect_timeout_s=1,
+        shutdown_timeout_ms=10_000,
     )
     provider = _run_one_job(processor)
     with caplog.at_level(logging.WARNING, logger="otel_jobsteps"):

@@ -31,6 +31,7 @@ from tests.ingest.requests import PROTOBUF, proto_spans, request_of
 SECRET = "pa55-for-nobody"
 TOKEN = "the-page-token"
 SERVICES = ["serve", "collect"]
+LAYOUT = "partitioned" if os.environ.get("OTEL_JOBSTEPS_TEST_LAYOUT") == "partitioned" else "plain"
 JOB = {"job.domain": "ops", "job.id": "job-1", "job.type": "render", "job.attempt": 1}
 
 
@@ -98,7 +99,7 @@ def test_the_start_line_says_what_where_which_schema_and_layout(
     assert service.url in first
     assert "password=***" in first
     assert "schema 'public'" in first if command == "serve" else "schema public" in first
-    assert first.endswith("layout plain)")
+    assert first.endswith(f"layout {LAYOUT})")
     assert SECRET not in service.log()
 
 

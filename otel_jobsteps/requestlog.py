@@ -54,13 +54,11 @@ class RequestLog:
         write: Callable[[str], None] = print_line,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.app, self.name, self.access_log, self.write, self.clock = (
-            app,
-            name,
-            access_log,
-            write,
-            clock,
-        )
+        self.app = app
+        self.name = name
+        self.access_log = access_log
+        self.write = write
+        self.clock = clock
         self.in_flight = 0
         self.answered = 0
         self.staged = 0

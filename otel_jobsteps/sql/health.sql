@@ -12,4 +12,3 @@ WHERE c.oid IS NULL
    OR NOT has_schema_privilege(n.oid, 'USAGE')
    OR NOT has_table_privilege(c.oid, r.name)
 ORDER BY 1, 2;
-

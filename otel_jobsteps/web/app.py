@@ -499,8 +499,8 @@ def create_app(
     hosts: frozenset[str] | None = None,
     access_log: bool = False,
 ) -> ASGIApp:
-    """The ASGI app of ``serve``: pages, ``/api/...`` and ``/static``, behind the security layer;
-    ``/healthz`` and ``/readyz`` in front of it.
+    """The ASGI app of ``serve``: pages, ``/api/...``, ``/static``, ``/healthz`` and ``/readyz``
+    behind the security layer (the two health paths need no token).
 
     ``trace_url`` is validated here (http or https only); ``token``, if given, is required on
     every request; ``hosts``, if given, are the only Host header names answered;

@@ -22,8 +22,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from psycopg.conninfo import make_conninfo
+from starlette.responses import PlainTextResponse
+from starlette.testclient import TestClient
+from starlette.types import Receive, Scope, Send
 
 from otel_jobsteps import JobStepsProcessor
+from otel_jobsteps.requestlog import RequestLog
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.helpers import free_port, wait_until
 from tests.ingest.requests import PROTOBUF, proto_spans, request_of
@@ -274,3 +278,41 @@ def test_a_short_force_flush_says_what_is_still_queued(
     said = [r.getMessage() for r in caplog.records if "force_flush" in r.getMessage()]
     assert len(said) == 1
     assert said[0].startswith("otel_jobsteps force_flush(200) returned before everything was")
+
+
+async def _any_path(scope: Scope, receive: Receive, send: Send) -> None:
+    """An ASGI app that answers every path, and its lifespan."""
+    if scope["type"] == "http":
+        await PlainTextResponse("any path")(scope, receive, send)
+        return
+    while (await receive())["type"] == "lifespan.startup":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+def test_an_access_line_is_one_line_of_json_whatever_the_path() -> None:
+    lines: list[str] = []
+    ticks = iter([10.0, 10.25])
+    logged = RequestLog(
+        _any_path,
+        name="serve",
+        access_log=True,
+        write=lines.append,
+        clock=lambda: next(ticks),
+    )
+    with TestClient(logged) as client:
+        client.get("/a%0Ab%1B[31m/é?q=%0A&TOKEN=s3cret&token=again")
+
+    assert len(lines) == 2  # the request, then the stop line
+    assert lines[0].isascii()
+    assert json.loads(lines[0]) == {
+        "service": "serve",
+        "method": "GET",
+        "path": "/a%0Ab%1B[31m/%C3%A9?q=%0A&TOKEN=***&token=***",
+        "status": 200,
+        "duration_ms": 250.0,
+    }
+    assert lines[1] == (
+        "serve: stopped without a stop signal: drained 0 requests in flight"
+        " (1 answered since start)"
+    )

@@ -295,13 +295,13 @@ class Writer:
                 dropped = self._pending_operations()
                 self._stats.add("dropped_operations", dropped)
                 self._unwritten = self._uncertain = None
-                # Said every time, not rate-limited: these rows are lost for good.
-                logger.warning(
-                    "otel_jobsteps shutdown dropped %d operations: the database did not take"
-                    " them (%s)",
-                    dropped,
-                    describe(error),
-                )
+                if dropped:  # said every time, not rate-limited: these rows are lost for good
+                    logger.warning(
+                        "otel_jobsteps shutdown dropped %d operations: the database did not take"
+                        " them (%s)",
+                        dropped,
+                        describe(error),
+                    )
                 return
             self._schedule_retry()
             return

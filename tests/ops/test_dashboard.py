@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -198,6 +200,38 @@ def test_the_prometheus_panels_use_the_exported_names(dashboard: dict[str, Any])
                 assert grouped <= labels | {"le"}, query
     assert any("histogram_quantile(0.95" in q for q in queries)
     assert any("histogram_quantile(0.99" in q for q in queries)
+
+
+def test_promtool_parses_every_prometheus_query(dashboard: dict[str, Any], tmp_path: Path) -> None:
+    """Each query, with Grafana's variables filled in, as a recording rule `promtool` checks."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: prometheus)")
+    queries = [
+        target["expr"].replace("$job_type", "thumbnail|render").replace("$__rate_interval", "1m")
+        for panel in _panels(dashboard)
+        for target in panel.get("targets", [])
+        if "expr" in target
+    ]
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query{n}", "expr": query}
+                    for n, query in enumerate(queries)
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "rules.yml"
+    path.write_text(json.dumps(rules))  # JSON is YAML
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(queries)} rules found" in checked.stdout
 
 
 def _run(conn: psycopg.Connection[Any], query: str, types: Sequence[str]) -> list[tuple[Any, ...]]:

@@ -278,6 +278,21 @@ def test_every_sql_query_runs_on_postgresql(
     assert conn.execute("SELECT count(*) FROM job_log").fetchone() == (2,)
 
 
+def test_every_sql_query_can_read_through_an_index(
+    dashboard: dict[str, Any], conn: psycopg.Connection[Any]
+) -> None:
+    """With sequential scans priced out, no plan reads a table whole: each query filters on
+    what an index of the read side leads with (the partitioned layout's job_event_archive is
+    the children's parent, empty itself)."""
+    queries = [query for _, query in _sql_targets(dashboard)]
+    queries.append(dashboard["templating"]["list"][0]["query"])
+    conn.execute("SET enable_seqscan = off")
+    for query in queries:
+        plan = [row[0] for row in _run(conn, "EXPLAIN " + query, ["thumbnail"])]
+        scans = [line for line in plan if "Seq Scan" in line and "job_event_archive" not in line]
+        assert not scans, "\n".join(plan)
+
+
 def test_a_job_type_not_chosen_is_left_out(
     dashboard: dict[str, Any], two_attempts: str, conn: psycopg.Connection[Any]
 ) -> None:

@@ -2,8 +2,9 @@
 
 Measures, side by side in one run, what the processor adds to a job's span, how many steps per
 second reach PostgreSQL, how long a step end takes to become a row, how throughput holds on a big
-table, how many writes progress debouncing saves, memory while the database is down, and a fleet
-of worker processes; one table, each row with its ratio and its target. Without --dsn an embedded
+table, how many writes progress debouncing saves, memory while the database is down, a fleet
+of worker processes and what the step metrics cost the writer; one table, each row with its
+ratio and its target. Without --dsn an embedded
 PostgreSQL is started (and deleted after). --quick: the same measurements, smaller, in minutes.
 A missed target is reported (FAIL in its row) and the exit code stays 0; --strict exits 1 on a
 miss. A benchmark that crashes always exits 1. --markdown PATH writes this server's section of
@@ -27,6 +28,7 @@ from . import (
     ingest,
     latency,
     memory,
+    metrics,
     open_steps,
     throughput,
     web,
@@ -50,6 +52,7 @@ SECTIONS = (
     "fleet",
     "web",
     "ingest",
+    "metrics",
 )
 CRASHED = "CRASHED"
 DEFAULT_BIG_ROWS = 5_000_000
@@ -198,6 +201,8 @@ def main() -> int:
                 _section("web", lambda: web.run(dbs, big_rows=big_rows, quick=args.quick), rows)
             if "ingest" in chosen:
                 _section("OTLP ingest", lambda: ingest.run(dbs, quick=args.quick), rows)
+            if "metrics" in chosen:
+                _section("step metrics", lambda: metrics.run(dbs, quick=args.quick), rows)
         finally:
             dbs.close()
         if "memory" in chosen:

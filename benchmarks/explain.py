@@ -198,6 +198,7 @@ class Parameters:
             "after_id": max(0, self.max_id - 100),
             "after_created_at": "-infinity",
             "older_than": "1 hour",
+            "silent_after": "5 minutes",
             "schema": "public",
             "batch_size": 1000,
         }.get(name)

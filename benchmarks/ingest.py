@@ -19,13 +19,18 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from otel_jobsteps.attributes import JOB_STEP_KEY
 from otel_jobsteps.ingest.decode import decode_protobuf
 
 from .common import (
@@ -36,6 +41,8 @@ from .common import (
     fmt_rate,
     fmt_ratio,
     free_port,
+    job_attributes,
+    median,
     run_jobs,
     verdict,
 )
@@ -50,6 +57,9 @@ LATENCY_RATE = 5_000  # spans/s
 LATENCY_SPANS_PER_REQUEST = 100
 TARGET_P99_S = 0.050
 MiB = 2**20
+HISTORY_ATTEMPTS = 20
+HISTORY_SPANS = 9_000  # staged behind those attempts
+TARGET_HISTORY_RATIO = 2.0
 
 
 def encoded_requests(prefix: str, requests: int, spans_per_request: int) -> list[bytes]:
@@ -210,6 +220,88 @@ def latency(dbs: Databases, *, quick: bool) -> list[Row]:
     ]
 
 
+def _running_jobs(prefix: str, steps: int) -> tuple[list[Span], list[list[Span]]]:
+    """Start markers of ``HISTORY_ATTEMPTS`` running attempts (job spans not ended yet) and, per
+    round, one more ended step span of each; ``steps`` rounds."""
+    markers, rounds = [], [[] for _ in range(steps)]
+    for number in range(HISTORY_ATTEMPTS):
+        trace_id = os.urandom(16)
+        job_span_id = os.urandom(8)
+        started = time.time_ns()
+        markers.append(_span(trace_id, job_span_id, b"", started, 0,
+                             job_attributes(f"{prefix}-{number}")))  # fmt: skip
+        for step in range(steps):
+            at = started + (step + 1) * 1000
+            rounds[step].append(_span(trace_id, os.urandom(8), job_span_id, at, at + 500,
+                                      {JOB_STEP_KEY: f"S{step}"}))  # fmt: skip
+    return markers, rounds
+
+
+def _span(
+    trace_id: bytes, span_id: bytes, parent: bytes, start: int, end: int, names: dict[str, Any]
+) -> Span:
+    attributes = [
+        KeyValue(key=k, value=AnyValue(int_value=v) if isinstance(v, int) else
+                 AnyValue(string_value=v))
+        for k, v in names.items()
+    ]  # fmt: skip
+    return Span(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        name="s",
+        start_time_unix_nano=start,
+        end_time_unix_nano=end,
+        attributes=attributes,
+    )
+
+
+def _body(spans: list[Span]) -> bytes:
+    request = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])]
+    )
+    return request.SerializeToString()
+
+
+def history_cost(dbs: Databases, *, quick: bool) -> list[Row]:
+    """A request of one step span to each of 20 running attempts, with 9,000 spans staged
+    behind them, against the same request to 20 fresh attempts, in one collect."""
+    behind = HISTORY_SPANS // HISTORY_ATTEMPTS
+    samples = 3 if quick else 7
+    dsn = dbs.fresh("ingest_history")
+    try:
+        with collect(dsn) as (url, _), httpx.Client(timeout=300) as session:
+            markers, rounds = _running_jobs("old", behind + samples)
+            session.post(url, content=_body(markers), headers=HEADERS)
+            for start in range(0, behind, 50):  # the history, 1,000 spans a request
+                history = [span for r in rounds[start : start + 50] for span in r]
+                session.post(url, content=_body(history), headers=HEADERS)
+            old, fresh = [], []
+            for sample in range(samples):
+                new_markers, new_rounds = _running_jobs(f"new{sample}", 1)
+                session.post(url, content=_body(new_markers), headers=HEADERS)
+                for bodies, times in ((rounds[behind + sample], old), (new_rounds[0], fresh)):
+                    sent = time.perf_counter()
+                    if session.post(url, content=_body(bodies), headers=HEADERS).status_code != 200:
+                        raise RuntimeError("a history request was refused")
+                    times.append(time.perf_counter() - sent)
+    finally:
+        dbs.drop(dsn)
+    ratio = median(old) / median(fresh)
+    return [
+        Row(
+            "I4",
+            f"collect: a request of {HISTORY_ATTEMPTS} step spans to {HISTORY_ATTEMPTS} running "
+            f"attempts with {HISTORY_SPANS:,} spans staged behind them (median)",
+            f"{median(old) * 1000:.1f} ms",
+            f"same to fresh attempts {median(fresh) * 1000:.1f} ms",
+            fmt_ratio(ratio),
+            f"<= {TARGET_HISTORY_RATIO}x",
+            verdict(ratio <= TARGET_HISTORY_RATIO),
+        )
+    ]
+
+
 def _rss(pid: int) -> int:
     with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -248,5 +340,6 @@ def run(dbs: Databases, *, quick: bool) -> list[Row]:
     return [
         *throughput(dbs, quick=quick),
         *latency(dbs, quick=quick),
+        *history_cost(dbs, quick=quick),
         *memory_while_down(quick=quick),
     ]

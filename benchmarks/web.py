@@ -1,11 +1,12 @@
-"""Issue 11: the web page's server time on a big table, and the plans of its statements.
+"""Issue 11 and 25: the web page's server time on a big table, and the plans of its statements.
 
 Fills job_event with ``rows`` rows (bigtable.py; 5 M by default), adds one job of 1,000 steps
-over 5 attempts, then requests each page through the ASGI app in process (connection, queries,
-template: everything but the network) and reports the median and slowest of 15 runs after two
-warm-up requests. The statements of ``sql/web.sql`` are then explained on the same table
-(EXPLAIN ANALYZE, custom and generic plans, as benchmarks.explain does for the read side); any
-Seq Scan on job_event or job_log fails. Last, `sweep` closes the filled table's never-closed
+over 5 attempts, one of 10,000 steps in one attempt and a customer tag on every 10th job, then
+requests each page through the ASGI app in process (connection, queries, template: everything
+but the network) and reports the median and slowest of 15 runs after two warm-up requests. The
+statements of ``sql/web.sql`` (and read.sql's list_tagged_jobs) are then explained on the same
+table (EXPLAIN ANALYZE, custom and generic plans, as benchmarks.explain does for the read side);
+any Seq Scan on job_event or job_log fails. Last, `sweep` closes the filled table's never-closed
 steps (2 % of its jobs, 20,000 at 5 M rows, spread over the whole heap) and 500 live steps
 start: /running is measured again as a fleet with that many steps running.
 
@@ -18,6 +19,7 @@ import argparse
 import statistics
 import time
 from datetime import timedelta
+from typing import Any
 from unittest import mock
 
 import psycopg
@@ -32,15 +34,29 @@ from .common import Databases, Row, format_table, server, verdict
 
 LONG_JOB = "web-long"
 LONG_STEPS, LONG_ATTEMPTS = 1_000, 5
+HUGE_JOB, HUGE_STEPS = "web-huge", 10_000
+TAGGED_EVERY = 10  # every 10th job of the fill has a customer tag: cust-0 .. cust-999
 # (page, URL, target in ms or None); the job page is the 1,000-step job's.
 PAGES = (
     ("jobs page, first page", "/", 100.0),
     ("jobs page, failed only", "/?status=failed", 100.0),
     ("jobs page, domain filter", "/?domain=tenant-3", 100.0),
-    ("jobs page, search by id", "/?q=fill-4242", 100.0),
+    ("jobs page, search by id prefix (fill-4242...)", "/?q=fill-4242", 100.0),
+    ("jobs page, search by a short prefix (fill-1...)", "/?q=fill-1", 100.0),
+    ("jobs page, tag filter", "/?tag=customer:cust-7", 100.0),
+    ("jobs page, tag filter, failed only", "/?tag=customer:cust-7&status=failed", 100.0),
+    ("jobs page, a page deep in the table", "/?before=2025-01-01T08:00:00%2B00:00", 100.0),
+    ("JSON list_jobs, tag filter", "/api/jobs?tag=customer:cust-7", 100.0),
     ("job page, 1,000 steps over 5 attempts", f"/jobs/bench/{LONG_JOB}", 200.0),
+    (
+        "job page, 1,000 steps, a step of attempt 3 selected",
+        f"/jobs/bench/{LONG_JOB}?attempt=3&step=PART-500",
+        200.0,
+    ),
+    (f"job page, {HUGE_STEPS:,} steps in one attempt", f"/jobs/bench/{HUGE_JOB}", 200.0),
     ("running page (every open step)", "/running", 100.0),
     ("JSON job_detail, 1,000-step job", f"/api/jobs/bench/{LONG_JOB}", 200.0),
+    ("GET /metrics: open and silent steps (every open step)", "/metrics", 100.0),
     ("steps page, last 24 h", "/steps", None),
     ("steps page, every row kept (window=all)", "/steps?window=all", None),
 )
@@ -89,20 +105,37 @@ FROM generate_series(1, %(attempts)s) AS a;
 """
 
 
-def add_long_job(dsn: str) -> None:
-    """One job of 1,000 steps over 5 attempts (the last step of attempts 1-4 failed)."""
-    params = {
-        "job_id": LONG_JOB,
-        "steps": LONG_STEPS,
-        "attempts": LONG_ATTEMPTS,
-        "per_attempt": LONG_STEPS // LONG_ATTEMPTS,
-    }
+TAGS_SQL = """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, message, created_at)
+SELECT domain, job_id, job_type, attempt, 'TAG', 'customer',
+       'cust-' || (substr(job_id, 6)::bigint / %(every)s %% 1000), min(created_at)
+FROM job_event
+WHERE job_id LIKE 'fill-%%' AND substr(job_id, 6)::bigint %% %(every)s = 0
+GROUP BY domain, job_id, job_type, attempt
+"""
+
+
+def add_long_jobs(dsn: str) -> None:
+    """One job of 1,000 steps over 5 attempts (the last step of attempts 1-4 failed), one of
+    10,000 steps in one attempt, and a customer tag on every `TAGGED_EVERY`-th filled job."""
+    jobs = (
+        (LONG_JOB, LONG_STEPS, LONG_ATTEMPTS),
+        (HUGE_JOB, HUGE_STEPS, 1),
+    )
     with psycopg.connect(dsn, autocommit=True) as conn:
         found = conn.execute("SELECT 1 FROM job_event WHERE job_id = %s LIMIT 1", (LONG_JOB,))
         if found.fetchone():
             return
-        for statement in LONG_JOB_SQL.split(";\n\n"):
-            conn.execute(statement, params)  # type: ignore[arg-type]
+        for job_id, steps, attempts in jobs:
+            params = {
+                "job_id": job_id,
+                "steps": steps,
+                "attempts": attempts,
+                "per_attempt": steps // attempts,
+            }
+            for statement in LONG_JOB_SQL.split(";\n\n"):
+                conn.execute(statement, params)
+        conn.execute(TAGS_SQL, {"every": TAGGED_EVERY})
         conn.execute("ANALYZE job_event")
         conn.execute("ANALYZE job_log")
 
@@ -147,11 +180,34 @@ def measure(
     return found
 
 
+# The values of the search statements' parameters that explain.Parameters does not sample.
+SEARCH_VALUES: dict[str, Any] = {
+    "prefix": "fill-4242",
+    "upper": "fill-4243",
+    "cap": 1_000,
+    "tag_name": "customer",
+    "tag_value": "cust-7",
+    "scan": 400,
+}
+
+
 def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
     """EXPLAIN ANALYZE of every web.sql statement (custom and generic plans) on the table."""
     # explain_all plans every SQL file of the package; only web.sql's statements matter here.
-    ours = [entry for entry in explain.statements() if entry[0] == "web.sql"]
-    with mock.patch.object(explain, "statements", return_value=ours):
+    ours = [
+        entry
+        for entry in explain.statements()
+        if entry[0] == "web.sql" or entry[1] == "list_tagged_jobs"
+    ]
+    sampled = explain.Parameters._scalar
+
+    def scalar(self: explain.Parameters, name: str) -> Any:
+        return SEARCH_VALUES[name] if name in SEARCH_VALUES else sampled(self, name)
+
+    with (
+        mock.patch.object(explain, "statements", return_value=ours),
+        mock.patch.object(explain.Parameters, "_scalar", scalar),
+    ):
         plans = explain.explain_all(dsn)
     if verbose:
         explain.print_plans(plans)
@@ -179,7 +235,7 @@ def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
 def measure_all(dsn: str, big_rows: int, *, quick: bool, verbose: bool) -> list[Row]:
     """The pages and plans on a filled database, then /running after a sweep."""
     repeat = 3 if quick else 15
-    add_long_job(dsn)
+    add_long_jobs(dsn)
     rows = measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
     sweep_and_start_live_steps(dsn)
     return rows + measure(dsn, repeat, PAGES_AFTER_SWEEP)

@@ -1,9 +1,21 @@
 """arq + otel_jobsteps: each try of a job is an attempt (``ctx["job_try"]``).
 
-export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
-python -m examples.arq_app worker         # terminal 1 (or: arq examples.arq_app.WorkerSettings,
-                                          #  with the provider set up as in worker())
-python -m examples.arq_app                # terminal 2: enqueue, then show
+The worker sets up a TracerProvider with a JobStepsProcessor; ``instrument(WorkerSettings)``
+wraps the functions. Needs Redis on 127.0.0.1:6379 (``REDIS_URL``) and a PostgreSQL; arq pins
+``redis<6``, so install it on its own (README, Set up). From the repository root:
+
+    pip install '.[arq]'
+    export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
+    python -m examples.arq_app worker         # terminal 1
+    python -m examples.arq_app                # terminal 2: enqueue, then show
+
+(Or ``arq examples.arq_app.WorkerSettings`` for terminal 1, with the provider set up as in
+``work()``.) Rows (domain ``render``, type ``thumbnail``): attempt 1 has RENDER COMPLETED
+(detail ``{"pct": 100}``) and SAVE FAILED ``arq.worker.Retry: <Retry defer 1.00s>``, a
+RETRY_SCHEDULED event and a FAILED ``retry`` job_log row; attempt 2 has both steps COMPLETED
+and a COMPLETED job_log row. Terminal 2 prints:
+
+    <job id> (1, 'FAILED', 'retry') (2, 'COMPLETED', None)
 """
 
 from __future__ import annotations

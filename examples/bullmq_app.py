@@ -1,8 +1,20 @@
 """BullMQ (Python package) + otel_jobsteps: attempt = attemptsMade + 1, one run = one lock token.
 
-export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
-python -m examples.bullmq_app worker      # terminal 1 (Ctrl+C stops it)
-python -m examples.bullmq_app             # terminal 2: add a job, then show
+The worker sets up a TracerProvider with a JobStepsProcessor and wraps its ``Worker`` with
+``instrument()``. Needs Redis on 127.0.0.1:6379 (``REDIS_URL``) and a PostgreSQL. From the
+repository root:
+
+    pip install '.[bullmq]'
+    export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
+    python -m examples.bullmq_app worker      # terminal 1 (Ctrl+C stops it)
+    python -m examples.bullmq_app             # terminal 2: add a job, then show
+
+Rows (domain ``render``, type ``thumbnail``): attempt 1 has RENDER COMPLETED (detail
+``{"pct": 100}``) and SAVE FAILED ``OSError: disk full``, a RETRY_SCHEDULED event and a FAILED
+``retry`` job_log row; attempt 2 has both steps COMPLETED and a COMPLETED job_log row.
+Terminal 2 prints:
+
+    <job id> (1, 'FAILED', 'retry') (2, 'COMPLETED', None)
 """
 
 from __future__ import annotations

@@ -1,10 +1,20 @@
 """Celery + otel_jobsteps: every task run becomes a job attempt with its steps.
 
+The worker sets up a TracerProvider with a JobStepsProcessor and calls ``instrument(app)``;
+the task marks its steps with ``step()`` and ``progress()``. Needs RabbitMQ on 127.0.0.1:5672
+(``CELERY_BROKER_URL`` to change it) and a PostgreSQL. From the repository root:
+
+    pip install '.[celery]'
     export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
-    celery -A examples.celery_app worker --loglevel INFO          # terminal 1 (RabbitMQ)
+    celery -A examples.celery_app worker --loglevel INFO          # terminal 1
     python -m examples.celery_app                                 # terminal 2: send, then show
 
-The thumbnail task fails to save on attempt 1, retries, and succeeds on attempt 2.
+Rows (domain ``render``, type ``thumbnail``): attempt 1 has RENDER COMPLETED (detail
+``{"pct": 100}``) and SAVE FAILED (``celery.exceptions.Retry: Retry in 1s: OSError('disk
+full')``), a RETRY_SCHEDULED event and a FAILED ``retry`` job_log row; attempt 2 has RENDER and
+SAVE COMPLETED and a COMPLETED job_log row. Terminal 2 prints:
+
+    <job id> (1, 'FAILED', 'retry') (2, 'COMPLETED', None)
 """
 
 from __future__ import annotations

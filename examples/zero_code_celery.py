@@ -1,5 +1,10 @@
 """Celery with no otel_jobsteps or OpenTelemetry code: ``opentelemetry-instrument`` does it.
 
+The task body only marks its steps; the job span around each run, the tracer provider and the
+`JobStepsProcessor` come from the environment (`OTEL_TRACES_EXPORTER=otlp` exports the same
+spans as well). Needs RabbitMQ on 127.0.0.1:5672 (``CELERY_BROKER_URL``) and a PostgreSQL.
+From the repository root:
+
     pip install '.[celery,instrument]'
     export OTEL_JOBSTEPS_DSN=postgresql://postgres@127.0.0.1:5432/postgres
     otel-jobsteps migrate
@@ -8,9 +13,11 @@
         opentelemetry-instrument celery -A examples.zero_code_celery worker   # terminal 1
     python -m examples.zero_code_celery                                       # terminal 2
 
-The task body only marks its steps; the job span around each run, the tracer provider and the
-`JobStepsProcessor` come from the environment (`OTEL_TRACES_EXPORTER=otlp` exports the same
-spans as well). Terminal 2 sends one task and prints its attempts.
+Rows (domain ``render``, type ``thumbnail``): as ``celery_app.py``'s: attempt 1 RENDER
+COMPLETED, SAVE FAILED, a RETRY_SCHEDULED event, job_log FAILED ``retry``; attempt 2 both steps
+COMPLETED, job_log COMPLETED. Terminal 2 sends one task and prints its attempts:
+
+    <job id> (1, 'FAILED', 'retry') (2, 'COMPLETED', None)
 """
 
 from __future__ import annotations

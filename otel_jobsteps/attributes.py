@@ -7,6 +7,7 @@ from .vocabulary import OUTCOME_TARGET_DELETED  # the outcome job code sets: pub
 __all__ = [
     "JOB_ATTEMPT",
     "JOB_DOMAIN",
+    "JOB_ERROR",
     "JOB_EVENT_DETAIL",
     "JOB_EVENT_MESSAGE",
     "JOB_EVENT_TYPE",
@@ -15,6 +16,7 @@ __all__ = [
     "JOB_OUTCOME",
     "JOB_STEP_DETAIL",
     "JOB_STEP_KEY",
+    "JOB_TAG_PREFIX",
     "JOB_TIME_LIMIT",
     "JOB_TYPE",
     "OUTCOME_TARGET_DELETED",
@@ -40,9 +42,15 @@ JOB_EXECUTION = "job.execution"
 JOB_TIME_LIMIT = "job.time_limit"
 """Optional time limit of the attempt in seconds; finishing later is FAILED ``time_limit``."""
 
+JOB_ERROR = "job.error"
+"""Optional error text of a failed span (``OSError: disk full``); wins over its ``exception``
+events. A queue adapter sets it where the exception that escaped only wraps the error."""
 JOB_EVENT_TYPE = "job.event.type"
 """Marks a span as an ordinary job event (``STALLED``, ``RETRY_SCHEDULED``, ...), not a step."""
 JOB_EVENT_MESSAGE = "job.event.message"
 """Optional message of an ordinary job event."""
 JOB_EVENT_DETAIL = "job.event.detail"
 """Optional detail of an ordinary job event: a JSON object as a string."""
+JOB_TAG_PREFIX = "job.tag."
+"""Prefix of the optional tags of an attempt on the job span (``job.tag.customer = "acme"``),
+read at its start and stored once; searchable (``?tag=customer:acme``)."""

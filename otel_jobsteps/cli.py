@@ -23,10 +23,13 @@ import psycopg
 from . import __version__
 from .db import borrowed_connection, check_dsn
 from .errors import ConfigurationError, JobStepsError, describe, printable
+from .extras import install_hint
+from .formatting import format_duration, format_time
 from .maintenance import prune, sweep
-from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs
+from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs, parse_tag
 from .schema import migrate
-from .timeline import Style, format_duration, format_time, render_detail, render_jobs
+from .timeline import Style, render_detail, render_jobs
+from .vocabulary import MAX_ATTEMPT
 
 __all__ = ["main", "parse_duration"]
 
@@ -40,7 +43,6 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION = timedelta(days=36500)
 MIN_INTERVAL_S = 0.05  # tail polls the database this often at most
 MAX_INTERVAL_S = 3600.0
-MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
 MAX_LIMIT = 1_000_000
 MAX_BATCH_SIZE = 100_000
 
@@ -66,6 +68,13 @@ def _duration_argument(text: str) -> timedelta:
     try:
         return parse_duration(text)
     except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _tag_argument(text: str) -> tuple[str, str]:
+    try:
+        return parse_tag(text, "=")
+    except ConfigurationError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
@@ -201,6 +210,7 @@ def _jobs(args: argparse.Namespace) -> int:
         since=args.since,
         limit=args.limit,
         schema=_schema(args),
+        tag=args.tag,
     )
     if args.json:
         _print_json([job.to_dict() for job in jobs])
@@ -280,8 +290,8 @@ def _prune(args: argparse.Namespace) -> int:
             f" and {_plural(result.partitions, 'dropped interval')}" if result.partitions else ""
         )
         print(f"deleted {what} in {_plural(result.batches, 'batch', 'batches')}{dropped}")
-        if result.settled_traces:
-            print(f"forgot {_plural(result.settled_traces, 'settled OTLP trace')}")
+        if result.settled_attempts:
+            print(f"forgot {_plural(result.settled_attempts, 'settled OTLP attempt')}")
     return 0
 
 
@@ -289,8 +299,15 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo  # the SDK and the embedded server load only for the demo
 
     dsn = _dsn(args) if args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN") else None
-    run_demo(dsn, schema=_schema(args))
+    consent = (lambda _: True) if args.migrate else _ask if sys.stdin.isatty() else None
+    run_demo(dsn, schema=_schema(args), consent=consent)
     return 0
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question on the terminal; anything but yes is no."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -298,7 +315,7 @@ def _serve(args: argparse.Namespace) -> int:
         from .web.app import TOKEN_ENV, serve
     except ImportError as error:
         raise ConfigurationError(
-            f"serve needs the web extra ({error.name} is missing): pip install 'otel_jobsteps[web]'"
+            f"serve needs the web extra ({error.name} is missing): {install_hint('web')}"
         ) from None
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
@@ -312,6 +329,7 @@ def _serve(args: argparse.Namespace) -> int:
         no_auth=args.no_auth,
         access_log=args.access_log,
         announce=lambda line: print(line, flush=True),
+        silent_after=args.silent_after,
     )
     return 0
 
@@ -323,8 +341,7 @@ def _collect(args: argparse.Namespace) -> int:
         from .ingest import JobMapping, serve_collect
     except ImportError as error:
         raise ConfigurationError(
-            f"collect needs the collect extra ({error.name} is missing): "
-            "pip install 'otel_jobsteps[collect]'"
+            f"collect needs the collect extra ({error.name} is missing): {install_hint('collect')}"
         ) from None
     if args.settle_open_after < args.settle_after:
         raise ConfigurationError("--settle-open-after must be at least --settle-after")
@@ -341,13 +358,6 @@ def _collect(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         announce=lambda line: print(line, flush=True),
     )
-    return 0
-
-
-def _ops_dashboard(args: argparse.Namespace) -> int:
-    from .ops import read
-
-    sys.stdout.write(read("dashboard.json"))
     return 0
 
 
@@ -407,6 +417,13 @@ def _integer_option(
     )
 
 
+def _ops(args: argparse.Namespace) -> int:
+    from .ops import OPS_FILES, read_ops_file
+
+    sys.stdout.write(read_ops_file(OPS_FILES[args.ops_file]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``otel-jobsteps``."""
     parser = _Parser(
@@ -453,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument(
         "--since", type=_duration_argument, help="active within this long, e.g. 1h or 2d"
     )
+    jobs.add_argument(
+        "--tag", type=_tag_argument, metavar="NAME=VALUE", help="jobs with an attempt so tagged"
+    )
     _integer_option(jobs, "--limit", (1, MAX_LIMIT), 50, "at most N jobs (50)")
     jobs.add_argument("--json", action="store_true", help="print the jobs as JSON")
     _read_option(jobs)
@@ -495,7 +515,14 @@ def build_parser() -> argparse.ArgumentParser:
         pruner, "--batch-size", (1, MAX_BATCH_SIZE), 1000, "job_log rows per transaction"
     )
 
-    command("demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)")
+    demo = command(
+        "demo", _demo, "record a sample job with two attempts and show it (no DSN: embedded)"
+    )
+    demo.add_argument(
+        "--migrate",
+        action="store_true",
+        help="with a DSN: apply the migrations it lacks without asking (it asks on a terminal)",
+    )
 
     web = command("serve", _serve, "the recorded jobs as web pages and JSON (read-only)")
     web.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (127.0.0.1:8080)")
@@ -510,6 +537,14 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument(
         "--no-auth", action="store_true", help="allow a non-loopback --listen without a token"
     )
+    web.add_argument(
+        "--silent-after",
+        type=_duration_argument,
+        default=_duration_argument("5m"),
+        metavar="DURATION",
+        help="an open step with no start or heartbeat for this long counts as silent in "
+        "/metrics (5m)",
+    )
     collect = command(
         "collect",
         _collect,
@@ -518,13 +553,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     collect.add_argument("--listen", default="127.0.0.1:4318", help="HOST:PORT (127.0.0.1:4318)")
     for flag, default, what in (
-        ("--settle-after", "10m", "a trace's spans; then late copies are ignored"),
+        (
+            "--settle-after",
+            "10m",
+            "an attempt's spans after its final row and its job's last span; then late copies of "
+            "it are dropped (a new attempt is always taken)",
+        ),
         (
             "--settle-open-after",
             "24h",
-            "a trace still waiting for spans (a step or job span not ended yet, a step whose job "
-            "span has not arrived): longer than your longest job; then spans that never got a "
-            "job span are dropped",
+            "an attempt still waiting for spans (a step or job span not ended yet), and spans "
+            "whose job span has not arrived: longer than your longest job; then they are "
+            "settled, or dropped",
         ),
     ):
         collect.add_argument(
@@ -565,17 +605,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for server in (web, collect):
         _access_log_option(server)
-    _ops_commands(commands)
-    return parser
-
-
-def _ops_commands(commands: Any) -> None:
-    """``ops``: files for operating it, printed to be saved or piped (no database needed)."""
-    ops = commands.add_parser("ops", help="files for operating otel_jobsteps")
-    verbs = ops.add_subparsers(dest="ops_command", required=True, metavar="VERB")
-    verbs.add_parser(
+    ops = command("ops", _ops, "print a file for operators shipped with the package")
+    files = ops.add_subparsers(dest="ops_file", required=True, metavar="FILE")
+    files.add_parser("alerts", help="Prometheus alerting rules for the exported metrics (YAML)")
+    files.add_parser(
         "dashboard", help="the Grafana dashboard (JSON: Prometheus and PostgreSQL inputs)"
-    ).set_defaults(handler=_ops_dashboard)
+    )
+    return parser
 
 
 def _access_log_option(parser: argparse.ArgumentParser) -> None:

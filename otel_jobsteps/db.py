@@ -25,6 +25,7 @@ from .errors import (
     SchemaNotMigratedError,
     describe,
 )
+from .times import read_any_time
 
 __all__ = [
     "Record",
@@ -112,7 +113,8 @@ def connection_kwargs(
 def borrowed_connection(
     target: Target, *, connect_timeout_s: float = 5.0
 ) -> Iterator[psycopg.Connection[Any]]:
-    """Use the caller's connection as is, or open (and later close) one from a conninfo."""
+    """Use the caller's connection as is, or open (and later close) one from a conninfo (it
+    reads a time Python cannot hold as the nearest bound, `times.read_any_time`)."""
     if isinstance(target, psycopg.Connection):
         yield target
         return
@@ -124,6 +126,7 @@ def borrowed_connection(
         raise DatabaseUnavailableError(
             f"cannot connect to {redact(target)}: {describe(error)}"
         ) from None
+    read_any_time(conn)  # a far-off time in one row must not fail the whole read
     with conn:
         yield conn
 

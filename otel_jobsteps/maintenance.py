@@ -6,9 +6,11 @@ open psycopg connection (used as is, never closed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -20,6 +22,10 @@ from .sql import qualified_queries
 from .stats import logger
 
 __all__ = ["PruneResult", "SweptStep", "prune", "sweep"]
+
+T = TypeVar("T")
+_RETRIED = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+_TRANSACTION_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +65,7 @@ class PruneResult(Record):
     batches: int
     dry_run: bool
     partitions: int = 0
-    settled_traces: int = 0  # collect's tombstones forgotten (not counted by a dry run)
+    settled_attempts: int = 0  # collect's settled attempts forgotten (not counted by a dry run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +124,9 @@ def prune(
     abandoned ones). ``dry_run`` counts what a run would delete now, reading only (a replica
     or a SELECT-only role will do).
 
-    Then the tombstones `collect` keeps of OTLP traces settled before the cutoff are forgotten,
-    in batches too.
+    Attempts `collect` has not settled are kept (it may derive their rows again). Then what
+    `collect` keeps of OTLP attempts settled before the cutoff is forgotten, in batches too, with
+    its idle jobs and traces. A transaction PostgreSQL ends as a deadlock's victim is retried.
 
     With the partitioned layout, finished attempts' job_event rows first move out of the
     current table into their interval's child, then the children of intervals that ended
@@ -141,8 +148,9 @@ def prune(
             partitions, events = _drop_partitions(conn, older_than, batch_size, schema)
         while True:
             # One transaction per batch: locks stay short, and what is done stays done.
-            with session(conn, schema=schema):
-                (counts,) = fetch(conn, queries["prune_batch"], params, _Counts)
+            (counts,) = _retrying(
+                conn, schema, lambda: fetch(conn, queries["prune_batch"], params, _Counts)
+            )
             logs += counts.job_logs
             events += counts.job_events
             if counts.job_logs == 0:
@@ -150,16 +158,38 @@ def prune(
             batches += 1
             if counts.job_logs < batch_size:
                 break
-        traces = 0
-        while True:
-            with session(conn, schema=schema):
-                forgotten = conn.execute(queries["prune_settled_traces"], params).rowcount
-            traces += forgotten
-            if forgotten < batch_size:
-                break
+        attempts = 0
+        for name in ("prune_settled_attempts", "prune_idle_otlp_jobs", "prune_idle_otlp_traces"):
+            while True:
+                count = partial(_row_count, conn, queries[name], params)
+                forgotten = _retrying(conn, schema, count)
+                attempts += forgotten if name == "prune_settled_attempts" else 0
+                if forgotten < batch_size:
+                    break
     return PruneResult(
-        logs, events, batches, dry_run=False, partitions=partitions, settled_traces=traces
+        logs, events, batches, dry_run=False, partitions=partitions, settled_attempts=attempts
     )
+
+
+def _row_count(conn: psycopg.Connection[Any], query: sql.Composed, params: Any) -> int:
+    return conn.execute(query, params).rowcount
+
+
+def _fetch_one(conn: psycopg.Connection[Any], query: sql.Composed, params: Any) -> Any:
+    return conn.execute(query, params).fetchone()
+
+
+def _retrying(conn: psycopg.Connection[Any], schema: str, work: Callable[[], T]) -> T:
+    """``work`` in one transaction, run again when PostgreSQL ends it as a deadlock's victim
+    (collect retries its own the same way): a prune beside collect does not fail for that."""
+    for attempt in range(_TRANSACTION_ATTEMPTS):
+        try:
+            with session(conn, schema=schema):
+                return work()
+        except _RETRIED:
+            if attempt + 1 == _TRANSACTION_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +246,8 @@ def _drop_partitions(
     after_at, after_id = datetime.min.replace(tzinfo=timezone.utc), 0
     while True:
         # One transaction per window of rows, as the deletes: the mover's lock is held briefly.
-        with session(conn, schema=schema):
-            moved = conn.execute(archive, (batch_size, after_at, after_id)).fetchone()
+        window = (batch_size, after_at, after_id)
+        moved = _retrying(conn, schema, partial(_fetch_one, conn, archive, window))
         if not moved or not moved[3]:  # no row left to look at
             break
         after_at, after_id = moved[0], moved[1]

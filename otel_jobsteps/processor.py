@@ -13,6 +13,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from opentelemetry.context import Context
@@ -25,6 +26,7 @@ from .db import check_dsn
 from .detail import DEFAULT_MAX_DETAIL_BYTES
 from .errors import ConfigurationError
 from .facts import SpanFacts, ended_facts, started_facts
+from .metrics import StepMetrics
 from .recorder import StepRecorder
 from .relay import Relay, WriterSettings
 from .schema import check_writable_tables, migrate
@@ -225,6 +227,7 @@ class JobStepsProcessor(SpanProcessor):
         store: RowStore | None = None,
         writer: str | None = None,
         meter_provider: MeterProvider | None = None,
+        max_step_keys: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         dsn = dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
@@ -272,6 +275,12 @@ class JobStepsProcessor(SpanProcessor):
         self._auto_migrate = auto_migrate
         self._clock = clock
         self._stats = Stats()
+        # Step metrics of what the writer committed (max_step_keys: distinct keys per job type).
+        step_metrics = StepMetrics(
+            meter_provider,
+            max_step_keys=max_step_keys,
+            on_folded=partial(self._stats.add, "metrics_step_keys_folded"),
+        )
         self._relay: Relay | None = None
         if writer == "process":
             settings = WriterSettings(
@@ -287,7 +296,13 @@ class JobStepsProcessor(SpanProcessor):
                 self._max_open_spans,
                 auto_migrate,
             )
-            self._relay = Relay(self._watch, settings, self._stats, max_queue_size=queue_size)
+            self._relay = Relay(
+                self._watch,
+                settings,
+                self._stats,
+                max_queue_size=queue_size,
+                on_committed=step_metrics.record,
+            )
             self._submit = self._relay.submit
         else:
             self._store = store or StepStore(
@@ -308,6 +323,7 @@ class JobStepsProcessor(SpanProcessor):
                 max_pending_operations=2 * queue_size,
                 heartbeat_interval_s=heartbeat_interval_s,
                 clock=clock,
+                on_committed=step_metrics.record,
             )
             self._live.shed_progress_when(self._writer.backlogged)
             self._submit = self._writer.submit

@@ -27,6 +27,7 @@ from .vocabulary import STATUSES  # public from here too (the CLI and web filter
 
 __all__ = [
     "STATUSES",
+    "TAG_SCAN_PER_JOB",
     "ActivityFollower",
     "AttemptRow",
     "AttemptSummary",
@@ -38,9 +39,21 @@ __all__ = [
     "StepRecord",
     "job_detail",
     "list_jobs",
+    "parse_tag",
     "read_target",
     "window_start",
 ]
+
+TAG_SCAN_PER_JOB = 8  # tagged attempts a tag search reads per job asked for
+
+
+def parse_tag(text: str, separator: str) -> tuple[str, str]:
+    """``NAME<separator>VALUE`` (split at the first separator) as (name, value);
+    `ConfigurationError` when there is no separator or no name."""
+    name, found, value = text.partition(separator)
+    if not found or not name:
+        raise ConfigurationError(f"a tag is NAME{separator}VALUE, got {text!r}")
+    return name, value
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +226,7 @@ def list_jobs(
     since: datetime | timedelta | None = None,
     limit: int = 50,
     schema: str = "public",
+    tag: tuple[str, str] | None = None,
 ) -> list[JobSummary]:
     """Recent jobs, each by its latest attempt, the most recently active first.
 
@@ -220,6 +234,8 @@ def list_jobs(
     ``since`` keeps jobs active since then: a datetime, or a timedelta measured back from the
     database server's clock (``since=timedelta(hours=1), status="FAILED"``: what failed in the
     last hour). Without ``since`` every job is a candidate: on big tables, give one.
+    ``tag`` (name, value) keeps the jobs with an attempt so tagged that started since ``since``,
+    the newest tagged start first (`TAG_SCAN_PER_JOB` tagged attempts read per job asked for).
     """
     if status is not None and status not in STATUSES:
         raise ConfigurationError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
@@ -240,6 +256,9 @@ def list_jobs(
         # and compiling costs more than the read. SET LOCAL: until the end of the transaction
         # (the caller's, when it is one).
         conn.execute("SET LOCAL jit = off")
+        if tag is not None:
+            params.update(tag_name=tag[0], tag_value=tag[1], scan=limit * TAG_SCAN_PER_JOB)
+            return fetch(conn, queries["list_tagged_jobs"], params, JobSummary, prepare=False)
         return fetch(conn, queries["list_jobs"], params, JobSummary, prepare=False)
 
 

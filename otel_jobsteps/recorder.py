@@ -31,6 +31,7 @@ from .vocabulary import (
     OUTCOME_COMPLETED,
     RUNNING,
     STEP,
+    TAG,
     TIME_LIMIT,
 )
 
@@ -67,6 +68,7 @@ class Scope(NamedTuple):
 class JobStarted(NamedTuple):
     scope: Scope
     start_ns: int
+    tags: tuple[tuple[str, str], ...] = ()  # (name, value), already cut to the caps (translate)
 
 
 class StepStarted(NamedTuple):
@@ -288,12 +290,19 @@ class StepRecorder:
 
     def _job_started(self, command: JobStarted) -> None:
         scope = command.scope
-        self._attempt(scope).start_us = command.start_ns // 1000
+        state = self._attempt(scope)
+        state.start_us = command.start_ns // 1000
         if scope.attempt > 1:
             self._write_pending_progress_before(scope)
             self._batch.add_abandon(
                 Abandon(scope.domain, scope.job_id, scope.attempt, command.start_ns // 1000)
             )
+        for name, value in command.tags:
+            row = EventRow(
+                *_job_columns(scope), TAG, name, None, None, value, state.trace_hex,
+                format(scope.span_id, "016x"), state.execution_id, state.start_us, None,
+            )  # fmt: skip
+            self._batch.add_event(row)
 
     def _write_pending_progress_before(self, scope: Scope) -> None:
         """The job's earlier attempts are about to be abandoned: their waiting trailing progress

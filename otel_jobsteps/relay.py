@@ -34,6 +34,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from .facts import SpanEvent, SpanFacts, span_fields
+from .metrics import ClosedStep, Committed, FinishedAttempt
 from .spans import ended_events, events_read, plain_attributes
 from .stats import Stats, logger
 from .watch import SpanWatch
@@ -281,8 +282,10 @@ class Relay:
         linger_s: float = 0.001,
         wake_threshold: int = 1000,
         clock: Callable[[], float] = time.monotonic,
+        on_committed: Callable[[Committed], None] = lambda committed: None,
     ) -> None:
         self._make_watch = watch
+        self._on_committed = on_committed  # what the writer process's batches changed
         self._settings = settings
         self._stats = stats
         self._max_queue = max_queue_size
@@ -523,6 +526,15 @@ class Relay:
             self._child = None
             self._schedule_restart()
 
+    def _committed(self, steps: list[Any], attempts: list[Any]) -> None:
+        committed = Committed(
+            list(map(ClosedStep._make, steps)), list(map(FinishedAttempt._make, attempts))
+        )
+        try:
+            self._on_committed(committed)
+        except Exception as error:  # noqa: BLE001 - metrics must not stop the replies
+            self._stats.problem("internal_error", error)
+
     def _read_replies(self, child: _Child) -> None:
         flushes = self._flushes
         try:
@@ -539,6 +551,8 @@ class Relay:
                                 request.done.set()
                     elif reply[0] == "l":  # a warning of the writer process's
                         logger.log(reply[1], "%s (writer process %d)", reply[2], child.process.pid)
+                    elif reply[0] == "m":
+                        self._committed(reply[1], reply[2])
                     else:
                         self._latest_stats = reply[1]
         except Exception as error:  # noqa: BLE001 - a reply it cannot read: that process goes

@@ -16,7 +16,7 @@ from .sql import migrations
 if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
-__all__ = ["check_writable_tables", "is_partitioned", "migrate"]
+__all__ = ["check_writable_tables", "is_partitioned", "migrate", "pending_migrations"]
 
 VERSION_TABLE = "otel_jobsteps_migration"
 LAYOUT_TABLE = "otel_jobsteps_layout"  # present when the partitioned layout is installed
@@ -93,6 +93,19 @@ def migrate(
     return applied_now
 
 
+def pending_migrations(
+    target: str | psycopg.Connection[Any], *, schema: str = "public"
+) -> list[int]:
+    """The versions `migrate` would apply to ``schema`` (every one where it has none); reads."""
+    check_schema_name(schema)
+    done: set[int] = set()
+    with borrowed_connection(target) as conn, conn.transaction():
+        if _table_exists(conn, schema, VERSION_TABLE):
+            table = sql.Identifier(schema, VERSION_TABLE)
+            done = {v for (v,) in conn.execute(sql.SQL("SELECT version FROM {}").format(table))}
+    return [version for version, _, _ in migrations() if version not in done]
+
+
 def _install_partitioned_layout(
     conn: psycopg.Connection[Any], schema: str, interval: timedelta
 ) -> None:
@@ -118,9 +131,12 @@ def _install_partitioned_layout(
 
 def is_partitioned(conn: psycopg.Connection[Any], *, schema: str = "public") -> bool:
     """Whether ``schema`` has the partitioned layout (`migrate` with a partition interval)."""
+    return _table_exists(conn, schema, LAYOUT_TABLE)
+
+
+def _table_exists(conn: psycopg.Connection[Any], schema: str, name: str) -> bool:
     row = conn.execute(
-        "SELECT to_regclass(%s) IS NOT NULL",
-        (sql.Identifier(schema, LAYOUT_TABLE).as_string(conn),),
+        "SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(schema, name).as_string(conn),)
     ).fetchone()
     return bool(row and row[0])
 

@@ -23,7 +23,9 @@ from psycopg.abc import PQGen
 from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
 from .db import check_schema_name, connection_kwargs
 from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
+from .metrics import ClosedStep, Committed, FinishedAttempt
 from .sql import qualified_queries
+from .vocabulary import ABANDONED, FAILED, STEP
 
 __all__ = [
     "SQLSTATE_CLASSES",
@@ -208,6 +210,31 @@ def _params(ops: Sequence[Any], max_detail_bytes: int) -> dict[str, Any]:
     return params
 
 
+def _note_changes(cur: psycopg.Cursor[Any], name: str, ops: Sequence[Any], into: Committed) -> None:
+    """Add to ``into`` the steps the statement just run closed and the final rows it inserted."""
+    if name in ("close_steps", "close_foreign_steps"):
+        into.steps.extend(map(ClosedStep._make, cur.fetchall()))
+    elif name == "insert_events":
+        # A closed row is never skipped: the conflict is on open steps only.
+        into.step_rows += [r for r in ops if r.ended_us is not None and r.type == STEP]
+    elif name == "insert_job_logs":
+        if cur.rowcount < len(ops):  # some attempt had its final row already: those are not new
+            inserted = {tuple(row) for row in cur.fetchall()}
+            ops = [r for r in ops if (r.domain, r.job_id, r.attempt) in inserted]
+            ops = list({(r.domain, r.job_id, r.attempt): r for r in reversed(ops)}.values())
+        into.log_rows += ops
+    elif name == "abandon_earlier_attempts":
+        for trace_id, span_id, domain, job_id, job_type, key, attempt, seconds in cur.fetchall():
+            if attempt is None:
+                into.steps.append(
+                    ClosedStep(trace_id, span_id, domain, job_type, key, FAILED, seconds)
+                )
+            else:
+                into.attempts.append(
+                    FinishedAttempt(domain, job_id, attempt, job_type, FAILED, ABANDONED)
+                )
+
+
 class StepStore:
     """Writes batches to the ``job_event`` and ``job_log`` tables of one schema."""
 
@@ -238,6 +265,8 @@ class StepStore:
         self._on_connect = on_connect
         self._conn: psycopg.Connection[Any] | None = None
         self.last_transaction: int | None = None
+        # What the last transaction's statements changed, kept should its COMMIT go unanswered.
+        self.last_changes: Committed | None = None
 
     def connection(self) -> psycopg.Connection[Any]:
         """The open connection, connecting first if there is none or it broke."""
@@ -291,15 +320,21 @@ class StepStore:
             with suppress(Exception):  # a broken socket must not stop the writer
                 conn.close()
 
-    def write(self, batch: Batch) -> None:
-        """Write the batch in one transaction (raises on any failure; nothing is then written)."""
+    def write(self, batch: Batch) -> Committed:
+        """Write the batch in one transaction (raises on any failure; nothing is then written);
+        returns what it closed and finished."""
+        committed = self.last_changes = Committed()
         with self._transaction() as cur:
             for name, ops in statements(batch):
                 cur.execute(self._queries[name], _params(ops, self._max_detail_bytes))
+                _note_changes(cur, name, ops, committed)
                 if name == "insert_events" and cur.rowcount < len(ops):
-                    self._take_over_open_steps(cur, ops)
+                    self._take_over_open_steps(cur, ops, committed)
+        return committed
 
-    def _take_over_open_steps(self, cur: psycopg.Cursor[Any], rows: Sequence[EventRow]) -> None:
+    def _take_over_open_steps(
+        self, cur: psycopg.Cursor[Any], rows: Sequence[EventRow], committed: Committed
+    ) -> None:
         """Another execution opened a step of the same attempt while this batch ran.
 
         In command order our step started after theirs, so theirs is closed as abandoned
@@ -313,22 +348,29 @@ class StepStore:
             for r in running
         ]
         cur.execute(self._queries["close_foreign_steps"], _params(takeovers, 0))
+        _note_changes(cur, "close_foreign_steps", takeovers, committed)
         cur.execute(self._queries["insert_events"], _params(running, self._max_detail_bytes))
 
     def write_one_by_one(
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
-    ) -> None:
+    ) -> Committed:
         """Write each operation in its own savepoint; report and skip those PostgreSQL rejects."""
+        committed = self.last_changes = Committed()
         with self._transaction() as cur:
             for name, ops in statements(batch):
                 for op in ops:
+                    changed = Committed()
                     try:
                         with cur.connection.transaction():
                             cur.execute(self._queries[name], _params([op], self._max_detail_bytes))
+                            _note_changes(cur, name, [op], changed)
                     except (psycopg.Error, UnicodeEncodeError) as error:
                         if not rejects_row(error):
                             raise
                         on_rejected(name, error)
+                    else:
+                        committed.extend(changed)
+        return committed
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:

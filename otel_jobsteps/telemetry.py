@@ -16,6 +16,7 @@ _PROBLEMS = (
     "write_failed",
     "batch_rejected",
     "heartbeat_failed",
+    "impossible_time",
     "internal_error",
     "invalid_job_span",
     "shutdown_timeout",

@@ -18,6 +18,7 @@ from typing import Any
 
 from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
 from .detail import encode_detail
+from .metrics import Committed
 from .store import statements
 from .vocabulary import ABANDONED, FAILED, STEP
 
@@ -139,6 +140,7 @@ class InMemoryStore:
     def __init__(self) -> None:
         self.batches: list[Batch] = []
         self.last_transaction: int | None = None
+        self.last_changes: Committed | None = None  # no metrics from this store
         self._events: list[EventRow] = []
         self._logs: list[JobLogRow] = []
         self._lock = threading.Lock()

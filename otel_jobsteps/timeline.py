@@ -15,13 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from .errors import printable
+from .formatting import format_duration, format_time
 from .query import AttemptSummary, JobDetail, JobSummary, StepRecord
 
 __all__ = [
     "BAR_WIDTH",
     "Style",
-    "format_duration",
-    "format_time",
     "render_detail",
     "render_jobs",
 ]
@@ -60,32 +59,6 @@ class Style:
     def status(self, text: str, status: str) -> str:
         """``text`` (already padded) in the colour of ``status``."""
         return self.paint(text, _STATUS_COLORS.get(status))
-
-
-def format_duration(value: timedelta | None) -> str:
-    """Short human duration: 850ms, 1.20s, 2m03s, 1h30m, 3d04h (zero tails dropped: 1h, 30d)."""
-    if value is None:
-        return "-"
-    seconds = value.total_seconds()
-    if seconds < 1:
-        return f"{max(seconds, 0) * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.2f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        big, small = f"{days}d", (hours, "h")
-    elif hours:
-        big, small = f"{hours}h", (minutes, "m")
-    else:
-        big, small = f"{minutes}m", (secs, "s")
-    return big + (f"{small[0]:02d}{small[1]}" if small[0] else "")
-
-
-def format_time(value: datetime | None) -> str:
-    """A timestamp to the millisecond with its UTC offset, or ``-``."""
-    return "-" if value is None else value.isoformat(sep=" ", timespec="milliseconds")
 
 
 def _compact(detail: dict[str, Any] | None) -> str:

@@ -9,7 +9,7 @@ the scope of every open span (bounded) and emits the recorder's commands; it doe
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import attributes as attr
@@ -27,12 +27,22 @@ from .recorder import (
     StepStarted,
 )
 from .spans import latest_progress
+from .times import EARLIEST_NS, LATEST_NS, clamp_ns
+from .vocabulary import MAX_ATTEMPT
 
-__all__ = ["DEFAULT_MAX_OPEN_SPANS", "SpanTranslator"]
+__all__ = [
+    "DEFAULT_MAX_OPEN_SPANS",
+    "MAX_TAGS",
+    "MAX_TAG_NAME_CHARS",
+    "MAX_TAG_VALUE_CHARS",
+    "SpanTranslator",
+]
 
 MAX_ID_CHARS = 512
-MAX_ATTEMPT = 2**31 - 1  # the attempt column is a PostgreSQL integer
 DEFAULT_MAX_OPEN_SPANS = 100_000
+MAX_TAGS = 20  # tags kept per attempt: the first by name
+MAX_TAG_NAME_CHARS = 64  # a longer name is dropped (cut, two names could become one)
+MAX_TAG_VALUE_CHARS = 256  # a longer value is cut
 
 Problem = Callable[[str, object], None]
 
@@ -48,6 +58,9 @@ def _attempt_number(value: object) -> int | None:
 
 
 def _error_text(span: SpanFacts) -> str | None:
+    named = span.attributes.get(attr.JOB_ERROR)
+    if named is not None and named != "":
+        return clean_text(named)
     for event in reversed(span.events):
         attributes = event.attributes
         if event.name == "exception" and attributes:
@@ -106,6 +119,7 @@ class SpanTranslator:
 
     def started(self, span: SpanFacts) -> list[Command]:
         """The commands a span's start implies (an ordinary-event span is complete at start)."""
+        span = self._in_range(span)
         attributes = span.attributes
         if attr.JOB_EVENT_TYPE in attributes:
             event = self._event(span, attributes)
@@ -117,7 +131,7 @@ class SpanTranslator:
             scope = self._job_scope(span, attributes)
             if scope is not None:
                 self._remember(span_id, _OpenSpan(scope, None))
-                return [JobStarted(scope, span.start_ns)]
+                return [JobStarted(scope, span.start_ns, self._tags(attributes))]
         parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
         if parent is None:
             return []  # outside any job scope
@@ -140,6 +154,7 @@ class SpanTranslator:
 
     def ended(self, span: SpanFacts) -> list[Command]:
         """The commands a span's end implies: a step's close, or the attempt's end."""
+        span = self._in_range(span)
         if attr.JOB_EVENT_TYPE in span.attributes:
             return []  # an ordinary event is whole at its start: `started` recorded it
         span_id = span.span_id
@@ -177,6 +192,7 @@ class SpanTranslator:
     def whole(self, span: SpanFacts) -> list[Command]:
         """The commands of `started` then `ended` for a span whose start and end arrive with
         nothing in between (live: adjacent in the writer's queue); a step's as one StepRan."""
+        span = self._in_range(span)
         attributes = span.attributes
         key = attributes.get(attr.JOB_STEP_KEY)
         parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
@@ -204,12 +220,47 @@ class SpanTranslator:
 
     # -- interpretation -----------------------------------------------------------------------
 
+    def _in_range(self, span: SpanFacts) -> SpanFacts:
+        """``span`` with its times clamped into what every reader can hold (`times`); counted."""
+        start, end = span.start_ns, span.end_ns
+        if EARLIEST_NS <= start <= LATEST_NS and EARLIEST_NS <= end <= LATEST_NS:
+            return span
+        self._problem(
+            "impossible_time",
+            f"span {clean_text(span.name, 200)!r}: a time outside 1970..9999-12-30 clamped",
+        )
+        # An end clamped to 1970 reads as "not ended" (0): the translation takes the start then.
+        return replace(span, start_ns=clamp_ns(start), end_ns=clamp_ns(end))
+
     def _remember(self, span_id: int, entry: _OpenSpan) -> None:
         spans = self._open
         spans[span_id] = entry
         if len(spans) > self._max_open_spans:
             del spans[next(iter(spans))]
             self._problem("evicted_spans", f"more than {self._max_open_spans} open spans")
+
+    def _tags(self, attributes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        """The job span's ``job.tag.<name>`` attributes within the caps, by name."""
+        prefix = attr.JOB_TAG_PREFIX
+        named = sorted(
+            (clean_text(name[len(prefix) :]), value)
+            for name, value in attributes.items()
+            if name.startswith(prefix)
+        )
+        if not named:
+            return ()
+        kept = [
+            (name, clean_text(value, MAX_TAG_VALUE_CHARS))
+            for name, value in named
+            if 0 < len(name) <= MAX_TAG_NAME_CHARS
+        ]
+        if len(kept) < len(named) or len(kept) > MAX_TAGS:
+            self._problem(
+                "dropped_tags",
+                f"tags beyond {MAX_TAGS} per attempt or with a name of more than "
+                f"{MAX_TAG_NAME_CHARS} characters dropped",
+            )
+        return tuple(kept[:MAX_TAGS])
 
     def _event(self, span: SpanFacts, attributes: Mapping[str, Any]) -> EventRecorded | None:
         """An ordinary event: in the parent's job scope, or in the scope its attributes name."""

@@ -14,6 +14,7 @@ __all__ = [
     "EVENT_RETRY_SCHEDULED",
     "EVENT_STALLED",
     "FAILED",
+    "MAX_ATTEMPT",
     "OUTCOME_COMPLETED",
     "OUTCOME_RECLAIMED",
     "OUTCOME_RETRY",
@@ -22,11 +23,17 @@ __all__ = [
     "RUNNING",
     "STATUSES",
     "STEP",
+    "TAG",
     "TIME_LIMIT",
 ]
 
+MAX_ATTEMPT = 2**31 - 1  # the highest attempt number: job_event.attempt is an int column
+
 # job_event.type of a step row; every other type is an ordinary event.
 STEP = "STEP"
+# job_event.type of a tag of an attempt (job.tag.<name>): step_key is its name, message its
+# value; written once, at the attempt's start. Not an ordinary event: the reads leave it out.
+TAG = "TAG"
 EVENT_STALLED = "STALLED"
 """Ordinary event of an attempt whose worker the queue reported lost."""
 EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"

@@ -19,6 +19,7 @@ from opentelemetry import context as otel_context
 
 from .batch import Batch
 from .errors import describe
+from .metrics import Committed
 from .stats import Stats, logger
 from .store import rejects_row
 
@@ -41,11 +42,12 @@ class RowStore(Protocol):
     """What the writer needs from a store: `store.StepStore`, or `testing.InMemoryStore`."""
 
     last_transaction: int | None
+    last_changes: Committed | None  # what that transaction changed, should its COMMIT go unanswered
 
-    def write(self, batch: Batch) -> None: ...
+    def write(self, batch: Batch) -> Committed | None: ...
     def write_one_by_one(
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
-    ) -> None: ...
+    ) -> Committed | None: ...
     def transaction_status(self, transaction: int) -> str | None: ...
     def refresh_heartbeats(self, open_steps: Sequence[tuple[str, str, int, str]]) -> None: ...
     def close(self) -> None: ...
@@ -84,9 +86,11 @@ class Writer:
         wake_threshold: int = 1000,
         clock: Any = time.monotonic,
         kind_of: Callable[[Any], str] = lambda command: type(command).__name__,
+        on_committed: Callable[[Committed], None] | None = None,
     ) -> None:
         self._handler, self._store, self._stats, self._clock = handler, store, stats, clock
         self._kind_of = kind_of  # names a dropped command in the counters
+        self._on_committed = on_committed  # what a committed batch changed (the metrics)
         # Bounds: queued commands, commands per drain, row operations held while the database
         # is away.
         self._max_queue, self._max_batch_commands, self._max_pending_operations = (
@@ -109,6 +113,7 @@ class Writer:
         self._unwritten: Batch | None = None
         # A batch whose commit outcome is unknown, with its transaction id.
         self._uncertain: tuple[int, Batch] | None = None
+        self._uncertain_changes: Committed | None = None  # counted if it proves committed
         self._waiting_flushes: list[_FlushRequest] = []
         self._failures = 0
         self._retry_at = 0.0
@@ -287,7 +292,7 @@ class Writer:
             if pending is None:
                 self._release_flushes()
                 return
-            self._write_batch(pending)
+            committed = self._write_batch(pending)
         except Exception as error:  # noqa: BLE001 - absorbed: counted, logged, retried
             self._store.close()
             self._stats.problem("write_failed", error)
@@ -306,6 +311,7 @@ class Writer:
             self._schedule_retry()
             return
         self._written(pending)
+        self._committed(committed)
         self._unwritten = None
         self._failures = 0
         self._retry_at = 0.0
@@ -314,6 +320,14 @@ class Writer:
     def _written(self, batch: Batch) -> None:
         self._stats.add("operations_written", batch.operation_count())
         self._stats.add("batches_written")
+
+    def _committed(self, committed: Committed | None) -> None:
+        if committed is None or self._on_committed is None:
+            return
+        try:
+            self._on_committed(committed)
+        except Exception as error:  # noqa: BLE001 - metrics must not stop the writer
+            self._stats.problem("internal_error", error)
 
     def _schedule_retry(self) -> None:
         self._failures += 1
@@ -335,29 +349,32 @@ class Writer:
         if status == "in progress":
             return False
         self._uncertain = None
+        changes, self._uncertain_changes = self._uncertain_changes, None
         if status == "committed":
             self._stats.add("commits_confirmed_after_error")
             self._written(batch)
+            self._committed(changes)
             return True
         if self._unwritten is not None:
             batch.segments.extend(self._unwritten.segments)
         self._unwritten = batch
         return True
 
-    def _write_batch(self, batch: Batch) -> None:
+    def _write_batch(self, batch: Batch) -> Committed | None:
         try:
             try:
-                self._store.write(batch)
+                return self._store.write(batch)
             except Exception as error:
                 if not rejects_row(error):
                     raise  # a lock wait, a deadlock, a restart: the whole batch, later
                 self._stats.problem("batch_rejected", error)
-                self._store.write_one_by_one(batch, self._rejected)
+                return self._store.write_one_by_one(batch, self._rejected)
         except Exception:
             # Whichever transaction failed last may still have committed: ask before a retry.
             transaction = self._store.last_transaction
             if transaction is not None:
                 self._uncertain = (transaction, batch)
+                self._uncertain_changes = self._store.last_changes
                 self._unwritten = None
             raise
 

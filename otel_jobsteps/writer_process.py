@@ -20,6 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from .metrics import Committed
 from .processor import Interpretation, build_interpretation
 from .relay import WriterSettings, decode_facts, read_frames, write_frame
 from .schema import check_writable_tables, migrate
@@ -113,6 +114,7 @@ def main(argv: list[str]) -> int:
         max_detail_bytes=settings.max_detail_bytes,
         on_connect=prepare,
     )
+    replies = _Replies(out_fd)
     writer = Writer(
         _ReceivedFacts(interpretation),
         store,
@@ -121,9 +123,9 @@ def main(argv: list[str]) -> int:
         max_queue_size=settings.max_queue_size,
         max_pending_operations=2 * settings.max_queue_size,
         heartbeat_interval_s=settings.heartbeat_interval_s,
+        on_committed=replies.committed,
     )
     interpretation.backlogged = writer.backlogged
-    replies = _Replies(out_fd)
     logger.addHandler(_ToTheJob(replies))
     logger.propagate = False  # the job's logging configuration decides where it goes
     flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, interpretation))
@@ -199,6 +201,13 @@ class _Replies:
                 self._fd = None
                 return False
             return True
+
+    def committed(self, committed: Committed) -> None:
+        """What a batch closed and finished: the job's process records the metrics."""
+        steps, attempts = committed.closed_steps(), committed.finished_attempts()
+        if steps or attempts:
+            message = ("m", list(map(tuple, steps)), list(map(tuple, attempts)))
+            self.send(lambda: message)
 
     def report(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         sent: dict[str, Any] = {}

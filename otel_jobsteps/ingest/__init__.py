@@ -17,7 +17,7 @@ from .mapping import JobMapping
 from .settings import DEFAULT_MAX_BODY_BYTES, CollectSettings
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp
+    from starlette.applications import Starlette
 
 __all__ = ["CollectSettings", "JobMapping", "app_from_environment", "serve_collect"]
 
@@ -25,21 +25,31 @@ __all__ = ["CollectSettings", "JobMapping", "app_from_environment", "serve_colle
 SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
 
 
-def app_from_environment() -> ASGIApp:
+def app_from_environment() -> Starlette:
     """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
     (uvicorn's factory for each worker process)."""
+    from ..stats import Stats
     from .app import create_app
+    from .metrics import CollectMetrics, RequestMetricsMiddleware, exporting_readers
     from .staging import Staging
 
     settings = CollectSettings.from_json(os.environ[SETTINGS_ENV])
-    return create_app(
-        Staging(settings),
+    stats = Stats()
+    metrics = CollectMetrics(
+        stats, settled_at=lambda: staging.settled_at, readers=exporting_readers()
+    )
+    staging = Staging(settings, stats=stats, on_committed=metrics.steps.record)
+    app = create_app(
+        staging,
         max_body_bytes=settings.max_body_bytes,
         max_in_flight=4 * settings.connections,
         retry_after_s=settings.retry_after_s,
         settle_every_s=min(60.0, max(1.0, settings.settle_after_s / 4)),
         access_log=settings.access_log,
     )
+    app.router.routes.append(metrics.route())
+    app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
+    return app
 
 
 def serve_collect(
@@ -66,6 +76,7 @@ def serve_collect(
 
     from ..db import redact
     from ..health import COLLECT_RIGHTS, Readiness
+    from .metrics import metric_exporters
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
@@ -81,6 +92,7 @@ def serve_collect(
         retry_after_s=retry_after_s,
         access_log=access_log,
     )
+    metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))
     try:
         checker.check()

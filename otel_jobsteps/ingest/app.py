@@ -21,10 +21,10 @@ from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from ..health import COLLECT_RIGHTS, HealthMiddleware, Readiness
 from ..requestlog import RequestLog
@@ -117,7 +117,7 @@ def create_app(
     retry_after_s: int = 2,
     settle_every_s: float = 60.0,
     access_log: bool = False,
-) -> ASGIApp:
+) -> Starlette:
     """The receiver as an ASGI app over ``staging`` (which it closes on shutdown), with
     ``/healthz`` and ``/readyz``; ``access_log`` writes a line per request."""
     in_flight = 0  # changed on the event loop only
@@ -218,5 +218,8 @@ def create_app(
     readiness = Readiness(
         staging.settings.dsn, schema=staging.settings.schema, rights=COLLECT_RIGHTS
     )
-    receiver = HealthMiddleware(Starlette(routes=routes, lifespan=lifespan), readiness)
-    return RequestLog(receiver, name="collect", access_log=access_log)
+    layers = [
+        Middleware(RequestLog, name="collect", access_log=access_log),
+        Middleware(HealthMiddleware, readiness=readiness),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, middleware=layers)

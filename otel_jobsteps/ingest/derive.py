@@ -1,201 +1,164 @@
-"""All received spans of one trace -> the recorder's commands, as if they had been seen live.
+"""All received spans of one job (any attempts, any traces) -> the recorder's commands, in the
+order the processor would have seen them live.
 
 The order rule: every span starts and ends once (a start marker only starts it); a span starts
-after its parent started, and ends after it started and after each of its children started and
-ended. Among what may come next, the earliest time goes first; at one instant, ends of spans that
-began earlier come first, then starts (outer before inner), then ends of spans that lasted no
-time (inner before outer); the span id breaks what is left. So the job span's start comes
-first, its steps in time order, and its end last, whatever order the spans arrived in.
+after its parent started; its end comes at its end time, so a step ending after its job span is
+closed by the job's end, as live. Where a child started before its parent the clocks disagree
+(spans of one trace from two processes): that parent's end then also waits for its children's
+ends. Among what may come next, the earliest time goes first. The tie rule, at one instant:
+ends of spans that began earlier come first (inner before outer), then starts, outer before
+inner; of spans starting together, those that lasted no time first, each ending right after its
+own descendants of that instant. So a step ending in the tick the next one starts is closed by
+its own end, with its status and error, at any clock resolution; span ids break what is left.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterable, Sequence
-from operator import itemgetter
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from ..attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
+from ..attributes import JOB_EVENT_TYPE
 from ..facts import SpanFacts
-from ..recorder import Command, EventRecorded
-from ..translate import SpanTranslator
+from ..recorder import Command
+from ..translate import Problem, SpanTranslator
 from .mapping import JobMapping, map_trace
 
-__all__ = ["Derived", "trace_commands"]
+__all__ = ["job_commands", "latest_copies"]
+
+_Node = tuple[int, int]  # trace id, span id
+_Key = tuple[int, int, tuple[Any, ...]]
 
 
-class Derived(NamedTuple):
-    """One trace's commands, and whether it is whole: no span still waits for its ended copy
-    or for the job span it belongs to (a trace that is not whole is settled later)."""
-
-    commands: list[Command]
-    whole: bool
-
-
-def trace_commands(
-    spans: Iterable[SpanFacts],
-    translator: SpanTranslator,
-    *,
-    mappings: Sequence[JobMapping] = (),
-    derived_before: Collection[int] = (),
-) -> Derived:
-    """The commands of one trace's spans in span order (see the module docstring).
-
-    ``derived_before`` are span ids an earlier derivation already turned into rows: an ordinary
-    event outside any job span is written once, as its row has no trace to be replaced by.
-    """
-    latest: dict[int, SpanFacts] = {}
+def latest_copies(spans: Iterable[SpanFacts]) -> dict[_Node, SpanFacts]:
+    """One fact per span: the first ended copy (staging keeps the first copy too), else the
+    marker."""
+    latest: dict[_Node, SpanFacts] = {}
     for span in spans:
-        known = latest.get(span.span_id)
-        # The first ended copy wins (staging keeps the first copy too), and over a marker.
+        node = (span.trace_id, span.span_id)
+        known = latest.get(node)
         if known is None or (span.end_ns and not known.end_ns):
-            latest[span.span_id] = span
-    nodes = {span.span_id: span for span in map_trace(list(latest.values()), mappings)}
+            latest[node] = span
+    return latest
+
+
+def job_commands(
+    spans: Iterable[SpanFacts], *, problem: Problem, mappings: Sequence[JobMapping] = ()
+) -> list[Command]:
+    """The commands of the spans in span order (see the module docstring); each trace has its
+    own translator (span ids are unique within a trace only)."""
+    by_trace: dict[int, list[SpanFacts]] = {}
+    for span in latest_copies(spans).values():
+        by_trace.setdefault(span.trace_id, []).append(span)
+    nodes = {
+        (trace, span.span_id): span
+        for trace, group in by_trace.items()
+        for span in map_trace(group, mappings)
+    }
+    translators: dict[int, SpanTranslator] = {}
     commands: list[Command] = []
     for is_start, span in _in_span_order(nodes):
-        if not is_start:
-            if JOB_EVENT_TYPE not in span.attributes:  # an event span is complete at its start
-                commands.extend(translator.ended(span))
-            continue
-        started = translator.started(span)
-        if span.span_id in derived_before and JOB_EVENT_TYPE in span.attributes:
-            started = [
-                c for c in started if not (isinstance(c, EventRecorded) and not c.scope.trace_id)
-            ]
-        commands.extend(started)
-    return Derived(commands, _whole(nodes))
+        translator = translators.get(span.trace_id)
+        if translator is None:
+            translator = translators[span.trace_id] = SpanTranslator(problem=problem)
+        if is_start:
+            commands.extend(translator.started(span))
+        elif JOB_EVENT_TYPE not in span.attributes:  # an event span is complete at its start
+            commands.extend(translator.ended(span))
+    return commands
 
 
-def _whole(nodes: dict[int, SpanFacts]) -> bool:
-    """Whether nothing of the trace is still to come: it has a job span, no start marker waits
-    for its ended copy, and every step or event span reaches a job span through parents
-    received. A trace without a job span waits for one (a producer's span, a plain child of a
-    long step: the job's spans come later), as long as the open settle time."""
-    if any(not span.end_ns for span in nodes.values()):
-        return False
-    if not any(JOB_ID in span.attributes for span in nodes.values()):
-        return False
-    return not any(
-        _waits_for_a_parent(span, nodes)
-        for span in nodes.values()
-        if JOB_STEP_KEY in span.attributes or JOB_EVENT_TYPE in span.attributes
-    )
+def _parent(nodes: dict[_Node, SpanFacts], node: _Node) -> _Node | None:
+    parent = (node[0], nodes[node].parent_span_id)
+    return parent if parent[1] and parent != node and parent in nodes else None
 
 
-def _waits_for_a_parent(span: SpanFacts, nodes: dict[int, SpanFacts]) -> bool:
-    seen: set[int] = set()
-    node = span
-    while JOB_ID not in node.attributes:
-        seen.add(node.span_id)
-        parent_id = node.parent_span_id
-        if not parent_id or parent_id in seen:
-            return False  # outside any job (as the processor sees it), or a parent cycle
-        parent = nodes.get(parent_id)
+def _in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]]:
+    """The order rule as a scheduler: of the events whose prerequisites are done, the least."""
+    children: dict[_Node, list[_Node]] = {}
+    roots = []
+    for node in nodes:
+        parent = _parent(nodes, node)
         if parent is None:
-            return True
-        node = parent
-    return False
-
-
-def _key(span: SpanFacts, level: int, is_start: bool) -> tuple[int, int, int, int]:
-    """Sort key of a span's start or end (see the module docstring)."""
-    if is_start:
-        return (span.start_ns, 1, level, span.span_id)
-    return (span.end_ns, 0 if span.end_ns > span.start_ns else 2, -level, span.span_id)
-
-
-def _in_span_order(nodes: dict[int, SpanFacts]) -> list[tuple[bool, SpanFacts]]:
-    children: dict[int, list[int]] = {}
-    for span_id, span in nodes.items():
-        if span.parent_span_id in nodes and span.parent_span_id != span_id:
-            children.setdefault(span.parent_span_id, []).append(span_id)
-    depth = _depths(nodes, children)
-    # Per ended span, the events it waits for besides its own start: its children's starts and
-    # ends.
-    waiting = {
-        span_id: sum(1 + bool(nodes[k].end_ns) for k in children.get(span_id, ()))
-        for span_id, span in nodes.items()
+            roots.append(node)
+        else:
+            children.setdefault(parent, []).append(node)
+    paths = _paths(nodes, children, roots)
+    # An end waits for its own start, for the children starting at its instant (and the ends
+    # of those lasting no time), and where a child started before it for every child's end.
+    pending = {
+        node: 1
+        + sum(
+            (nodes[child].start_ns == span.end_ns) + _end_waits(nodes, node, child)
+            for child in children.get(node, ())
+        )
+        for node, span in nodes.items()
         if span.end_ns
     }
-    # Usually the plain time order already keeps every rule (clocks agree within a trace):
-    # then it is the answer, and the ordering below would give the same.
-    events = [(_key(span, depth[i], True), True, span) for i, span in nodes.items()]
-    events += [
-        (_key(span, depth[i], False), False, span) for i, span in nodes.items() if span.end_ns
-    ]
-    events.sort(key=itemgetter(0))
-    if _keeps_the_rules(events, nodes, dict(waiting)):
-        return [(is_start, span) for _, is_start, span in events]
-    return _ordered_by_rules(nodes, children, depth, waiting)
+    ready: list[tuple[_Key, bool, _Node]] = []
 
+    def push_end(node: _Node) -> None:
+        span = nodes[node]
+        if span.end_ns > span.start_ns:
+            key: _Key = (span.end_ns, 0, (-len(paths[node][1]), *node))
+        else:
+            key = (span.start_ns, 1, (*paths[node][0], (2, 0, 0)))
+        heapq.heappush(ready, (key, False, node))
 
-def _keeps_the_rules(
-    events: list[tuple[tuple[int, int, int, int], bool, SpanFacts]],
-    nodes: dict[int, SpanFacts],
-    waiting: dict[int, int],
-) -> bool:
-    started: set[int] = set()
-    for _, is_start, span in events:
-        span_id, parent = span.span_id, span.parent_span_id
-        in_trace = parent in nodes and parent != span_id
-        if is_start:
-            if in_trace and parent not in started:
-                return False
-            started.add(span_id)
-        elif waiting[span_id]:
-            return False
-        if in_trace and parent in waiting:
-            waiting[parent] -= 1
-    return True
+    def one_done(node: _Node) -> None:
+        pending[node] -= 1
+        if not pending[node]:
+            push_end(node)
 
-
-def _ordered_by_rules(
-    nodes: dict[int, SpanFacts],
-    children: dict[int, list[int]],
-    depth: dict[int, int],
-    waiting: dict[int, int],
-) -> list[tuple[bool, SpanFacts]]:
-    """The order rule as a scheduler: of the events whose prerequisites are done, the least."""
-    # An end also waits for its own start.
-    pending = {span_id: count + 1 for span_id, count in waiting.items()}
-    ready: list[tuple[tuple[int, int, int, int], int, bool]] = []
-
-    def push(span_id: int, is_start: bool) -> None:
-        heapq.heappush(ready, (_key(nodes[span_id], depth[span_id], is_start), span_id, is_start))
-
-    def one_done(span_id: int) -> None:
-        if span_id in pending:
-            pending[span_id] -= 1
-            if not pending[span_id]:
-                push(span_id, False)
-
-    for span_id, span in nodes.items():
-        if span.parent_span_id not in nodes or span.parent_span_id == span_id:
-            push(span_id, True)
+    for node in roots:
+        heapq.heappush(ready, ((nodes[node].start_ns, 1, paths[node][0]), True, node))
     order: list[tuple[bool, SpanFacts]] = []
     while ready:
-        _, span_id, is_start = heapq.heappop(ready)
-        span = nodes[span_id]
+        _, is_start, node = heapq.heappop(ready)
+        span = nodes[node]
         order.append((is_start, span))
         if is_start:
-            for child in children.get(span_id, ()):
-                push(child, True)
-            one_done(span_id)
-        if span.parent_span_id in nodes and span.parent_span_id != span_id:
-            one_done(span.parent_span_id)
+            for child in children.get(node, ()):
+                heapq.heappush(ready, ((nodes[child].start_ns, 1, paths[child][0]), True, child))
+            if node in pending:
+                one_done(node)
+        parent = _parent(nodes, node)
+        if parent is None or parent not in pending:
+            continue
+        if (
+            _end_waits(nodes, parent, node)
+            if not is_start
+            else span.start_ns == nodes[parent].end_ns
+        ):
+            one_done(parent)
     return order
 
 
-def _depths(nodes: dict[int, SpanFacts], children: dict[int, list[int]]) -> dict[int, int]:
-    """Distance from the trace's outermost received span (spans in a parent cycle never start)."""
-    depth: dict[int, int] = {}
-    stack = [
-        (i, 0) for i, s in nodes.items() if s.parent_span_id not in nodes or s.parent_span_id == i
+def _end_waits(nodes: dict[_Node, SpanFacts], parent: _Node, child: _Node) -> bool:
+    """Whether the parent's end waits for this child's end: the child lasts no time and starts
+    as the parent ends, or it started before the parent (the clocks disagree)."""
+    span, outer = nodes[child], nodes[parent]
+    if not span.end_ns:
+        return False
+    return span.start_ns < outer.start_ns or (span.end_ns == span.start_ns == outer.end_ns)
+
+
+def _paths(
+    nodes: dict[_Node, SpanFacts], children: dict[_Node, list[_Node]], roots: list[_Node]
+) -> dict[_Node, tuple[tuple[Any, ...], tuple[_Node, ...]]]:
+    """Per span reachable from a root: its tie path (the ancestors starting at its instant and
+    itself, each as (lasts no time ? 0 : 1, trace, span id)) and its ancestors (depth)."""
+    found: dict[_Node, tuple[tuple[Any, ...], tuple[_Node, ...]]] = {}
+    stack: list[tuple[_Node, tuple[Any, ...], tuple[_Node, ...]]] = [
+        (node, (), ()) for node in roots
     ]
     while stack:
-        span_id, level = stack.pop()
-        depth[span_id] = level
-        stack.extend((child, level + 1) for child in children.get(span_id, ()))
-    for span_id in nodes:
-        depth.setdefault(span_id, 0)
-    return depth
+        node, inherited, ancestors = stack.pop()
+        span = nodes[node]
+        step = (0 if span.end_ns == span.start_ns else 1, *node)
+        path = (*inherited, step)
+        found[node] = (path, ancestors)
+        for child in children.get(node, ()):
+            same_instant = nodes[child].start_ns == span.start_ns
+            stack.append((child, path if same_instant else (), (*ancestors, node)))
+    return found

@@ -1,14 +1,16 @@
-"""The receiver's database side: a request's spans are staged and their traces' rows derived,
-in one transaction, before the request is answered.
+"""The receiver's database side: a request's spans are staged and their jobs' rows derived, in
+one transaction, before the request is answered.
 
-Rows are a function of a trace's spans: each request locks its traces (``otlp_trace`` rows, in
-sorted order), keeps its new spans in ``otlp_span``, replaces the rows an earlier derivation of
-those traces wrote with a derivation from all their spans so far, and commits. So a 200 means
-durable, a duplicate changes nothing, and any split, order or receiver gives the same rows.
-Traces untouched for ``settle_after_s`` are settled: their spans are deleted, late copies of
-them ignored; a trace that never had a job span is dropped then (counted, as the processor
-ignores spans outside a job scope). A trace that is not whole yet (a span waits for its end or
-its job span) is kept for ``settle_open_after_s``.
+Rows are a function of a job's spans: each request locks its traces (``otlp_trace``, sorted),
+places every span in the attempt it belongs to (`place`), locks the jobs touched (``otlp_job``,
+sorted), keeps its new spans in ``otlp_span``, replaces the rows of those jobs' attempts that are
+not settled by a derivation from all their staged spans, whichever traces and requests they
+came in (`derive.job_commands`), and commits. So a 200 means durable, a duplicate changes
+nothing, and any split, order or receiver gives the same rows. An attempt is settled on its
+own once it has its final row, no span of it is open and its job had no span for
+``settle_after_s`` (or for ``settle_open_after_s`` whatever it waits for): its spans lose their
+bodies, and a later copy or child of them is a late copy (counted, dropped). A new attempt is new
+work whenever it comes. Spans placed in no job for ``settle_open_after_s`` are dropped (counted).
 """
 
 from __future__ import annotations
@@ -16,25 +18,26 @@ from __future__ import annotations
 import json
 import queue
 import time
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
+from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID
 from ..batch import Batch
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..facts import SpanFacts
-from ..recorder import JobEnded, JobStarted, StepRecorder
+from ..metrics import Committed
+from ..recorder import DEFAULT_MAX_OPEN_ATTEMPTS, JobStarted, StepRecorder
 from ..schema import check_writable_tables
 from ..sql import qualified_queries
 from ..stats import Stats
 from ..store import StepStore, rejects_row
-from ..translate import SpanTranslator
 from .decode import decode_span
-from .derive import trace_commands
+from .derive import job_commands
+from .place import JOB, Attempt, Skeleton, place, skeleton
 from .settings import CollectSettings
 
 __all__ = ["Receipt", "Staging", "StagingUnavailable"]
@@ -58,11 +61,34 @@ class Receipt:
     rejected: int = 0
 
 
-_Row = tuple[str, int, int, SpanFacts, bytes]  # trace, signed span id, phase, facts, as received
+_Key = tuple[str, int, int]  # trace, signed span id, phase
+_Row = tuple[str, int, int, SpanFacts, bytes]  # the key, facts, as received
+_Job = tuple[str, str]  # domain, job id
+
+
+_ID_MASK = (1 << 64) - 1  # a signed bigint's bits as the span id
 
 
 def _signed(span_id: int) -> int:
     return span_id - (1 << 64) if span_id >= 1 << 63 else span_id
+
+
+@dataclass(slots=True)
+class _Staged:
+    """A span of a locked trace as staged (from its skeleton row) or new in this request."""
+
+    skeleton: Skeleton
+    place: Attempt | None
+    gone: bool = False  # its attempt is settled: only the row is kept
+    new: _Row | None = None
+
+
+def _job_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> SpanFacts:
+    """A settled attempt's job span as a start marker: all a derivation needs of it now."""
+    domain, job_id, number = attempt
+    names = {JOB_DOMAIN: domain, JOB_ID: job_id, JOB_ATTEMPT: number}
+    start = start_ns & _ID_MASK  # kept signed, as the ids: OTLP times reach 2**64 - 1
+    return SpanFacts(int(trace, 16), span_id & _ID_MASK, 0, "settled attempt", start, 0, names)
 
 
 class Staging:
@@ -71,8 +97,16 @@ class Staging:
     ``settings.connections`` stores (each one connection) serve requests in parallel.
     """
 
-    def __init__(self, settings: CollectSettings, *, stats: Stats | None = None) -> None:
+    def __init__(
+        self,
+        settings: CollectSettings,
+        *,
+        stats: Stats | None = None,
+        on_committed: Callable[[Committed], None] = lambda committed: None,
+    ) -> None:
         self.settings = settings
+        self._on_committed = on_committed  # what a request's commit closed and finished anew
+        self.settled_at = time.monotonic()  # when the last settle pass ended (its lag metric)
         self._queries = qualified_queries("ingest.sql", settings.schema)
         self._pause_s = min(1.0, settings.connect_timeout_s)
         self._down_until = 0.0
@@ -119,7 +153,7 @@ class Staging:
         with self._store() as store:
             for attempt in range(_TRANSACTION_ATTEMPTS):
                 try:
-                    return self._receive(store, rows)
+                    receipt, committed = self._receive(store, rows)
                 except _RETRIED as error:
                     if attempt + 1 == _TRANSACTION_ATTEMPTS:
                         raise StagingUnavailable(
@@ -132,6 +166,12 @@ class Staging:
                     # spans and retries (a 500 is not retried: they would be lost), and logged.
                     self.stats.problem("database_error", error)
                     raise StagingUnavailable(describe(error)) from None
+                else:
+                    self.stats.add("spans_staged", receipt.staged)
+                    self.stats.add("spans_duplicate", receipt.duplicates)
+                    self.stats.add("spans_late", receipt.late)
+                    self._on_committed(committed)
+                    return receipt
         raise AssertionError("unreachable")
 
     def ready(self) -> None:
@@ -150,52 +190,157 @@ class Staging:
         self._down_until = time.monotonic() + self._pause_s
         return StagingUnavailable(describe(error))
 
-    def _receive(self, store: StepStore, rows: list[_Row]) -> Receipt:
+    def _receive(self, store: StepStore, rows: list[_Row]) -> tuple[Receipt, Committed]:
+        """Stage and derive in one transaction; what it closed and finished that no earlier
+        derivation had (the metrics count each step and attempt once)."""
         conn = store.connection()
         queries = self._queries
         with conn.transaction(), conn.cursor() as cur:
+            cur.execute(queries["share_move_lock"], {"schema": self.settings.schema})
             traces = sorted({row[0] for row in rows})
             cur.execute(queries["lock_traces"], {"trace_id": traces})
-            state = {trace: (settled, count, written) for trace, settled, count, written in cur}
-            live = [row for row in rows if not state[row[0]][0]]
-            late = len(rows) - len(live)
+            counts: dict[str, int] = dict(cur.fetchall())
+            cur.execute(queries["trace_skeletons"], {"trace_id": traces})
+            staged = self._skeletons(cur.fetchall())
+            unique = {row[:3]: row for row in reversed(rows)}  # the first copy of a span wins
+            fresh = [row for key, row in sorted(unique.items()) if key not in staged]
+            copies = [key for key in unique if key in staged]
+            late = sum(1 for key in copies if staged[key].gone)
+            duplicates = len(rows) - len(unique) + len(copies) - late
+            kept = self._within_limit(fresh, counts)
+            over, fresh = len(fresh) - len(kept), kept
+            for row in fresh:
+                staged[row[:3]] = _Staged(skeleton(row[3], self.settings.mappings), None, new=row)
+            moved = self._place(staged)
+            jobs = sorted(
+                {(p[0], p[1]) for span in staged.values() if span.new and (p := span.place)}
+                | {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
+            )
+            settled: set[Attempt] = set()
+            attempts: set[Attempt] = set()
+            new_jobs: set[_Job] = set()  # jobs new in this request
+            started: list[SpanFacts] = []  # the job spans' starts of settled attempts
+            if jobs:
+                job_columns = {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]}
+                cur.execute(queries["lock_jobs"], job_columns)
+                new_jobs.update((domain, job_id) for domain, job_id, new in cur if new)
+                cur.execute(queries["job_attempts"], job_columns)
+                for domain, job_id, attempt, is_settled, trace, span_id, start_ns in cur:
+                    (settled if is_settled else attempts).add((domain, job_id, attempt))
+                    if is_settled and start_ns is not None:
+                        started.append(
+                            _job_start((domain, job_id, attempt), trace, span_id, start_ns)
+                        )
+            dropped = self._stage(cur, staged, moved, settled)
+            late += dropped
             if late:
-                self.stats.problem("late_spans", f"{late} spans of settled traces dropped")
-            staged: set[tuple[str, int, int]] = set()
-            over = 0
-            if live:
-                # Deduplicated within the request too: the first copy of a span wins.
-                unique = {row[:3]: row for row in reversed(live)}
-                ordered = self._within_limit(
-                    sorted(unique.values(), key=lambda row: row[:3]), state
-                )
-                over = len(unique) - len(ordered)
-                cur.execute(
-                    queries["stage_spans"],
-                    {
-                        "trace_id": [r[0] for r in ordered],
-                        "span_id": [r[1] for r in ordered],
-                        "phase": [r[2] for r in ordered],
-                        "body": [r[4] for r in ordered],
-                    },
-                )
-                staged = {(t, s, p) for t, s, p in cur}
-            if staged:
-                self._derive(store, cur, rows, staged, state)
-        return Receipt(len(staged), len(live) - len(staged) - over, late, over)
+                self.stats.problem("late_spans", f"{late} spans of settled attempts dropped")
+            added = {trace: 0 for trace in traces}
+            for span in staged.values():
+                if span.new and not span.gone:
+                    added[span.new[0]] += 1
+            cur.execute(
+                queries["note_traces"],
+                {"trace_id": traces, "added": [added[trace] for trace in traces]},
+            )
+            committed = Committed()
+            if jobs:
+                committed = self._derive(store, cur, jobs, staged, attempts, started, new_jobs)
+        return Receipt(len(fresh) - dropped, duplicates, late, over), committed
 
-    def _within_limit(self, rows: list[_Row], state: dict[str, Any]) -> list[_Row]:
-        """The rows that fit under the per-trace span limit (every request re-derives its traces
-        from all their spans: an unbounded trace would make each request dearer than the last)."""
-        room = {
-            trace: self.settings.max_spans_per_trace - count
-            for trace, (_, count, _) in state.items()
-        }
+    @staticmethod
+    def _skeletons(found: list[tuple[Any, ...]]) -> dict[_Key, _Staged]:
+        staged = {}
+        for trace, span_id, phase, parent, kind, own, domain, job_id, attempt, gone in found:
+            where = None if domain is None else (domain, job_id, attempt)
+            shape = Skeleton(parent & _ID_MASK, kind, None if own is None else tuple(own))
+            staged[(trace, span_id, phase)] = _Staged(shape, where, gone)
+        return staged
+
+    @staticmethod
+    def _place(staged: dict[_Key, _Staged]) -> dict[_Key, tuple[Attempt | None, Attempt | None]]:
+        """Place every span of the locked traces; returns the staged ones whose place changed
+        (old, new). The ended copy of a span speaks for it (a marker may not name its job)."""
+        by_trace: dict[str, dict[int, Skeleton]] = {}
+        for (trace, span_id, phase), span in sorted(staged.items()):
+            nodes = by_trace.setdefault(trace, {})
+            unsigned = span_id & _ID_MASK
+            if phase or unsigned not in nodes:
+                nodes[unsigned] = span.skeleton
+        places = {trace: place(nodes) for trace, nodes in by_trace.items()}
+        moved = {}
+        for key, span in staged.items():
+            where = places[key[0]][key[1] & _ID_MASK]
+            if where != span.place:
+                if span.new is None:
+                    moved[key] = (span.place, where)
+                span.place = where
+        return moved
+
+    def _stage(
+        self,
+        cur: psycopg.Cursor[Any],
+        staged: dict[_Key, _Staged],
+        moved: dict[_Key, tuple[Attempt | None, Attempt | None]],
+        settled: set[Attempt],
+    ) -> int:
+        """Keep the new spans and the new places of staged ones; a span placed in a settled
+        attempt is a late one: a new one is dropped, a staged one loses its body. Returns the new
+        spans dropped."""
+        new = []
+        for span in staged.values():
+            if span.new is not None:
+                span.gone = span.place in settled
+                if not span.gone:
+                    new.append(span)
+        if new:
+            rows = [span.new for span in new if span.new is not None]
+            owns = [span.skeleton.own for span in new]
+            places = [span.place or (None, None, None) for span in new]
+            cur.execute(
+                self._queries["stage_spans"],
+                {
+                    "trace_id": [r[0] for r in rows],
+                    "span_id": [r[1] for r in rows],
+                    "phase": [r[2] for r in rows],
+                    "body": [r[4] for r in rows],
+                    "parent": [_signed(span.skeleton.parent) for span in new],
+                    "kind": [span.skeleton.kind for span in new],
+                    "own": [None if own is None else json.dumps(own) for own in owns],
+                    "domain": [p[0] for p in places],
+                    "job_id": [p[1] for p in places],
+                    "attempt": [p[2] for p in places],
+                },
+            )
+        if moved:
+            keys = sorted(moved)
+            places = [moved[key][1] or (None, None, None) for key in keys]
+            for key in keys:
+                staged[key].gone = staged[key].gone or staged[key].place in settled
+            cur.execute(
+                self._queries["place_spans"],
+                {
+                    "trace_id": [key[0] for key in keys],
+                    "span_id": [key[1] for key in keys],
+                    "domain": [p[0] for p in places],
+                    "job_id": [p[1] for p in places],
+                    "attempt": [p[2] for p in places],
+                    "late": [staged[key].gone for key in keys],
+                },
+            )
+        return sum(1 for span in staged.values() if span.new is not None) - len(new)
+
+    def _within_limit(self, rows: list[_Row], counts: dict[str, int]) -> list[_Row]:
+        """The rows that fit under the per-trace span limit (a trace's skeleton is read with
+        every request that touches it: an unbounded trace would make each request dearer): the
+        earliest spans are kept, as the processor would have seen them first."""
+        room = {trace: self.settings.max_spans_per_trace - count for trace, count in counts.items()}
         kept = []
-        for row in rows:
+        for row in sorted(rows, key=lambda row: (row[0], row[3].start_ns, row[1:3])):
             if room[row[0]] > 0:
                 room[row[0]] -= 1
                 kept.append(row)
+        kept.sort(key=lambda row: row[:3])
         if len(kept) < len(rows):
             self.stats.problem(
                 "spans_over_trace_limit",
@@ -208,106 +353,146 @@ class Staging:
         self,
         store: StepStore,
         cur: psycopg.Cursor[Any],
-        rows: list[_Row],
-        staged: set[tuple[str, int, int]],
-        state: dict[str, tuple[bool, int, Any]],
-    ) -> None:
-        """Replace the rows of every trace that received a new span by a derivation from all."""
-        changed = sorted({key[0] for key in staged})
-        spans: dict[str, list[SpanFacts]] = {trace: [] for trace in changed}
-        added = Counter(key[0] for key in staged)
-        for trace, span_id, phase, facts, _ in rows:
-            if (trace, span_id, phase) in staged:
-                spans[trace].append(facts)
-        earlier = [trace for trace in changed if state[trace][1]]
-        derived_before: dict[str, set[int]] = {trace: set() for trace in earlier}
-        if earlier:
-            cur.execute(self._queries["staged_spans"], {"trace_id": earlier})
-            for trace, span_id, phase, body in cur.fetchall():
-                if (trace, span_id, phase) not in staged:
-                    spans[trace].append(decode_span(body))
-                    derived_before[trace].add(span_id & 0xFFFFFFFFFFFFFFFF)
-        recorder = StepRecorder(debounce_ms=0)
-        replaced: list[str] = []  # traces derived anew: their earlier rows go
-        written: dict[str, list[list[Any]] | None] = {}
-        whole: dict[str, bool | None] = {}  # None: as it was (its derivation failed)
-        # Traces in the order they began: one job's attempts in different traces then meet in
-        # the batch as they happened (attempt 1's end before attempt 2's start settles it).
-        for trace in sorted(changed, key=lambda t: min(s.start_ns for s in spans[t])):
-            translator = SpanTranslator(problem=self.stats.problem)
+        jobs: list[_Job],
+        staged: dict[_Key, _Staged],
+        attempts: set[Attempt],
+        started: list[SpanFacts],
+        new_jobs: set[_Job],
+    ) -> Committed:
+        """Replace the rows of the jobs' attempts that are not settled by a derivation from all
+        their staged spans (a new span's facts are at hand; the others are decoded). Settled
+        attempts take part by their job span's start only: it abandons earlier attempts still
+        open then, as live. Returns what it closed and finished that the rows it replaced had
+        not (the metrics count each step and attempt once)."""
+        spans: dict[_Job, list[SpanFacts]] = {job: [] for job in jobs}
+        for start in started:
+            spans[(start.attributes[JOB_DOMAIN], start.attributes[JOB_ID])].append(start)
+        markers: dict[Attempt, list[tuple[str, int]]] = {}
+        ended: set[tuple[str, int]] = set()
+        jobs_ended: set[Attempt] = set()  # attempts whose job span's ended copy is staged
+        for key, facts, kind, where in self._job_spans(cur, jobs, staged, new_jobs):
+            spans[where[:2]].append(facts)
+            attempts.add(where)
+            if key[2]:
+                ended.add(key[:2])
+                if kind == JOB:
+                    jobs_ended.add(where)
+            else:
+                markers.setdefault(where, []).append(key[:2])
+        recorder = StepRecorder(
+            debounce_ms=0, max_open_attempts=max(DEFAULT_MAX_OPEN_ATTEMPTS, len(attempts) + 1)
+        )
+        failed: set[_Job] = set()
+        starts: list[tuple[str, str, int, int]] = []  # later attempts' starts
+        firsts: dict[Attempt, tuple[str, int, int]] = {}  # each attempt's job span start
+        for job in jobs:
             try:
-                commands, whole[trace] = trace_commands(
-                    spans[trace],
-                    translator,
-                    mappings=self.settings.mappings,
-                    derived_before=derived_before.get(trace, ()),
+                commands = job_commands(
+                    spans[job], problem=self.stats.problem, mappings=self.settings.mappings
                 )
-            except Exception as error:  # noqa: BLE001 - one trace must not fail the request
+            except Exception as error:  # noqa: BLE001 - one job must not fail the request
                 # Its spans stay staged (the 200 holds) and its rows as they were; a later span
                 # of it derives it again.
                 self.stats.problem("derive_failed", error)
-                written[trace] = state[trace][2]
-                whole[trace] = None
+                failed.add(job)
                 continue
-            attempts: dict[tuple[str, str, int], None] = {}
-            produced = False
             for command in commands:
-                if isinstance(command, (JobStarted, JobEnded)):
-                    scope = command.scope
-                    attempts[(scope.domain, scope.job_id, scope.attempt)] = None
                 recorder.handle(command)
-                produced = True
-            # NULL until the trace writes a row: then it is no orphan when settled.
-            written[trace] = [list(key) for key in attempts] if produced else None
-            replaced.append(trace)
-        previous = [(*key, trace) for trace in replaced for key in state[trace][2] or ()]
-        if previous:
-            columns = list(zip(*previous, strict=True))
-            cur.execute(
-                self._queries["forget_derived_rows"],
-                {
-                    "domain": list(columns[0]),
-                    "job_id": list(columns[1]),
-                    "attempt": list(columns[2]),
-                    "trace_id": list(columns[3]),
-                },
-            )
+                if isinstance(command, JobStarted):
+                    scope = command.scope
+                    where = (scope.domain, scope.job_id, scope.attempt)
+                    firsts.setdefault(
+                        where,
+                        (
+                            format(scope.trace_id, "032x"),
+                            _signed(scope.span_id),
+                            _signed(command.start_ns),
+                        ),
+                    )
+                    if scope.attempt > 1:
+                        starts.append((*where, command.start_ns))
+        derived = sorted(a for a in attempts if (a[0], a[1]) not in failed)
+        columns = {
+            "domain": [a[0] for a in derived],
+            "job_id": [a[1] for a in derived],
+            "attempt": [a[2] for a in derived],
+        }
+        counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
+        if derived:
+            cur.execute(self._queries["forget_derived_rows"], columns)
+            counted = cur.fetchall()
+        committed = Committed()
         batch = recorder.take_batch()
         if batch is not None:
-            logs = [log for segment in batch.segments for log in segment.job_logs]
-            if logs:
-                cur.execute(
-                    self._queries["forget_abandoned_logs"],
-                    {
-                        "domain": [log.domain for log in logs],
-                        "job_id": [log.job_id for log in logs],
-                        "attempt": [log.attempt for log in logs],
-                        "end_us": [log.created_us for log in logs],
-                    },
-                )
-            self._write(store, batch)
+            committed = self._write(store, batch)
+        if starts:
+            cur.execute(
+                self._queries["abandon_settled_attempts"],
+                {
+                    "domain": [s[0] for s in starts],
+                    "job_id": [s[1] for s in starts],
+                    "attempt": [s[2] for s in starts],
+                    "at_us": [s[3] // 1000 for s in starts],
+                },
+            )
+        waiting = {a for a, found in markers.items() if any(m not in ended for m in found)}
+        waiting.update(a for a in derived if a not in jobs_ended)
         cur.execute(
-            self._queries["note_traces"],
+            self._queries["note_attempts"],
             {
-                "trace_id": changed,
-                "added": [added[trace] for trace in changed],
-                "written": [
-                    None if written[trace] is None else json.dumps(written[trace])
-                    for trace in changed
-                ],
-                "whole": [whole[trace] for trace in changed],
+                **columns,
+                "pending": [a in waiting for a in derived],
+                "trace_id": [firsts.get(a, (None,))[0] for a in derived],
+                "span_id": [firsts.get(a, (None, None))[1] for a in derived],
+                "start_ns": [firsts.get(a, (None, None, None))[2] for a in derived],
             },
         )
+        return committed.without(
+            [(trace, span) for trace, span, _, _, attempt in counted if attempt is None],
+            [(domain, job, attempt) for _, _, domain, job, attempt in counted if attempt],
+        )
 
-    def _write(self, store: StepStore, batch: Batch) -> None:
+    def _job_spans(
+        self,
+        cur: psycopg.Cursor[Any],
+        jobs: list[_Job],
+        staged: dict[_Key, _Staged],
+        new_jobs: set[_Job],
+    ) -> Iterator[tuple[_Key, SpanFacts, int, Attempt]]:
+        """Every staged span of the jobs' attempts not settled: (key, facts, kind, attempt). A
+        new job's are this request's spans, at hand; the others' are read (and decoded, the
+        ones this request did not bring)."""
+        placed = [(key, span) for key, span in staged.items() if span.place and not span.gone]
+        for _, span in placed:
+            if span.new is None and span.place:  # placed now, staged before: read its job
+                new_jobs.discard(span.place[:2])
+        for key, span in placed:
+            if span.new is not None and span.place and span.place[:2] in new_jobs:
+                yield key, span.new[3], span.skeleton.kind, span.place
+        read = [job for job in jobs if job not in new_jobs]
+        if not read:
+            return
+        cur.execute(
+            self._queries["job_spans"],
+            {"domain": [j[0] for j in read], "job_id": [j[1] for j in read]},
+        )
+        for trace, span_id, phase, kind, domain, job_id, attempt, body in cur.fetchall():
+            known = staged.get((trace, span_id, phase))
+            new = None if known is None else known.new
+            facts = decode_span(body) if new is None else new[3]
+            yield (trace, span_id, phase), facts, kind, (domain, job_id, attempt)
+
+    def _write(self, store: StepStore, batch: Batch) -> Committed:
         """The batch inside the request's transaction (a savepoint); PostgreSQL's refusal of
         one row (hostile data) costs that row only."""
         try:
-            store.write(batch)
+            return store.write(batch)
         except psycopg.Error as error:
             if not rejects_row(error):
                 raise
-            store.write_one_by_one(batch, lambda name, e: self.stats.problem("rejected_row", e))
+            return store.write_one_by_one(
+                batch, lambda name, e: self.stats.problem("rejected_row", e)
+            )
 
     def check(self) -> None:
         """At startup: the tables must be migrated (`SchemaNotMigratedError`). An unreachable
@@ -343,32 +528,36 @@ class Staging:
                 )
 
     def settle(self, *, limit: int = 1000) -> tuple[int, int]:
-        """Settle every trace due, ``limit`` per transaction (so the pass keeps up with any
-        rate of traces); returns (traces, orphan spans dropped)."""
+        """Settle every attempt due and drop the spans that found no job in time, ``limit`` per
+        transaction (so the pass keeps up with any rate); returns (attempts, orphans dropped)."""
+        settings = self.settings
+        params = {
+            "after_s": settings.settle_after_s,
+            "open_after_s": settings.settle_open_after_s,
+            "limit": limit,
+        }
         settled = orphans = 0
-        while True:
-            with self._store() as store:
-                try:
-                    conn = store.connection()
-                    with conn.transaction():
-                        found = conn.execute(
-                            self._queries["settle_traces"],
-                            {
-                                "after_s": self.settings.settle_after_s,
-                                "open_after_s": self.settings.settle_open_after_s,
-                                "limit": limit,
-                            },
-                        ).fetchall()
-                except psycopg.OperationalError as error:
-                    raise self._unavailable(store, error) from None
-            settled += len(found)
-            orphans += sum(count for count, had_rows in found if not had_rows)
-            if len(found) < limit:
-                break
+        for name in ("settle_attempts", "drop_orphans"):
+            while True:
+                with self._store() as store:
+                    try:
+                        conn = store.connection()
+                        with conn.transaction():
+                            found = conn.execute(self._queries[name], params).fetchone()
+                    except psycopg.OperationalError as error:
+                        raise self._unavailable(store, error) from None
+                rounds, spans = found or (0, 0)
+                if name == "settle_attempts":
+                    settled += rounds
+                else:
+                    orphans += spans
+                if rounds < limit:
+                    break
+        self.settled_at = time.monotonic()
         if orphans:
             self.stats.problem(
                 "orphan_spans",
-                f"{orphans} spans dropped: no job span of their trace arrived in time",
+                f"{orphans} spans dropped: no job span of theirs arrived in time",
             )
         return settled, orphans
 

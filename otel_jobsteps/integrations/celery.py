@@ -11,6 +11,8 @@ What maps to what (read from celery/app/trace.py, celery/app/task.py, celery/wor
   broker redelivers (``acks_late``) keeps its ``retries``, so it is the same attempt again, run
   by another execution (the job span's own id).
 - ``celery.exceptions.Retry`` out of the body: FAILED ``retry`` plus a RETRY_SCHEDULED event.
+  ``Task.retry`` is wrapped too: the span open when it is called (a step, or the job) and the
+  job span record its ``exc`` as their error (``job.error``), not the ``Retry`` that wraps it.
 - ``SoftTimeLimitExceeded`` out of the body: FAILED ``time_limit``; ``job.time_limit`` is the soft
   limit (else the hard one), so a body that swallows the soft limit and returns later is FAILED
   ``time_limit`` as well. The hard limit kills the pool process: nothing runs in it any more,
@@ -33,7 +35,7 @@ from celery.exceptions import Retry, SoftTimeLimitExceeded
 from opentelemetry import trace
 
 from .. import context
-from ..attributes import JOB_OUTCOME
+from ..attributes import JOB_ERROR, JOB_OUTCOME
 from . import EVENT_STALLED, OUTCOME_TIME_LIMIT
 from ._common import (
     AdapterSettings,
@@ -116,6 +118,7 @@ def _wrap_tasks(app: Celery) -> None:
     for task in list(app.tasks.values()):
         if getattr(task, "app", None) is app and not is_wrapped(task.run):
             task.run = _wrapped_run(task, task.run)
+            task.retry = _wrapped_retry(task.retry)
 
 
 def _wrapped_run(task: Task, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -148,6 +151,7 @@ def _wrapped_run(task: Task, original: Callable[..., Any]) -> Callable[..., Any]
                 try:
                     return original(*args, **kwargs)
                 except Retry as retry:
+                    _name_cause(span, retry)
                     _record_retry(span, tracer, retry, retries)
                     raise
                 except SoftTimeLimitExceeded:
@@ -166,12 +170,44 @@ def _wrapped_run(task: Task, original: Callable[..., Any]) -> Callable[..., Any]
     return mark_wrapped(run)
 
 
+def _wrapped_retry(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def retry(*args: Any, **kwargs: Any) -> Any:
+        # The span open here (a step) ends with the Retry escaping it: name the cause first.
+        try:
+            signal = original(*args, **kwargs)
+        except Retry as raised:
+            _name_cause(trace.get_current_span(), raised)
+            raise
+        if isinstance(signal, Retry):  # throw=False: the caller raises it
+            _name_cause(trace.get_current_span(), signal)
+        return signal
+
+    return retry
+
+
+def _cause(retry: Retry) -> str | None:
+    """What made the task retry, as the SDK names an exception: ``OSError: disk full``."""
+    exc = retry.exc
+    if exc is None:
+        return None
+    kind, module = type(exc).__qualname__, type(exc).__module__
+    kind = f"{module}.{kind}" if module and module != "builtins" else kind
+    return f"{kind}: {exc}".rstrip(": ")
+
+
+def _name_cause(span: trace.Span, retry: Retry) -> None:
+    """The span's error is what made the task retry, not the Retry (as RQ and BullMQ record)."""
+    cause = _cause(retry)
+    if cause is not None:
+        span.set_attribute(JOB_ERROR, cause)
+
+
 def _record_retry(span: trace.Span, tracer: trace.Tracer, retry: Retry, retries: int) -> None:
     detail: dict[str, Any] = {"next_attempt": retries + 2}
     if retry.when is not None:
         detail["when"] = str(retry.when)
-    message = None if retry.exc is None else f"{type(retry.exc).__name__}: {retry.exc}"
-    record_retry_scheduled(span, tracer, message, **detail)
+    record_retry_scheduled(span, tracer, _cause(retry), **detail)
 
 
 def _time_limits(task: Task, request: Any) -> tuple[float | None, float | None]:

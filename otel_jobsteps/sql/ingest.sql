@@ -1,101 +1,224 @@
 -- Statements of the OTLP receiver (otel_jobsteps.ingest.staging). Same conventions as
 -- queries.sql: {relation} names are schema-qualified identifiers, values %(name)s parameters.
+-- Lock order: a request's traces (otlp_trace, sorted), then its jobs (otlp_job, sorted); the
+-- settle pass takes only job locks, and skips locked ones.
+
+-- name: share_move_lock --
+-- Beside prune's mover (partitioned layout: its lock key): it moves finished attempts' rows
+-- while no request derives rows, a request derives while no mover runs (its delete then sees
+-- the moved rows); requests do not wait for each other.
+SELECT pg_advisory_xact_lock_shared(hashtextextended('otel_jobsteps:move:' || %(schema)s, 0));
 
 -- name: lock_traces --
 -- Register the request's traces and lock their rows, in the (sorted) order given: two receivers
--- touching the same traces wait for each other instead of deriving the same rows twice.
+-- placing spans of the same traces wait for each other.
 INSERT INTO {otlp_trace} AS o (trace_id)
 SELECT unnest(%(trace_id)b::text[])
 ON CONFLICT (trace_id) DO UPDATE SET touched_at = now()
-RETURNING o.trace_id, o.settled, o.span_count, o.written;
+RETURNING o.trace_id, o.span_count;
+
+-- name: trace_skeletons --
+-- What is staged of these traces, without bodies: enough to place every span in its job.
+SELECT trace_id, span_id, phase, parent, kind, own, domain, job_id, attempt, body IS NULL
+FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)b::text[]);
+
+-- name: lock_jobs --
+-- Register the jobs a request touches and lock them, in the (sorted) order given: one job is
+-- derived by one request at a time, and never while it is being settled. Says which are new.
+INSERT INTO {otlp_job} AS j (domain, job_id)
+SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[])
+ON CONFLICT (domain, job_id) DO UPDATE SET touched_at = now()
+RETURNING j.domain, j.job_id, j.xmax = 0;  -- new: nothing of it was staged before
+
+-- name: job_attempts --
+-- The attempts collect derived of these jobs (read under the jobs' locks), with the start of
+-- each one's job span.
+SELECT a.domain, a.job_id, a.attempt, a.settled, a.trace_id, a.span_id, a.start_ns
+FROM {otlp_attempt} AS a
+JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
+  ON a.domain = t.domain AND a.job_id = t.job_id;
 
 -- name: stage_spans --
--- Keep the request's spans; a span delivered before is skipped. Returns the ones that are new.
-INSERT INTO {otlp_span} (trace_id, span_id, phase, body)
+-- Keep the request's new spans with their place (a copy of a span staged before was filtered
+-- out already, under the trace's lock).
+INSERT INTO {otlp_span} (trace_id, span_id, phase, body, parent, kind, own, domain, job_id,
+                         attempt)
 SELECT * FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(phase)b::smallint[],
-                     %(body)b::bytea[])
-ON CONFLICT (trace_id, span_id, phase) DO NOTHING
-RETURNING trace_id, span_id, phase;
+                     %(body)b::bytea[], %(parent)b::bigint[], %(kind)b::smallint[],
+                     %(own)b::jsonb[], %(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
+ON CONFLICT (trace_id, span_id, phase) DO NOTHING;
 
--- name: staged_spans --
--- Every span received so far of these traces (to derive their rows from all of them).
-SELECT trace_id, span_id, phase, body FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)b::text[]);
+-- name: place_spans --
+-- Staged spans whose place changed (a parent arrived); one of a settled attempt loses its body.
+UPDATE {otlp_span} AS s
+SET domain = t.domain, job_id = t.job_id, attempt = t.attempt,
+    body = CASE WHEN t.late THEN NULL ELSE s.body END
+FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(domain)b::text[],
+            %(job_id)b::text[], %(attempt)b::int[], %(late)b::bool[])
+     AS t (trace_id, span_id, domain, job_id, attempt, late)
+WHERE s.trace_id = t.trace_id AND s.span_id = t.span_id;
+
+-- name: job_spans --
+-- Every staged span of these jobs' attempts that are not settled (to derive their rows).
+SELECT s.trace_id, s.span_id, s.phase, s.kind, s.domain, s.job_id, s.attempt, s.body
+FROM {otlp_span} AS s
+JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
+  ON s.domain = t.domain AND s.job_id = t.job_id
+WHERE s.body IS NOT NULL;
 
 -- name: staging_columns --
 -- At startup: the staging tables exist with the newest columns (no row is read).
-SELECT s.body, t.whole FROM {otlp_span} AS s, {otlp_trace} AS t LIMIT 0;
+SELECT s.kind, a.final, j.touched_at FROM {otlp_span} AS s, {otlp_attempt} AS a, {otlp_job} AS j
+LIMIT 0;
 
 -- name: missing_rights --
 -- At startup: the rights collect needs that this role lacks (it deletes what an earlier
 -- derivation wrote, and settled spans). has_table_privilege with several rights asks for any.
 SELECT t.name, r.name
-FROM unnest(ARRAY['job_event', 'job_log', 'otlp_trace', 'otlp_span']) AS t (name),
+FROM unnest(ARRAY['job_event', 'job_log', 'otlp_trace', 'otlp_span', 'otlp_job',
+                  'otlp_attempt']) AS t (name),
      unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS r (name)
 WHERE NOT has_table_privilege(format('%%I.%%I', %(schema)s::text, t.name), r.name)
 ORDER BY 1, 2;
 
 -- name: note_traces --
--- After a derivation: how many spans each trace has, which attempts its rows are in, and
--- whether it is whole (NULL: its derivation failed, as it was).
+-- After a request: how many spans each trace has staged (its limit).
 UPDATE {otlp_trace} AS o
-SET span_count = o.span_count + t.added, written = t.written::jsonb,
-    whole = COALESCE(t.whole, o.whole)
-FROM unnest(%(trace_id)b::text[], %(added)b::int[], %(written)b::text[], %(whole)b::bool[])
-     AS t (trace_id, added, written, whole)
-WHERE o.trace_id = t.trace_id;
+SET span_count = o.span_count + t.added
+FROM unnest(%(trace_id)b::text[], %(added)b::int[]) AS t (trace_id, added)
+WHERE o.trace_id = t.trace_id AND t.added > 0;
 
 -- name: forget_derived_rows --
--- Remove what an earlier derivation of these traces wrote, before writing the new derivation.
+-- Remove what earlier derivations wrote of these attempts (not settled), before writing anew.
+-- Returns what of it the metrics counted then: its closed steps, then its final rows.
 WITH target AS (
-    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
-                         %(trace_id)b::text[]) AS t (domain, job_id, attempt, trace_id)
+    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
+             AS t (domain, job_id, attempt)
 ), events AS (
     DELETE FROM {job_event} AS e USING target AS t
     WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-      AND e.trace_id = t.trace_id
+    RETURNING e.trace_id, e.span_id, e.type, e.ended_at
+), logs AS (
+    DELETE FROM {job_log} AS l USING target AS t
+    WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
+    RETURNING l.domain, l.job_id, l.attempt
 )
-DELETE FROM {job_log} AS l USING target AS t
-WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
-  AND l.trace_id = t.trace_id;
+SELECT trace_id, span_id, NULL AS domain, NULL AS job_id, NULL::int AS attempt FROM events
+WHERE type = 'STEP' AND ended_at IS NOT NULL
+UNION ALL
+SELECT NULL, NULL, domain, job_id, attempt FROM logs;
 
--- name: forget_abandoned_logs --
--- A later attempt's start wrote FAILED abandoned for an attempt whose end is only arriving now,
--- and is dated after it: in span order the attempt ended first, so its own final row replaces it.
-DELETE FROM {job_log} AS l
-USING unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(end_us)b::bigint[])
-      AS t (domain, job_id, attempt, end_us)
-WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
-  AND l.reason = 'abandoned'
-  AND l.created_at >= timestamptz 'epoch' + t.end_us * interval '1 microsecond';
+-- name: note_attempts --
+-- After a derivation: each attempt derived, whether it has its final row now and whether it is
+-- pending (a span of it still open, or its job span's end not received: a final row another
+-- attempt's start wrote does not settle it); its settle time starts again.
+INSERT INTO {otlp_attempt} AS a (domain, job_id, attempt, final, pending, trace_id, span_id,
+                                  start_ns)
+SELECT t.domain, t.job_id, t.attempt,
+       EXISTS (SELECT 1 FROM {job_log} AS l
+               WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt),
+       t.pending, t.trace_id, t.span_id, t.start_ns
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(pending)b::bool[],
+            %(trace_id)b::text[], %(span_id)b::bigint[], %(start_ns)b::bigint[])
+     AS t (domain, job_id, attempt, pending, trace_id, span_id, start_ns)
+ON CONFLICT (domain, job_id, attempt) DO UPDATE
+SET final = excluded.final, pending = excluded.pending, touched_at = now(),
+    trace_id = excluded.trace_id, span_id = excluded.span_id, start_ns = excluded.start_ns;
 
--- name: settle_traces --
--- Traces untouched for the settle time: drop their spans, keep a tombstone so late copies are
--- ignored. A trace that is not whole (a span waits for its end or for its job span: a long
--- step, a job still running) waits for the open settle time instead; each kind is read by its
--- own index, oldest first. Returns, per settled trace, its span count and whether it ever had
--- a job's rows.
+-- name: settle_attempts --
+-- Attempts that have their final row, nothing pending, and no span of their job for the settle
+-- time (or none for the open settle time, whatever they wait for): their spans lose their
+-- bodies, so a late copy is recognised and dropped. Jobs a request holds are skipped, and the
+-- conditions are checked again on the locked rows. Returns each settled attempt's spans.
 WITH due AS (
-    (SELECT trace_id FROM {otlp_trace}
-     WHERE NOT settled AND whole AND touched_at < now() - %(after_s)s * interval '1 second'
-     ORDER BY touched_at
-     LIMIT %(limit)s)
-    UNION ALL
-    (SELECT trace_id FROM {otlp_trace}
-     WHERE NOT settled AND NOT whole
-       AND touched_at < now() - %(open_after_s)s * interval '1 second'
-     ORDER BY touched_at
-     LIMIT %(limit)s)
+    SELECT domain, job_id, attempt FROM {otlp_attempt}
+    WHERE NOT settled AND touched_at < now() - %(after_s)s * interval '1 second'
+      AND ((final AND NOT pending)
+           OR touched_at < now() - %(open_after_s)s * interval '1 second')
+    ORDER BY touched_at
+    LIMIT %(limit)s
 ), locked AS (
-    -- The conditions again on the locked row: one a request touched meanwhile drops out.
-    SELECT o.trace_id FROM {otlp_trace} AS o JOIN due USING (trace_id)
-    WHERE NOT o.settled AND o.touched_at < now() - %(after_s)s * interval '1 second'
-      AND (o.whole OR o.touched_at < now() - %(open_after_s)s * interval '1 second')
+    SELECT j.domain, j.job_id FROM {otlp_job} AS j
+    WHERE (j.domain, j.job_id) IN (SELECT domain, job_id FROM due)
+    ORDER BY j.domain, j.job_id
+    FOR UPDATE SKIP LOCKED
+), settled AS (
+    UPDATE {otlp_attempt} AS a SET settled = true, touched_at = now()
+    FROM due JOIN locked USING (domain, job_id)
+    WHERE a.domain = due.domain AND a.job_id = due.job_id AND a.attempt = due.attempt
+      AND NOT a.settled AND a.touched_at < now() - %(after_s)s * interval '1 second'
+      AND ((a.final AND NOT a.pending)
+           OR a.touched_at < now() - %(open_after_s)s * interval '1 second')
+    RETURNING a.domain, a.job_id, a.attempt
+), emptied AS (
+    UPDATE {otlp_span} AS s SET body = NULL
+    FROM settled AS a
+    WHERE s.domain = a.domain AND s.job_id = a.job_id AND s.attempt = a.attempt
+      AND s.body IS NOT NULL
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM settled), (SELECT count(*) FROM emptied);
+
+-- name: drop_orphans --
+-- Spans that found no job within the open settle time (no job span of theirs arrived): gone,
+-- with their trace's row once nothing of it is left. Locked traces are skipped.
+WITH old AS (
+    SELECT o.trace_id FROM {otlp_trace} AS o
+    WHERE o.touched_at < now() - %(open_after_s)s * interval '1 second'
+      AND EXISTS (SELECT 1 FROM {otlp_span} AS s
+                  WHERE s.trace_id = o.trace_id AND s.domain IS NULL)
     ORDER BY o.touched_at
     LIMIT %(limit)s
     FOR UPDATE OF o SKIP LOCKED
 ), dropped AS (
-    DELETE FROM {otlp_span} AS s USING locked WHERE s.trace_id = locked.trace_id
+    DELETE FROM {otlp_span} AS s USING old
+    WHERE s.trace_id = old.trace_id AND s.domain IS NULL
+    RETURNING s.trace_id
+), empty AS (
+    DELETE FROM {otlp_trace} AS o USING old
+    WHERE o.trace_id = old.trace_id
+      AND NOT EXISTS (SELECT 1 FROM {otlp_span} AS s
+                      WHERE s.trace_id = o.trace_id AND s.domain IS NOT NULL)
 )
-UPDATE {otlp_trace} AS o SET settled = true
-FROM locked WHERE o.trace_id = locked.trace_id AND NOT o.settled
-RETURNING o.span_count, o.written IS NOT NULL;
+SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);
+
+-- name: abandon_settled_attempts --
+-- A later attempt that started before a settled attempt's final row, as live: that attempt had
+-- no final row yet, so the later start abandons it (again, earlier, if a later attempt did). The step it had open then is closed FAILED
+-- abandoned at that start, and its final row becomes FAILED abandoned, dated then, naming its
+-- latest step begun by then (what the writer's abandon would have written at that moment).
+WITH later AS (
+    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+                         %(at_us)b::bigint[]) AS t (domain, job_id, attempt, at_us)
+), victim AS (
+    SELECT DISTINCT ON (l.id) l.id, l.domain, l.job_id, l.attempt,
+           timestamptz 'epoch' + t.at_us * interval '1 microsecond' AS next_start
+    FROM later AS t
+    JOIN {job_log} AS l
+      ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt < t.attempt
+     AND l.created_at > timestamptz 'epoch' + t.at_us * interval '1 microsecond'
+    JOIN {otlp_attempt} AS a
+      ON a.domain = l.domain AND a.job_id = l.job_id AND a.attempt = l.attempt AND a.settled
+    -- the writer's abandon finds an attempt by its job_event rows written by then
+    WHERE EXISTS (SELECT 1 FROM {job_event} AS e
+                  WHERE e.domain = l.domain AND e.job_id = l.job_id AND e.attempt = l.attempt
+                    AND e.created_at <= timestamptz 'epoch' + t.at_us * interval '1 microsecond')
+    ORDER BY l.id, t.at_us
+), closed AS (
+    UPDATE {job_event} AS e
+    SET step_status = 'FAILED', message = 'abandoned',
+        ended_at = GREATEST(e.created_at, v.next_start)
+    FROM victim AS v
+    WHERE e.domain = v.domain AND e.job_id = v.job_id AND e.attempt = v.attempt
+      AND e.type = 'STEP' AND e.created_at <= v.next_start
+      AND (e.ended_at IS NULL OR e.ended_at > v.next_start)
+)
+UPDATE {job_log} AS l
+SET status = 'FAILED', reason = 'abandoned', created_at = v.next_start,
+    detail = jsonb_build_object(
+        'step', (SELECT e.step_key FROM {job_event} AS e
+                 WHERE e.domain = v.domain AND e.job_id = v.job_id AND e.attempt = v.attempt
+                   AND e.type = 'STEP' AND e.created_at <= v.next_start
+                 ORDER BY e.created_at DESC, e.id DESC LIMIT 1))
+FROM victim AS v
+WHERE l.id = v.id;

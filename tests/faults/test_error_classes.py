@@ -1,4 +1,4 @@
-"""How a failed write is classified (by SQLSTATE, one table in code and README), how errors are
+"""How a failed write is classified (by SQLSTATE, one table in code and docs), how errors are
 shown (every line of the cause, one printable line), and the TCP bounds every connection gets."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from otel_jobsteps.errors import DatabaseUnavailableError, describe
 from otel_jobsteps.store import SQLSTATE_CLASSES, StepStore, rejects_row
 from tests.helpers import free_port
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+FAILURES = Path(__file__).resolve().parents[2] / "docs" / "failures.md"
 TABLE_ROW = re.compile(r"^\s*\| `(\w\w)` \| (row|retry) \| (.+) \|$", re.MULTILINE)
 
 
-def test_the_readme_shows_the_same_sqlstate_table_as_the_code() -> None:
-    rows = TABLE_ROW.findall(README.read_text())
+def test_the_docs_show_the_same_sqlstate_table_as_the_code() -> None:
+    rows = TABLE_ROW.findall(FAILURES.read_text())
     shown = {code: (action, meaning) for code, action, meaning in rows}
     assert shown == SQLSTATE_CLASSES
 

@@ -1,4 +1,5 @@
-"""The pure parts of the receiver: span order, mappings, and decoding edge cases."""
+"""The pure parts of the receiver: span order, the tie rule, placing, mappings, and decoding
+edge cases."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ import pytest
 from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.facts import SpanEvent, SpanFacts
 from otel_jobsteps.ingest.decode import BadRequest, decode_json
-from otel_jobsteps.ingest.derive import trace_commands
+from otel_jobsteps.ingest.derive import job_commands
 from otel_jobsteps.ingest.mapping import JobMapping, map_trace
+from otel_jobsteps.ingest.place import place, skeleton
 from otel_jobsteps.recorder import (
     EventRecorded,
     JobEnded,
     JobStarted,
     ProgressReported,
 )
-from otel_jobsteps.translate import SpanTranslator
 
 JOB = {"job.domain": "d", "job.id": "1", "job.type": "t", "job.attempt": 1}
 
@@ -28,10 +29,7 @@ def span(span_id: int, parent: int, start: int, end: int, **attributes: Any) -> 
 
 
 def commands(spans: list[SpanFacts], **options: Any) -> list[tuple[str, object]]:
-    problems: list[str] = []
-    found = trace_commands(
-        spans, SpanTranslator(problem=lambda k, _: problems.append(k)), **options
-    ).commands
+    found = job_commands(spans, problem=print, **options)
     named = []
     for command in found:
         label = getattr(command, "key", None) or getattr(command, "type", None)
@@ -97,16 +95,15 @@ def test_progress_of_a_received_step_is_its_latest_event() -> None:
          SpanEvent("exception", 13, {"exception.type": "E"})],
     )  # fmt: skip
     job = span(1, 0, 10, 30, **JOB)
-    found = trace_commands([job, step], SpanTranslator(problem=print)).commands
+    found = job_commands([job, step], problem=print)
     (progress,) = [c for c in found if isinstance(c, ProgressReported)]
     assert progress.attributes == {"pct": 100}
 
 
-def test_an_event_outside_a_job_is_written_once() -> None:
+def test_an_event_outside_a_job_names_its_own_scope() -> None:
     event = span(5, 0, 10, 10, **{"job.event.type": "STALLED", "job.id": "1", "job.domain": "d",
                                   "job.attempt": 1})  # fmt: skip
     assert commands([event]) == [("EventRecorded", "STALLED")]
-    assert commands([event], derived_before={5}) == []
 
 
 def bullmq_trace(*, failed: bool, retried: bool, made: int | None = 1) -> list[SpanFacts]:
@@ -127,9 +124,7 @@ def bullmq_trace(*, failed: bool, retried: bool, made: int | None = 1) -> list[S
 
 
 def test_bullmq_failed_and_retried_is_failed_retry_with_its_event() -> None:
-    found = trace_commands(
-        bullmq_trace(failed=True, retried=True), SpanTranslator(problem=print)
-    ).commands
+    found = job_commands(bullmq_trace(failed=True, retried=True), problem=print)
     started = found[0]
     assert isinstance(started, JobStarted)
     assert started.scope[:4] == ("render", "42", "thumbnail", 1)
@@ -148,9 +143,7 @@ def test_bullmq_failed_and_retried_is_failed_retry_with_its_event() -> None:
     ],
 )
 def test_bullmq_outcomes(failed: bool, retried: bool, expected: tuple[bool, object]) -> None:
-    found = trace_commands(
-        bullmq_trace(failed=failed, retried=retried), SpanTranslator(problem=print)
-    ).commands
+    found = job_commands(bullmq_trace(failed=failed, retried=retried), problem=print)
     ended = found[-1]
     assert isinstance(ended, JobEnded)
     assert (ended.failed, ended.outcome) == expected
@@ -209,31 +202,59 @@ def test_array_values_decode_as_the_sdk_keeps_them() -> None:
     assert decode_json(body).spans[0].attributes["job.id"] == ("a", 2)
 
 
-def _whole(spans: list[SpanFacts]) -> bool:
-    return trace_commands(spans, SpanTranslator(problem=print)).whole
+def _places(spans: list[SpanFacts]) -> dict[int, object]:
+    return place({s.span_id: skeleton(s) for s in spans})
 
 
-def test_a_trace_is_whole_once_nothing_waits_for_its_end_or_its_job_span() -> None:
+def test_a_span_is_placed_in_the_attempt_its_parents_lead_to() -> None:
     job = span(1, 9, 0, 100, **JOB)  # its parent (9) is the enqueuing request's: never needed
     step = span(2, 1, 10, 20, **{"job.step.key": "RENDER"})
     plain = span(3, 2, 11, 12)
-    assert _whole([job, step, plain])
-    assert not _whole([step, plain])  # the job span is still to come (a long-running job)
+    assert _places([job, step, plain]) == {1: ("d", "1", 1), 2: ("d", "1", 1), 3: ("d", "1", 1)}
+    assert _places([step, plain]) == {2: None, 3: None}  # the job span is still to come
     between = span(5, 1, 5, 30)
-    assert not _whole([span(2, 5, 10, 20, **{"job.step.key": "RENDER"}), job])  # 5 to come
-    assert _whole([span(2, 5, 10, 20, **{"job.step.key": "RENDER"}), between, job])
-    assert not _whole([job, span(2, 1, 10, 0, **{"job.step.key": "RENDER"})])  # a start marker
-    assert _whole([job, span(2, 0, 10, 20, **{"job.step.key": "RENDER"})])  # outside the job
-    assert _whole([job, span(2, 2, 10, 20, **{"job.step.key": "RENDER"})])  # its own parent
-    # No job span yet: a producer's span, or a plain child of a long step, arrived first.
-    assert not _whole([span(8, 0, 0, 1, **{"messaging.operation": "publish"})])
-    assert not _whole([span(3, 2, 11, 12)])
+    assert _places([span(2, 5, 10, 20, **{"job.step.key": "R"}), job])[2] is None  # 5 to come
+    assert _places([span(2, 5, 10, 20, **{"job.step.key": "R"}), between, job])[2] == ("d", "1", 1)
+    assert _places([job, span(2, 2, 10, 20, **{"job.step.key": "R"})])[2] is None  # own parent
+    # An event names its job until its parent is known: then the parent's scope wins, as live.
+    event = span(6, 7, 12, 12, **{**JOB, "job.attempt": 2, "job.event.type": "LOG"})
+    assert _places([event])[6] == ("d", "1", 2)
+    assert _places([event, span(7, 1, 11, 13), job])[6] == ("d", "1", 1)
+    assert _places([span(8, 6, 12, 12), event, job])[8] is None  # a child of an event: outside
+
+
+def test_a_step_ending_in_the_tick_the_next_starts_keeps_its_own_end() -> None:
+    # One clock tick holds all of A and the start of B: A is closed by its own end (FAILED).
+    job = span(1, 0, 10, 40, **JOB)
+    failed = SpanFacts(7, 2, 1, "a", 20, 20, {"job.step.key": "A"}, (), True, "boom")
+    after = span(3, 1, 20, 40, **{"job.step.key": "B"})
+    for spans in ([job, failed, after], [after, failed, job]):
+        assert commands(spans) == ORDERED
+    # Zero-length job and steps in one tick: inner spans end before the job does.
+    assert commands([span(1, 0, 5, 5, **JOB), span(2, 1, 5, 5, **{"job.step.key": "A"}),
+                     span(3, 1, 5, 5, **{"job.step.key": "B"})]) == ORDERED  # fmt: skip
+
+
+def test_a_step_ending_after_its_job_is_closed_by_the_job_end_as_live() -> None:
+    found = commands([span(1, 0, 10, 30, **JOB), span(2, 1, 10, 40, **{"job.step.key": "A"})])
+    assert found == [("JobStarted", None), ("StepStarted", "A"), ("JobEnded", None),
+                     ("StepEnded", "A")]  # fmt: skip
+
+
+def test_attempts_in_two_traces_meet_in_time_order() -> None:
+    first = {**JOB, "job.attempt": 1}
+    second = {**JOB, "job.attempt": 2}
+    one = [span(1, 0, 10, 50, **first), span(2, 1, 10, 50, **{"job.step.key": "A"})]
+    two = [SpanFacts(8, 1, 0, "j", 30, 60, second), SpanFacts(8, 2, 1, "s", 30, 60,
+                                                             {"job.step.key": "B"})]  # fmt: skip
+    found = job_commands(two + one, problem=print)
+    starts = [(type(c).__name__, c.scope.attempt) for c in found]
+    assert starts[:3] == [("JobStarted", 1), ("StepStarted", 1), ("JobStarted", 2)]
 
 
 def test_the_first_ended_copy_of_a_span_is_the_one_derived() -> None:
     # Staging keeps the first copy of a span delivered twice; the derivation must read the same.
     ok = span(1, 0, 0, 100, **JOB)
     failed = SpanFacts(7, 1, 0, "s1", 0, 100, JOB, (), True, "boom")
-    (ended,) = [c for c in trace_commands([ok, failed], SpanTranslator(problem=print)).commands
-                if isinstance(c, JobEnded)]  # fmt: skip
+    (ended,) = [c for c in job_commands([ok, failed], problem=print) if isinstance(c, JobEnded)]
     assert not ended.failed

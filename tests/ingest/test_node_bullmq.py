@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 
@@ -93,9 +94,9 @@ def node_worker(node_example: Path, queue: str, tmp_path: Path) -> Iterator[Node
         worker.stop(grace_s=15)
 
 
-def enqueue(queue: str, name: str, job_id: str, attempts: int = 1) -> None:
+def enqueue(queue: str, name: str, job_id: str, attempts: int = 1, backoff_ms: int = 0) -> None:
     subprocess.run(
-        ["node", "enqueue.js", name, job_id, str(attempts)],
+        ["node", "enqueue.js", name, job_id, str(attempts), str(backoff_ms)],
         cwd=EXAMPLE,
         env={**os.environ, "REDIS_URL": REDIS_URL, "QUEUE": queue},
         check=True,
@@ -117,6 +118,29 @@ def test_failed_attempt_then_retry_gives_the_python_adapters_rows(
     assert detail.events[0].detail == {"next_attempt": 2}
     assert detail.log is not None
     assert detail.log.status == "COMPLETED"
+
+
+def test_a_retry_after_its_first_attempt_settled_is_recorded(
+    start_collect: CollectorFactory, node_worker: NodeWorker, queue: str, dsn: str
+) -> None:
+    # BullMQ runs every attempt in the producer's trace; the 6 s backoff outlasts the 1 s
+    # settle window, so attempt 1 is settled before attempt 2 starts: attempt 2 is new work.
+    node_worker(start_collect(dsn, "--settle-after", "1s"))
+    enqueue(queue, "flaky", "flaky-late", attempts=2, backoff_ms=6000)
+    assert_retried_then_completed(
+        dsn, queue, "flaky-late", save_error="Error: disk full", job_type="flaky"
+    )
+    with psycopg.connect(dsn) as conn:
+        settled, retried = conn.execute(
+            "SELECT a.touched_at, (SELECT min(e.created_at) FROM job_event AS e"
+            "  WHERE e.domain = a.domain AND e.job_id = a.job_id AND e.attempt = 2)"
+            " FROM otlp_attempt AS a"
+            " WHERE a.domain = %s AND a.job_id = 'flaky-late' AND a.attempt = 1 AND a.settled",
+            (queue,),
+        ).fetchone() or (None, None)
+    assert settled is not None
+    assert retried is not None
+    assert settled < retried
 
 
 def test_running_step_is_visible_before_it_ends(

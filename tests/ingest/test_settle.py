@@ -1,50 +1,65 @@
-"""Spans whose job span never arrives are kept for the open settle time, then dropped
-(counted); late copies of a settled trace are ignored; a whole trace settles after the settle
-time, one still waiting for spans does not."""
+"""Settling is per attempt: one with its final row and nothing open settles after the settle
+time, and a later copy or child of it is dropped (counted); a new attempt is new work whenever it
+comes; spans whose job span never arrives are kept for the open settle time, then dropped."""
 
 from __future__ import annotations
 
 import psycopg
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.trace import Tracer
 
+from otel_jobsteps import job_attempt, record_job_event, step
 from otel_jobsteps.attributes import JOB_EVENT_TYPE, JOB_ID
 from otel_jobsteps.ingest.decode import decode_protobuf
 from otel_jobsteps.ingest.settings import CollectSettings
-from otel_jobsteps.ingest.staging import Staging
+from otel_jobsteps.ingest.staging import Receipt, Staging
 from tests.ingest.collector import table_rows
-from tests.ingest.requests import request_of
+from tests.ingest.requests import request_of, start_markers
 from tests.ingest.stories import Recording, seed_story
 
 
-def test_orphans_are_dropped_when_settled_and_late_copies_ignored(
+def _split(spans: list[Span]) -> tuple[list[Span], list[Span]]:
+    """(the job spans, the rest)."""
+    keys = [{kv.key for kv in s.attributes} for s in spans]
+    jobs = [s for s, k in zip(spans, keys, strict=True) if JOB_ID in k and JOB_EVENT_TYPE not in k]
+    return jobs, [s for s in spans if s not in jobs]
+
+
+def _receive(staging: Staging, spans: list[Span]) -> Receipt:
+    decoded = decode_protobuf(request_of(spans).SerializeToString())
+    return staging.receive(decoded.spans, decoded.wire)
+
+
+def test_orphans_are_dropped_and_a_settled_attempts_copies_are_late(
     recording: Recording, dsn: str, second_dsn: str
 ) -> None:
     spans = recording.spans(seed_story, "-orphan")
-    keys = [{kv.key for kv in s.attributes} for s in spans]
-    steps = [s for s, k in zip(spans, keys, strict=True) if not k & {JOB_ID, JOB_EVENT_TYPE}]
-    jobs = [s for s, k in zip(spans, keys, strict=True) if JOB_ID in k and JOB_EVENT_TYPE not in k]
-    decoded = decode_protobuf(request_of(steps).SerializeToString())
+    steps = [s for s in _split(spans)[1] if not {kv.key for kv in s.attributes} & {JOB_EVENT_TYPE}]
     staging = Staging(
         CollectSettings(second_dsn, settle_after_s=0.0, settle_open_after_s=0.0, connections=1)
     )
     try:
-        assert staging.receive(decoded.spans, decoded.wire).staged == len(steps)
-        assert staging.settle() == (2, len(steps))  # two attempts' traces, nothing of them kept
+        assert _receive(staging, steps).staged == len(steps)
+        assert staging.settle() == (0, len(steps))  # no job span in time: dropped
         assert staging.stats.get("orphan_spans") == 1
         with psycopg.connect(second_dsn) as conn:
             assert conn.execute("SELECT count(*) FROM otlp_span").fetchone() == (0,)
 
-        late = decode_protobuf(request_of(steps + jobs).SerializeToString())
-        receipt = staging.receive(late.spans, late.wire)
-        assert (receipt.staged, receipt.late) == (0, len(steps) + len(jobs))
-        assert table_rows(second_dsn, "%-orphan") == ([], [])
+        # The job spans come after all: new attempts, new work, with every span again.
+        assert _receive(staging, spans).staged == len(spans)
+        assert table_rows(second_dsn, "%-orphan") == table_rows(dsn, "%-orphan")
+        assert staging.settle() == (2, 0)
+        # Settled: every copy is late, and changes nothing.
+        assert _receive(staging, spans) == Receipt(0, 0, len(spans), 0)
+        assert table_rows(second_dsn, "%-orphan") == table_rows(dsn, "%-orphan")
         assert staging.settle() == (0, 0)
     finally:
         staging.close()
-    assert len(table_rows(dsn, "%-orphan")[0]) == 5  # what the processor recorded meanwhile
 
 
-def test_a_trace_stops_taking_spans_at_its_limit(recording: Recording, second_dsn: str) -> None:
+def test_a_trace_at_its_limit_keeps_its_earliest_spans(
+    recording: Recording, second_dsn: str
+) -> None:
     spans = recording.spans(seed_story, "-limit")
     by_trace: dict[bytes, list[Span]] = {}
     for span in spans:
@@ -52,58 +67,79 @@ def test_a_trace_stops_taking_spans_at_its_limit(recording: Recording, second_ds
     trace = max(by_trace.values(), key=len)  # attempt 1: job span, RENDER, plain, SAVE
     staging = Staging(CollectSettings(second_dsn, max_spans_per_trace=3, connections=1))
     try:
-        first = decode_protobuf(request_of(trace[:2]).SerializeToString())
-        assert staging.receive(first.spans, first.wire).rejected == 0
-        rest = decode_protobuf(request_of(trace[2:]).SerializeToString())
-        receipt = staging.receive(rest.spans, rest.wire)
-        assert (receipt.staged, receipt.rejected) == (1, len(trace) - 3)
+        assert _receive(staging, trace[:1]).rejected == 0
+        receipt = _receive(staging, list(reversed(trace[1:])))
+        assert (receipt.staged, receipt.rejected) == (2, len(trace) - 3)
         assert staging.stats.get("spans_over_trace_limit") == 1
+        with psycopg.connect(second_dsn) as conn:
+            kept = {bytes.fromhex(format(i & (2**64 - 1), "016x"))
+                    for (i,) in conn.execute("SELECT span_id FROM otlp_span")}  # fmt: skip
+        by_start = sorted(trace[1:], key=lambda s: s.start_time_unix_nano)
+        assert kept == {s.span_id for s in [trace[0], *by_start[:2]]}  # not by span id
     finally:
         staging.close()
 
 
-def test_a_trace_waiting_for_its_job_span_is_not_settled(
+def test_an_event_naming_its_job_before_the_job_span_is_written_once(
     recording: Recording, dsn: str, second_dsn: str
 ) -> None:
-    # A long step: its steps arrived, the job span ends later than the settle time.
+    def story(tracer: Tracer, _: str) -> None:
+        with job_attempt("mail", "once-1", "digest", tracer=tracer), step("SEND", tracer=tracer):
+            # An event inside the job that names its job itself, too.
+            record_job_event("mail", "once-1", "LOG", "inside", tracer=tracer)
+
+    spans = recording.spans(story, "")
+    events = [s for s in spans if any(kv.key == JOB_EVENT_TYPE for kv in s.attributes)]
+    staging = Staging(CollectSettings(second_dsn, connections=1))
+    try:
+        assert _receive(staging, events).staged == 1  # placed by what it names
+        _receive(staging, [s for s in spans if s not in events])  # then in its parent's job
+        _receive(staging, events)
+        assert table_rows(second_dsn, "once-1") == table_rows(dsn, "once-1")
+        assert len(table_rows(dsn, "once-1")[0]) == 2  # the step and the event, once
+    finally:
+        staging.close()
+
+
+def test_an_attempt_waiting_for_spans_is_not_settled(
+    recording: Recording, dsn: str, second_dsn: str
+) -> None:
+    # Long steps: their steps arrived, their job spans end later than the settle time.
     spans = recording.spans(seed_story, "-long")
-    keys = [{kv.key for kv in s.attributes} for s in spans]
-    jobs = [s for s, k in zip(spans, keys, strict=True) if JOB_ID in k and JOB_EVENT_TYPE not in k]
-    rest = [s for s in spans if s not in jobs]
-    waiting = {s.trace_id.hex() for s in jobs}  # each attempt's trace, its steps received
+    jobs, rest = _split(spans)
     staging = Staging(CollectSettings(second_dsn, settle_after_s=0.0, connections=1))
     try:
-        first = decode_protobuf(request_of(rest).SerializeToString())
-        assert staging.receive(first.spans, first.wire).staged == len(rest)
-        staging.settle()
-        assert _unsettled(second_dsn) == waiting  # quiet, but not whole: kept
-        last = decode_protobuf(request_of(jobs).SerializeToString())
-        assert staging.receive(last.spans, last.wire).staged == len(jobs)
+        assert _receive(staging, rest).staged == len(rest)
+        assert staging.settle() == (0, 0)  # no job span yet: kept, nothing placed
+        markers = start_markers(jobs[:1])  # attempt 1 running: its marker, no end yet
+        assert _receive(staging, markers).staged == 1
+        assert staging.settle() == (0, 0)  # attempt 1 is open: kept
+        assert _unsettled(second_dsn) == {1}
+        assert _receive(staging, jobs).staged == len(jobs)
         assert table_rows(second_dsn, "%-long") == table_rows(dsn, "%-long")
-        assert staging.settle() == (len(waiting), 0)  # whole now: settled, nothing dropped
+        assert staging.settle() == (2, 0)  # both final, nothing open: settled
         assert _unsettled(second_dsn) == set()
     finally:
         staging.close()
 
 
-def _unsettled(dsn: str) -> set[str]:
+def _unsettled(dsn: str) -> set[int]:
     with psycopg.connect(dsn) as conn:
-        return {t for (t,) in conn.execute("SELECT trace_id FROM otlp_trace WHERE NOT settled")}
+        return {a for (a,) in conn.execute("SELECT attempt FROM otlp_attempt WHERE NOT settled")}
 
 
-def test_settling_keeps_up_with_more_traces_than_one_round_takes(
+def test_settling_keeps_up_with_more_attempts_than_one_round_takes(
     recording: Recording, second_dsn: str
 ) -> None:
     spans = recording.spans(seed_story, "-many")
-    decoded = decode_protobuf(request_of(spans).SerializeToString())
     staging = Staging(CollectSettings(second_dsn, settle_after_s=0.0, connections=1))
     try:
-        staging.receive(decoded.spans, decoded.wire)
-        traces = {s.trace_id.hex() for s in spans}
-        assert len(traces) > 1
-        assert staging.settle(limit=1) == (len(traces), 0)  # one per transaction, all of them
+        _receive(staging, spans)
+        assert staging.settle(limit=1) == (2, 0)  # one per transaction, all of them
         assert _unsettled(second_dsn) == set()
         with psycopg.connect(second_dsn) as conn:
-            assert conn.execute("SELECT count(*) FROM otlp_span").fetchone() == (0,)
+            assert conn.execute(
+                "SELECT count(*) FROM otlp_span WHERE body IS NOT NULL"
+            ).fetchone() == (0,)
     finally:
         staging.close()

@@ -257,18 +257,28 @@ def test_prune_batches_walk_past_a_kept_attempt(
     assert rows(conn, "SELECT job_id FROM job_log") == [("c",)]
 
 
-def test_prune_forgets_collects_old_tombstones_only(
+def test_prune_forgets_collects_old_settled_attempts_only(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
     conn.execute(
-        "INSERT INTO otlp_trace (trace_id, settled, touched_at) VALUES"
-        " ('old-settled', true, now() - interval '40 days'),"
-        " ('new-settled', true, now() - interval '1 day'),"
-        " ('old-waiting', false, now() - interval '40 days')"  # not settled: collect's to decide
+        "INSERT INTO otlp_attempt (domain, job_id, attempt, settled, touched_at) VALUES"
+        " ('d', 'old-settled', 1, true, now() - interval '40 days'),"
+        " ('d', 'new-settled', 1, true, now() - interval '1 day'),"
+        " ('d', 'old-waiting', 1, false, now() - interval '40 days')"  # collect's to decide
+    )
+    conn.execute(
+        "INSERT INTO otlp_span (trace_id, span_id, phase, domain, job_id, attempt) VALUES"
+        " ('t', 1, 1, 'd', 'old-settled', 1), ('t', 2, 1, 'd', 'new-settled', 1)"
+    )
+    conn.execute(
+        "INSERT INTO otlp_trace (trace_id, touched_at) VALUES"
+        " ('t', now() - interval '40 days'), ('empty', now() - interval '40 days')"
     )
     result = prune(dsn, timedelta(days=30), batch_size=1)
-    assert result.settled_traces == 1
-    assert rows(conn, "SELECT trace_id FROM otlp_trace ORDER BY 1") == [
+    assert result.settled_attempts == 1
+    assert rows(conn, "SELECT job_id FROM otlp_attempt ORDER BY 1") == [
         ("new-settled",),
         ("old-waiting",),
     ]
+    assert rows(conn, "SELECT job_id FROM otlp_span") == [("new-settled",)]
+    assert rows(conn, "SELECT trace_id FROM otlp_trace") == [("t",)]  # a span is left

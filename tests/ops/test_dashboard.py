@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from otel_jobsteps.ops import read
+from otel_jobsteps.ops import read_ops_file
 
 PROMETHEUS_INPUT = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
 POSTGRES_INPUT = {"type": "grafana-postgresql-datasource", "uid": "${DS_POSTGRES}"}
@@ -129,7 +129,7 @@ def dashboard() -> dict[str, Any]:
         check=True,
         timeout=60,
     ).stdout
-    assert printed == read("dashboard.json")
+    assert printed == read_ops_file("dashboard.json")
     loaded: dict[str, Any] = json.loads(printed)
     return loaded
 

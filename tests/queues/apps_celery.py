@@ -60,3 +60,13 @@ def killed(self: Task) -> str:
     with step("SAVE"):
         pass
     return "saved"
+
+
+@app.task(bind=True, name="jobsteps.retry_between_steps")
+def retry_between_steps(self: Task) -> str:
+    """RENDER completes, then attempt 1 asks for a retry outside any step, in 1 s."""
+    with step("RENDER"):
+        pass
+    if self.request.retries == 0:
+        raise self.retry(exc=ValueError("bad input"), countdown=1)
+    return "done"

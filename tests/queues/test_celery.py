@@ -93,7 +93,7 @@ def test_fails_on_attempt_1_retries_and_succeeds_on_attempt_2(
         module_dsn,
         DOMAIN,
         job_id,
-        save_error="celery.exceptions.Retry: Retry in 0s: OSError('disk full')",
+        save_error="OSError: disk full",
         job_type="jobsteps.flaky",
     )
     assert [(a.attempt, a.status, a.reason) for a in detail.attempts] == [
@@ -101,7 +101,32 @@ def test_fails_on_attempt_1_retries_and_succeeds_on_attempt_2(
         (2, "COMPLETED", None),
     ]
     assert detail.events[0].message == "OSError: disk full"
+    assert detail.events[0].detail == {"next_attempt": 2, "when": "0"}
     assert detail.stalled_count == 0
+    # The attempt failed because of the retry's exc, not the Retry that carried it.
+    first = job_detail(module_dsn, DOMAIN, job_id, 1)
+    assert first is not None
+    assert first.log is not None
+    assert first.log.detail == {"step": "SAVE", "error": "OSError: disk full"}
+
+
+def test_retry_outside_a_step_records_its_exc_on_the_attempt(
+    worker: WorkerProcess, client: Celery, module_dsn: str
+) -> None:
+    job_id = send(client, "jobsteps.retry_between_steps")
+
+    wait_for_log(module_dsn, DOMAIN, job_id, 2)
+    first = job_detail(module_dsn, DOMAIN, job_id, 1)
+    assert first is not None
+    assert first.log is not None
+    assert (first.log.reason, first.log.detail) == (
+        "retry",
+        {"step": "RENDER", "error": "ValueError: bad input"},
+    )
+    assert [(s.key, s.status, s.message) for s in first.steps] == [("RENDER", "COMPLETED", None)]
+    assert [(e.type, e.message, e.detail) for e in first.events] == [
+        ("RETRY_SCHEDULED", "ValueError: bad input", {"next_attempt": 2, "when": "1"})
+    ]
 
 
 @pytest.mark.skipif(not OTEL_CELERY, reason="needs opentelemetry-instrumentation-celery")

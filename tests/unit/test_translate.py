@@ -9,6 +9,7 @@ import pytest
 from otel_jobsteps import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
+    JOB_ERROR,
     JOB_EVENT_TYPE,
     JOB_ID,
     JOB_STEP_DETAIL,
@@ -125,6 +126,19 @@ def test_explicit_detail_and_outcome_ride_on_the_end() -> None:
     (job_end,) = translator.ended(job)
     assert isinstance(job_end, JobEnded)
     assert job_end.outcome == "target_deleted"
+
+
+def test_a_named_error_wins_over_the_exception_that_wrapped_it() -> None:
+    translator = SpanTranslator(problem=_no_problem)
+    translator.started(JOB_SPAN)
+    named = {JOB_ERROR: "OSError: x"}
+    save = SpanFacts(**{**_fields(SAVE), "attributes": {**SAVE.attributes, **named}})
+    job = SpanFacts(**{**_fields(JOB_SPAN), "attributes": {**JOB, **named}})
+    *_, step_end = translator.ended(save)
+    (job_end,) = translator.ended(job)
+    assert isinstance(step_end, StepEnded)
+    assert isinstance(job_end, JobEnded)
+    assert (step_end.error, job_end.error) == ("OSError: x", "OSError: x")
 
 
 def test_an_ordinary_event_takes_its_parents_scope() -> None:

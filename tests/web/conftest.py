@@ -3,8 +3,8 @@ an HTTP client on the app."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -57,13 +57,31 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+PageFactory = Callable[..., "Page"]
+
+
 @pytest.fixture
-def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
-    """A fresh browser page; its screenshot is saved as a test artifact afterwards."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    opened = context.new_page()
-    opened.on("dialog", lambda dialog: pytest.fail(f"a dialog opened: {dialog.message}"))
-    yield opened
+def new_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[PageFactory]:
+    """Fresh browser pages with the given context options (desktop size unless told); each
+    page's screenshot is saved as a test artifact afterwards."""
+    opened: list[tuple[Any, Page]] = []
+
+    def open_page(**options: Any) -> Page:
+        context = browser.new_context(**{"viewport": {"width": 1280, "height": 800}, **options})
+        made = context.new_page()
+        made.on("dialog", lambda dialog: pytest.fail(f"a dialog opened: {dialog.message}"))
+        opened.append((context, made))
+        return made
+
+    yield open_page
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    opened.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
-    context.close()
+    for number, (context, made) in enumerate(opened):
+        suffix = f"-{number}" if number else ""
+        made.screenshot(path=str(ARTIFACTS / f"{request.node.name}{suffix}.png"), full_page=True)
+        context.close()
+
+
+@pytest.fixture
+def page(new_page: PageFactory) -> Page:
+    """A fresh desktop-sized browser page."""
+    return new_page()

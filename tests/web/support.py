@@ -167,3 +167,50 @@ def record_timed_story(tracer: Tracer, job_id: str = "7") -> None:
     save = child(job, "save", 9.0, **{JOB_STEP_KEY: "SAVE"})
     save.end(end_time=at(10.0))
     job.end(end_time=at(10.1))
+
+
+FORTY_FAILS_AT = {1: 13, 2: 27}
+"""The 40-step job: the step each failing attempt fails at (attempt 3 runs all 40)."""
+
+
+def step_key(number: int) -> str:
+    return f"S{number:02d}"
+
+
+def record_forty_steps(tracer: Tracer, job_id: str = "forty") -> None:
+    """Three attempts of a 40-step job (spans with explicit times, ten minutes ago), 0.1 s a
+    step: attempt 1 fails at S13 (``ValueError: boom 1``), attempt 2 at S27, attempt 3 ends."""
+    base = time.time_ns() - 600 * S
+    attributes = {JOB_DOMAIN: "batch", JOB_ID: job_id, JOB_TYPE: "import"}
+    at = base
+    for attempt in (1, 2, 3):
+        job = tracer.start_span(
+            "job", attributes={**attributes, JOB_ATTEMPT: attempt}, start_time=at
+        )
+        for number in range(1, 41):
+            key = step_key(number)
+            span = tracer.start_span(
+                key, context=set_span_in_context(job), attributes={JOB_STEP_KEY: key}, start_time=at
+            )
+            at += S // 10
+            if FORTY_FAILS_AT.get(attempt) == number:
+                error = ValueError(f"boom {attempt}")
+                for failed in (span, job):
+                    failed.record_exception(error, timestamp=at)
+                    failed.set_status(Status(StatusCode.ERROR, str(error)))
+                span.end(end_time=at)
+                break
+            span.end(end_time=at)
+        job.end(end_time=at)
+        at += S
+
+
+def tagged_job(tracer: Tracer, job_id: str, attempt: int, **tags: object) -> None:
+    """One attempt of one step whose job span carries ``tags`` as job.tag.* attributes."""
+    attributes = {JOB_DOMAIN: "shop", JOB_ID: job_id, JOB_TYPE: "invoice", JOB_ATTEMPT: attempt}
+    attributes.update({f"job.tag.{name}": value for name, value in tags.items()})
+    job = tracer.start_span("job", attributes=attributes)  # type: ignore[arg-type]
+    tracer.start_span(
+        "send", context=set_span_in_context(job), attributes={JOB_STEP_KEY: "SEND"}
+    ).end()
+    job.end()

@@ -62,8 +62,11 @@ def test_job_page_shows_the_seed_story(client: TestClient, two_attempts: str) ->
 
     assert response.status_code == 200
     page = Markup(response.text)
-    lanes = page.all("div", **{"class": "lane"}) + page.all("div", **{"class": "lane selected"})
+    lanes = page.all("section", **{"class": "attempt"})
+    lanes += page.all("section", **{"class": "attempt selected"})
     assert sorted(lane["data-attempt"] or "" for lane in lanes) == ["1", "2"]
+    rows = [(a["data-attempt"], a["data-step-key"]) for a in page.all("li") if "data-step-key" in a]
+    assert rows == [("1", "RENDER"), ("1", "SAVE"), ("2", "RENDER"), ("2", "SAVE")]
     bars = [(a["data-key"], a["class"]) for t, a in page.tags if t == "rect" and a.get("data-key")]
     assert bars == [
         ("RENDER", "bar completed"),
@@ -73,20 +76,29 @@ def test_job_page_shows_the_seed_story(client: TestClient, two_attempts: str) ->
     ]
     assert "OSError: disk full" in response.text
     assert len(page.all("rect", **{"class": "mark", "data-type": "STALLED"})) == 2
-    # a span link per step, an attempt link per lane, from the template
+    # a trace link per attempt, and the selected step's span link in its panel
     links = [a["href"] or "" for a in page.all("a", **{"class": "trace"})]
-    assert len(links) == 4
+    assert len(links) == 2
     assert all(re.match(r"http://jaeger\.example:16686/trace/[0-9a-f]{32}\?", u) for u in links)
-    assert sum(bool(re.search(r"uiFind=[0-9a-f]{16}&", u)) for u in links) == 2
+    assert not any(re.search(r"uiFind=[0-9a-f]{16}&", u) for u in links)
+    chosen = client.get(job_url("render", two_attempts, 1, "SAVE"))
+    links = [a["href"] or "" for a in Markup(chosen.text).all("a", **{"class": "trace"})]
+    assert sum(bool(re.search(r"uiFind=[0-9a-f]{16}&", u)) for u in links) == 1
 
 
 def test_attempt_parameter_selects_the_steps_shown(client: TestClient, two_attempts: str) -> None:
     first = client.get(job_url("render", two_attempts, 1))
-    rows = Markup(first.text).all("tr", **{"class": "step failed"})
+    selected = Markup(first.text).all("section", **{"class": "attempt selected"})
+    chosen = client.get(job_url("render", two_attempts, 1, "SAVE"))
+    row = Markup(chosen.text).all("li", **{"class": "row step failed chosen"})
 
-    assert first.status_code == 200
-    assert "Steps of attempt 1" in first.text
-    assert [r["data-key"] for r in rows] == ["SAVE"]
+    assert first.status_code == chosen.status_code == 200
+    assert [s["data-attempt"] for s in selected] == ["1"]
+    assert "Select a step" in first.text
+    assert [r["data-step-key"] for r in row] == ["SAVE"]
+    assert '<dd class="message">OSError: disk full</dd>' in chosen.text
+    # a key the attempt does not have selects nothing
+    assert "Select a step" in client.get(job_url("render", two_attempts, 1, "NOPE")).text
     assert client.get(job_url("render", two_attempts, 9)).status_code == 404
     assert client.get(job_url("render", "no-such-job")).status_code == 404
     assert client.get(job_url("render", two_attempts) + "?attempt=x").status_code == 400
@@ -137,7 +149,9 @@ def test_every_listed_job_has_a_working_permalink(
     # the attempt links and the JSON link of the query form keep the job
     dots = client.get(job_url("render", "..", 2))  # attempts_made 1: the second attempt
     assert dots.status_code == 200
-    assert "Steps of attempt 2" in dots.text
+    assert (
+        Markup(dots.text).all("section", **{"class": "attempt selected"})[0]["data-attempt"] == "2"
+    )
     assert client.get("/api" + job_url("render", ".", 2)).json()["job_id"] == "."
     # a path with literal slashes still splits as before: domain first, the rest is the id
     assert client.get("/api/jobs/a/b/7").json()["domain"] == "a"
@@ -213,19 +227,33 @@ def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: Traci
     def job_ids(html: str) -> list[str]:
         return re.findall(r'class="job-link" href="/jobs/render/([^"]+)"', html)
 
-    seen: list[str] = []
+    def link(html: str, name: str) -> str | None:
+        found = Markup(html).all("a", **{"class": name})
+        return found[0]["href"] if found else None
+
+    shown: list[list[str]] = []
     url: str | None = "/?limit=3"
-    pages = 0
     while url is not None:
         response = client.get(url)
         assert response.status_code == 200
-        seen += job_ids(response.text)
-        older = Markup(response.text).all("a", **{"class": "older"})
-        url = (older[0]["href"] or "").replace("&amp;", "&") if older else None
-        pages += 1
-    assert pages >= 3
+        shown.append(job_ids(response.text))
+        last = response.text
+        url = link(last, "older")
+    seen = [job for page in shown for job in page]
+    assert len(shown) >= 3
     assert sorted(seen) == [f"job-{n}" for n in range(7)]
     assert len(seen) == len(set(seen))
+    # Newer goes back through the same pages, the first page has none
+    back: list[list[str]] = []
+    url = link(last, "newer")
+    while url is not None:
+        response = client.get(url)
+        back.append(job_ids(response.text))
+        url = link(response.text, "newer")
+    assert back == shown[-2::-1]
+    assert link(client.get("/?limit=3").text, "newer") is None
+    assert link(last, "newest") == "/?limit=3"
+    assert client.get("/?back=nonsense").status_code == 400
 
     first_page = client.get("/").text
     assert "<td>1 of 1</td>" in first_page  # attempt 1 of the failed ones
@@ -236,7 +264,18 @@ def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: Traci
     assert job_ids(client.get("/?status=completed&type=thumbnail").text) != []
     assert job_ids(client.get("/?type=invoice").text) == []
     assert job_ids(client.get("/?q=job-4").text) == ["job-4"]
+    assert sorted(job_ids(client.get("/?q=job-").text)) == [f"job-{n}" for n in range(7)]
+    assert job_ids(client.get("/?q=jo").text) != []
     assert job_ids(client.get("/?q=job-4&domain=other").text) == []
+    assert job_ids(client.get("/?q=job-45").text) == []
+    counts = Markup(first_page)
+    assert '<span class="count-failed">3</span>' in first_page
+    assert '<span class="count-completed">4</span>' in first_page
+    assert counts.all("main", id="live")[0].get("data-refresh-ms") is None
+    assert "data-refresh-ms" in client.get("/?live=1").text  # live refresh only when asked
+    assert '<span class="error" title="OSError: disk full">OSError: disk full</span>' in (
+        client.get("/?status=failed").text
+    )
     assert client.get("/?window=3y").status_code == 400
     assert client.get("/?before=yesterday").status_code == 400
 

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from otel_jobsteps import ConfigurationError
+from otel_jobsteps.formatting import format_ago, format_duration
 from otel_jobsteps.query import AttemptSummary, JobLogEntry
-from otel_jobsteps.web.layout import AXIS_WIDTH, Cursor, TraceLinks, build_timeline
+from otel_jobsteps.web.layout import (
+    AXIS_WIDTH,
+    COLLAPSE_OVER,
+    ROWS_SHOWN,
+    Bar,
+    Cursor,
+    Lane,
+    Progress,
+    TraceLinks,
+    build_timeline,
+    drawn_rows,
+    progress_of,
+)
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -100,8 +114,12 @@ def _summary(attempt: int, status: str, start: float, end: float | None) -> Atte
     )
 
 
+ROW_IDS = itertools.count(1)
+
+
 def _step(attempt: int, key: str, start: float, end: float | None, status: str) -> dict[str, Any]:
     return {
+        "id": next(ROW_IDS),
         "attempt": attempt,
         "type": "STEP",
         "step_key": key,
@@ -114,6 +132,10 @@ def _step(attempt: int, key: str, start: float, end: float | None, status: str) 
         "ended_at": None if end is None else T0 + timedelta(seconds=end),
         "seen_at": T0 + timedelta(seconds=start),
     }
+
+
+def _bars(lane: Lane) -> list[Bar]:
+    return [row for row in lane.rows if isinstance(row, Bar)]
 
 
 def test_attempts_share_one_axis_and_widths_follow_durations() -> None:
@@ -138,8 +160,8 @@ def test_attempts_share_one_axis_and_widths_follow_durations() -> None:
 
     first, second = timeline.lanes
     assert (timeline.start, timeline.end) == (T0, T0 + timedelta(seconds=10))
-    assert [(b.key, b.x, b.width) for b in first.bars] == [("RENDER", 0, 300), ("SAVE", 300, 100)]
-    assert [(b.key, b.x, b.width) for b in second.bars] == [
+    assert [(b.key, b.x, b.width) for b in _bars(first)] == [("RENDER", 0, 300), ("SAVE", 300, 100)]
+    assert [(b.key, b.x, b.width) for b in _bars(second)] == [
         ("RENDER", 500, 400),
         ("SAVE", 900, 100),
     ]
@@ -148,7 +170,7 @@ def test_attempts_share_one_axis_and_widths_follow_durations() -> None:
     assert second.log is None
     assert not timeline.running
     assert timeline.ticks[-1] == timeline.end
-    assert timeline.tick_labels == ("0ms", "2.50s", "5.00s", "7.50s", "10.00s")
+    assert timeline.tick_labels == ("0s", "2.50s", "5.00s", "7.50s", "10.00s")
 
 
 def test_ticks_of_a_short_axis_stay_apart() -> None:
@@ -172,3 +194,121 @@ def test_a_running_step_reaches_the_time_of_the_read() -> None:
     assert early.lanes[0].open_bar.width == AXIS_WIDTH / 2
     assert later.lanes[0].open_bar is not None
     assert later.lanes[0].open_bar.width == AXIS_WIDTH * 0.9
+
+
+def test_rows_of_an_attempt_are_its_steps_and_events_in_time_order() -> None:
+    attempts = (_summary(1, "FAILED", 0, 4),)
+    rows = [
+        _step(1, "RENDER", 0, 3, "COMPLETED"),
+        {**_step(1, "x", 2, None, "-"), "type": "STALLED", "message": "lost lock"},
+        _step(1, "SAVE", 3, 4, "FAILED"),
+    ]
+
+    lane = build_timeline(attempts, rows, [], T0 + timedelta(seconds=9), None).lanes[0]
+
+    assert [getattr(r, "key", None) or r.type for r in lane.rows] == [
+        "RENDER",
+        "STALLED",
+        "SAVE",
+    ]
+
+
+def test_the_selected_step_is_the_last_run_of_its_key_in_the_chosen_attempt() -> None:
+    attempts = (_summary(1, "FAILED", 0, 4), _summary(2, "COMPLETED", 5, 10))
+    rows = [
+        _step(1, "SAVE", 0, 1, "COMPLETED"),
+        _step(1, "RENDER", 1, 2, "COMPLETED"),
+        _step(1, "SAVE", 2, 4, "FAILED"),
+        _step(2, "SAVE", 5, 10, "COMPLETED"),
+    ]
+
+    timeline = build_timeline(
+        attempts, rows, [], T0 + timedelta(seconds=10), None, attempt=1, step="SAVE"
+    )
+    unselected = build_timeline(attempts, rows, [], T0 + timedelta(seconds=10), None)
+
+    assert timeline.selected is timeline.lanes[0]
+    assert timeline.step is not None
+    assert (timeline.step.status, timeline.step.started_at) == ("FAILED", T0 + timedelta(seconds=2))
+    assert unselected.selected is unselected.lanes[1]
+    assert unselected.step is None
+
+
+def test_a_long_attempt_draws_a_window_around_the_selection_and_earlier_ones_collapse() -> None:
+    many = ROWS_SHOWN * 3
+    attempts = (_summary(1, "FAILED", 0, many), _summary(2, "RUNNING", many, None))
+    rows = [_step(1, f"S{i}", i, i + 1, "COMPLETED") for i in range(many)]
+    rows += [_step(2, f"T{i}", many + i, many + i + 1, "COMPLETED") for i in range(many)]
+    as_of = T0 + timedelta(seconds=2 * many)
+
+    latest = build_timeline(attempts, rows, [], as_of, None)
+    chosen = build_timeline(attempts, rows, [], as_of, None, attempt=1, step="S250")
+    paged = build_timeline(attempts, rows, [], as_of, None, attempt=2, first=10)
+
+    assert many > COLLAPSE_OVER
+    first, second = latest.lanes
+    assert (first.collapsed, first.rows, first.count) == (True, (), many)
+    assert (second.first, len(second.rows), second.hidden_after) == (
+        many - ROWS_SHOWN,
+        ROWS_SHOWN,
+        0,
+    )
+    window = chosen.lanes[0]
+    assert not window.collapsed
+    assert window.first == 250 - ROWS_SHOWN // 2
+    assert chosen.step in window.rows
+    assert (paged.lanes[1].first, paged.lanes[1].hidden_after) == (10, many - 10 - ROWS_SHOWN)
+    # only what a page draws is read in full: the windows drawn and the selected step
+    drawn = drawn_rows(chosen)
+    assert len(drawn) == 2 * ROWS_SHOWN  # the selected attempt's window and the latest's
+    assert chosen.step is not None
+    assert chosen.step.id in drawn
+
+
+@pytest.mark.parametrize(
+    ("detail", "expected"),
+    [
+        pytest.param({"pct": 40}, Progress(40, 100, "40%"), id="pct"),
+        pytest.param({"fps": 29.97, "pct": 6.5}, Progress(6.5, 100, "6.5%"), id="pct-float"),
+        pytest.param({"progress": 3, "total": 10}, Progress(3, 10, "3 / 10"), id="pair"),
+        pytest.param({"pct": 140}, None, id="pct-over-100"),
+        pytest.param({"pct": True}, None, id="pct-bool"),
+        pytest.param({"pct": "40"}, None, id="pct-text"),
+        pytest.param({"pct": float("nan")}, None, id="pct-nan"),
+        pytest.param({"progress": 3, "total": 0}, None, id="total-zero"),
+        pytest.param({"progress": 11, "total": 10}, None, id="past-total"),
+        pytest.param(None, None, id="none"),
+    ],
+)
+def test_progress_bar_from_a_detail(detail: dict[str, Any] | None, expected: Progress) -> None:
+    assert progress_of(detail) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(0), "0s"),
+        (timedelta(microseconds=850), "850µs"),
+        (timedelta(microseconds=1), "1µs"),
+        (timedelta(milliseconds=12), "12ms"),
+        (timedelta(seconds=1.2), "1.20s"),
+        (timedelta(hours=1, minutes=30), "1h30m"),
+    ],
+)
+def test_durations_below_a_millisecond_read_in_microseconds(value: timedelta, text: str) -> None:
+    assert format_duration(value) == text
+
+
+@pytest.mark.parametrize(
+    ("ago", "text"),
+    [
+        (timedelta(0), "just now"),
+        (timedelta(seconds=42), "42 s ago"),
+        (timedelta(minutes=3, seconds=59), "3 min ago"),
+        (timedelta(hours=5), "5 h ago"),
+        (timedelta(days=2, hours=23), "2 d ago"),
+        (-timedelta(seconds=2), "in 2 s"),
+    ],
+)
+def test_relative_times(ago: timedelta, text: str) -> None:
+    assert format_ago(T0 - ago, T0) == text

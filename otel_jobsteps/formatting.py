@@ -1,0 +1,65 @@
+"""Durations and times as people read them, shared by the CLI's renderer and the web page.
+
+Pure functions of `datetime`/`timedelta`; nothing here escapes or colours (the callers do).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+__all__ = ["format_ago", "format_duration", "format_time", "format_utc"]
+
+
+def format_duration(value: timedelta | None) -> str:
+    """Short human duration: 0s, 850µs, 12ms, 1.20s, 2m03s, 1h30m, 3d04h (zero tails dropped)."""
+    if value is None:
+        return "-"
+    seconds = max(value.total_seconds(), 0)
+    if seconds == 0:
+        return "0s"
+    if seconds < 0.001:
+        return f"{seconds * 1_000_000:.0f}µs"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        big, small = f"{days}d", (hours, "h")
+    elif hours:
+        big, small = f"{hours}h", (minutes, "m")
+    else:
+        big, small = f"{minutes}m", (secs, "s")
+    return big + (f"{small[0]:02d}{small[1]}" if small[0] else "")
+
+
+def format_time(value: datetime | None) -> str:
+    """A timestamp to the millisecond with its UTC offset, or ``-``."""
+    return "-" if value is None else value.isoformat(sep=" ", timespec="milliseconds")
+
+
+def format_utc(value: datetime | None) -> str:
+    """A timestamp in UTC to the millisecond (``2026-12-01 21:02:28.123 UTC``), or ``-``."""
+    if value is None:
+        return "-"
+    utc = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return utc.isoformat(sep=" ", timespec="milliseconds") + " UTC"
+
+
+_AGO_UNITS = (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1))
+
+
+def format_ago(value: datetime | None, now: datetime) -> str:
+    """How long before ``now`` ``value`` was, in its largest unit: ``3 min ago``, ``just now``;
+    a time after ``now`` (clock skew) reads ``in 2 s``."""
+    if value is None:
+        return "-"
+    seconds = (now - value).total_seconds()
+    whole = abs(seconds)
+    if whole < 1:
+        return "just now"
+    name, size = next((name, size) for name, size in _AGO_UNITS if whole >= size)
+    count = int(whole // size)
+    return f"{count} {name} ago" if seconds > 0 else f"in {count} {name}"

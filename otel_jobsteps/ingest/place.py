@@ -1,0 +1,78 @@
+"""Which job attempt each received span belongs to, as the translation would scope it live.
+
+A job span belongs to its own attempt; a span inside one (through parents received, in its
+trace) to that attempt; an event span to its parent's attempt, or else to the job it names
+itself; anything else waits (no place yet) for a parent still to come. Placing needs only ids
+and what a span names itself, so staging keeps that per span and never decodes it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from ..attributes import JOB_EVENT_TYPE
+from ..facts import SpanFacts
+from ..recorder import EventRecorded, JobStarted
+from ..translate import SpanTranslator
+from .mapping import JobMapping, map_trace
+
+__all__ = ["EVENT", "JOB", "NAMING_EVENT", "PLAIN", "Attempt", "Skeleton", "place", "skeleton"]
+
+Attempt = tuple[str, str, int]  # domain, job id, attempt
+
+PLAIN, JOB, EVENT, NAMING_EVENT = 0, 1, 2, 3
+
+
+class Skeleton(NamedTuple):
+    """What placing needs of a span: its parent, its kind and the attempt it names itself."""
+
+    parent: int
+    kind: int
+    own: Attempt | None
+
+
+def _ignore(kind: str, detail: object) -> None:
+    """Problems are counted once, by the derivation (placing reads the same spans again)."""
+
+
+def skeleton(span: SpanFacts, mappings: Sequence[JobMapping] = ()) -> Skeleton:
+    """The span's skeleton (a queue library's job span named as `mapping` names it)."""
+    (mapped,) = map_trace([span], mappings)
+    found = SpanTranslator(problem=_ignore).started(mapped)  # no parent known: its own scope
+    own = None
+    if found and isinstance(found[0], JobStarted | EventRecorded):
+        scope = found[0].scope
+        own = (scope.domain, scope.job_id, scope.attempt)
+    if JOB_EVENT_TYPE in mapped.attributes:
+        return Skeleton(span.parent_span_id, EVENT if own is None else NAMING_EVENT, own)
+    return Skeleton(span.parent_span_id, PLAIN if own is None else JOB, own)
+
+
+def place(nodes: Mapping[int, Skeleton]) -> dict[int, Attempt | None]:
+    """Per span id of one trace, the attempt it belongs to (None: no place yet)."""
+    places: dict[int, Attempt | None] = {}
+    for start in nodes:
+        chain: list[int] = []
+        seen: set[int] = set()
+        span_id = start
+        inherited: Attempt | None = None  # what the outermost span of the chain inherits
+        while span_id not in places:
+            node = nodes[span_id]
+            if node.kind == JOB:
+                places[span_id] = inherited = node.own
+                break
+            chain.append(span_id)
+            seen.add(span_id)
+            parent = nodes.get(node.parent)
+            if parent is None or node.parent in seen or parent.kind in (EVENT, NAMING_EVENT):
+                break  # outside any job (a child of an event span too, as live), or waiting
+            span_id = node.parent
+        else:
+            inherited = places[span_id]
+        for member in reversed(chain):  # only the innermost (the start) may be an event
+            node = nodes[member]
+            places[member] = inherited = (
+                node.own if inherited is None and node.kind == NAMING_EVENT else inherited
+            )
+    return places

@@ -1,0 +1,63 @@
+"""The times every reader can hold: 1970-01-01 to 9999-12-30 UTC, one rule for writes and reads.
+
+OTLP carries unsigned nanoseconds since 1970, and Python (so psycopg) has no year after 9999; the
+day of margin keeps a time readable in any session time zone. The translation clamps span times
+into the range; the read side loads a stored time outside what Python holds (rows an older
+version wrote, or written by hand) as the nearest bound instead of failing the whole read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from psycopg.abc import AdaptContext, Buffer
+from psycopg.adapt import Loader
+from psycopg.postgres import types
+from psycopg.pq import Format
+
+__all__ = ["EARLIEST", "EARLIEST_NS", "LATEST", "LATEST_NS", "clamp_ns", "read_any_time"]
+
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9999, 12, 30, tzinfo=timezone.utc)
+EARLIEST_NS = 0
+LATEST_NS = int(LATEST.timestamp()) * 1_000_000_000
+_TIMESTAMPTZ = types["timestamptz"].oid
+
+
+def clamp_ns(ns: int) -> int:
+    """``ns`` (nanoseconds since 1970) moved into the range."""
+    return EARLIEST_NS if ns < EARLIEST_NS else LATEST_NS if ns > LATEST_NS else ns
+
+
+class _AnyTimeLoader(Loader):
+    """psycopg's own loader (its C one when installed), with a bound where it raises."""
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        loader = psycopg.adapters.get_loader(oid, self.format)
+        assert loader is not None
+        self._load = loader(oid, context).load
+
+    def load(self, data: Buffer) -> datetime:
+        try:
+            return self._load(data)  # type: ignore[no-any-return]
+        except psycopg.DataError:  # after year 9999, BC or infinity
+            return EARLIEST if self._before_1970(bytes(data)) else LATEST
+
+    def _before_1970(self, data: bytes) -> bool:
+        return data.startswith(b"-") or data.endswith(b"BC")
+
+
+class _AnyTimeBinaryLoader(_AnyTimeLoader):
+    format = Format.BINARY
+
+    def _before_1970(self, data: bytes) -> bool:
+        return int.from_bytes(data[:8], "big", signed=True) < 0  # microseconds since 2000
+
+
+def read_any_time(conn: psycopg.Connection[Any]) -> None:
+    """Make ``conn`` load a ``timestamptz`` Python cannot hold as the nearest bound."""
+    conn.adapters.register_loader(_TIMESTAMPTZ, _AnyTimeLoader)
+    conn.adapters.register_loader(_TIMESTAMPTZ, _AnyTimeBinaryLoader)

@@ -1,0 +1,149 @@
+"""Whole job histories through collect's staging give the processor's rows: any split, order,
+duplicates, start markers, two receivers, and settle passes between requests (a retry long after
+the settle window is new work)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from otel_jobsteps.ingest.decode import decode_protobuf
+from otel_jobsteps.ingest.settings import CollectSettings
+from otel_jobsteps.ingest.staging import Staging
+from tests.ingest.collector import table_rows
+from tests.ingest.histories import AttemptPlan, History, StepPlan, histories, tell
+from tests.ingest.requests import request_of, start_markers
+from tests.ingest.stories import Recording
+
+
+@pytest.fixture
+def receivers(second_dsn: str) -> Iterator[list[Staging]]:
+    """Two receivers' staging on one database; attempts settle as soon as they may."""
+    found = [Staging(CollectSettings(second_dsn, settle_after_s=0.0, connections=1)) for _ in "ab"]
+    yield found
+    for staging in found:
+        staging.close()
+
+
+def _attempt(span: Span, attempt_of: dict[int, int]) -> int:
+    return attempt_of.get(int.from_bytes(span.span_id, "big"), 0)
+
+
+def deliver(
+    history: History, recording: Recording, receivers: list[Staging], seed: int, job_id: str
+) -> None:
+    """Tell ``history``, then hand its spans to the receivers in a random arrival: shuffled,
+    some twice, some with start markers first, in random requests, with a settle pass wherever
+    no attempt whose job span ended copy came is still missing a span."""
+    attempt_of: dict[int, int] = {}
+    spans = recording.spans(lambda tracer, _: attempt_of.update(tell(history, tracer, job_id)), "")
+    shuffle = random.Random(seed)
+    pool = spans + start_markers(shuffle.sample(spans, shuffle.randint(0, len(spans))))
+    shuffle.shuffle(pool)
+    pool += [shuffle.choice(pool) for _ in range(shuffle.randint(0, 3))]
+    delivered: set[bytes] = set()
+    ended: set[int] = set()  # attempts whose job span's ended copy came
+    start = 0
+    while start < len(pool):
+        part = pool[start : start + shuffle.randint(1, 6)]
+        start += len(part)
+        decoded = decode_protobuf(request_of(part).SerializeToString())
+        shuffle.choice(receivers).receive(decoded.spans, decoded.wire)
+        for span in part:
+            if span in spans:
+                delivered.add(span.span_id)
+                if span.name.startswith("job") and "." not in span.name:
+                    ended.add(_attempt(span, attempt_of))
+        whole = all(s.span_id in delivered for s in spans if _attempt(s, attempt_of) in ended)
+        if whole and shuffle.random() < 0.5:
+            receivers[0].settle()
+    receivers[0].settle()
+    copies = request_of(shuffle.sample(spans, min(3, len(spans))))
+    again = decode_protobuf(copies.SerializeToString())
+    receivers[1].receive(again.spans, again.wire)  # late copies of settled attempts change nothing
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(history=histories, seed=st.integers(0, 2**32 - 1))
+def test_any_history_in_any_arrival_gives_the_processors_rows(
+    recording: Recording,
+    receivers: list[Staging],
+    dsn: str,
+    second_dsn: str,
+    history: History,
+    seed: int,
+) -> None:
+    job_id = f"h-{uuid.uuid4().hex[:12]}"
+    deliver(history, recording, receivers, seed, job_id)
+    assert table_rows(second_dsn, job_id) == table_rows(dsn, job_id)
+
+
+_INSTANT = StepPlan(duration_us=0, pause_us=0)
+_NOTHING = AttemptPlan(trace=0, gap_us=1, steps=())
+
+
+@pytest.mark.parametrize(
+    ("history", "seed"),
+    [
+        pytest.param(
+            History((AttemptPlan(0, 1, (StepPlan(0, 0, event=True),)), _NOTHING), 1), 0,
+            id="attempt 2 overlaps attempt 1, which settled before attempt 2 arrived",
+        ),
+        pytest.param(
+            History((AttemptPlan(0, 1, (_INSTANT, _INSTANT)),), 1_000_000), 0,
+            id="a step lasting no time in the tick its job ends",
+        ),
+        pytest.param(
+            History((_NOTHING, _NOTHING, AttemptPlan(0, 1, (), names_itself=True)), 1), 0,
+            id="a later start abandons no attempt without rows yet",
+        ),
+        pytest.param(
+            History(
+                (
+                    AttemptPlan(0, 1, (), names_itself=True),
+                    AttemptPlan(0, 1, (_INSTANT, StepPlan(0, 0, event=True))),
+                    AttemptPlan(0, 1, (_INSTANT, StepPlan(0, 0, event=True)), names_itself=True),
+                    AttemptPlan(0, 2, ()),
+                ),
+                1,
+            ),
+            241,
+            id="an attempt named by an event only is not settled before its job span ends",
+        ),
+        pytest.param(
+            History(
+                (
+                    AttemptPlan(0, 1, (_INSTANT, StepPlan(0, 0, event=True)), names_itself=True),
+                    AttemptPlan(0, 1, (StepPlan(3, 0),)),
+                    AttemptPlan(0, 1, (_INSTANT, _INSTANT, StepPlan(0, 0, event=True)),
+                                last_step_outlives_job=True),
+                    _NOTHING,
+                ),
+                1,
+            ),
+            0,
+            id="an attempt arriving late abandons a settled one earlier than a later attempt did",
+        ),
+    ],
+)  # fmt: skip
+def test_histories_found_by_the_property_test(
+    recording: Recording,
+    receivers: list[Staging],
+    dsn: str,
+    second_dsn: str,
+    history: History,
+    seed: int,
+) -> None:
+    job_id = f"h-{uuid.uuid4().hex[:12]}"
+    deliver(history, recording, receivers, seed, job_id)
+    assert table_rows(second_dsn, job_id) == table_rows(dsn, job_id)

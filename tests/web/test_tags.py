@@ -1,0 +1,117 @@
+"""Tags (``job.tag.<name>`` on the job span): the same rows through both doors, kept within
+their caps, shown on the job page and searchable from the jobs page, the JSON API and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Tracer
+from starlette.testclient import TestClient
+
+from otel_jobsteps import (
+    JobStepsProcessor,
+    job_detail,
+    list_jobs,
+)
+from otel_jobsteps.cli import main
+from otel_jobsteps.translate import MAX_TAG_NAME_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS
+from otel_jobsteps.web.app import job_url
+from tests.helpers import TracingFactory
+from tests.ingest.collector import CollectorFactory, table_rows
+from tests.ingest.conftest import second_dsn, start_collect  # noqa: F401 - fixtures used here
+from tests.web.support import HOSTILE, tagged_job
+
+
+def tell(tracer: Tracer) -> None:
+    tagged_job(tracer, "inv-1", 1, customer="acme", region="eu", priority=3)
+    tagged_job(tracer, "inv-1", 2, customer="acme", region="eu", priority=3)
+    tagged_job(tracer, "inv-2", 1, customer="globex")
+    tagged_job(tracer, "inv-3", 1)
+
+
+def tag_rows(dsn: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT job_id, attempt, step_key, message FROM job_event WHERE type = 'TAG'"
+            " ORDER BY job_id, attempt, step_key"
+        ).fetchall()
+
+
+def test_both_doors_store_the_same_tags_once_per_attempt(
+    start_collect: CollectorFactory,  # noqa: F811 - the imported fixture
+    dsn: str,
+    second_dsn: str,  # noqa: F811
+) -> None:
+    collector = start_collect(second_dsn)
+    provider = TracerProvider()
+    provider.add_span_processor(JobStepsProcessor(dsn))
+    exporter = OTLPSpanExporter(endpoint=collector.traces_url)
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=2))
+    tell(provider.get_tracer("tests"))
+    assert provider.force_flush(30_000)
+    provider.shutdown()
+
+    assert tag_rows(dsn) == [
+        ("inv-1", 1, "customer", "acme"),
+        ("inv-1", 1, "priority", "3"),
+        ("inv-1", 1, "region", "eu"),
+        ("inv-1", 2, "customer", "acme"),
+        ("inv-1", 2, "priority", "3"),
+        ("inv-1", 2, "region", "eu"),
+        ("inv-2", 1, "customer", "globex"),
+    ]
+    assert table_rows(second_dsn) == table_rows(dsn)
+    detail = job_detail(dsn, "shop", "inv-1")
+    assert detail is not None
+    assert detail.events == ()  # tags are no ordinary events
+
+
+def test_tags_beyond_the_caps_are_dropped_or_cut(tracing: TracingFactory, dsn: str) -> None:
+    tracer, processor = tracing()
+    many = {f"t{n:02d}": n for n in range(MAX_TAGS + 5)}
+    tagged_job(tracer, "caps", 1, **many, **{"x" * (MAX_TAG_NAME_CHARS + 1): "long name"})
+    tagged_job(tracer, "long", 1, note="v" * (MAX_TAG_VALUE_CHARS + 10))
+    assert processor.force_flush(10_000)
+
+    rows = tag_rows(dsn)
+    assert [r[2] for r in rows if r[0] == "caps"] == [f"t{n:02d}" for n in range(MAX_TAGS)]
+    assert [r[3] for r in rows if r[0] == "long"] == ["v" * MAX_TAG_VALUE_CHARS]
+    assert processor.stats()["dropped_tags"] == 1
+
+
+def test_tags_show_on_the_job_page_and_filter_the_lists(
+    tracing: TracingFactory, dsn: str, client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tracer, processor = tracing()
+    tell(tracer)
+    tagged_job(tracer, "evil", 1, **{HOSTILE: HOSTILE})
+    assert processor.force_flush(10_000)
+
+    page = client.get(job_url("shop", "inv-1")).text
+    assert '<span class="tag-name">customer</span>=<span class="tag-value">acme</span>' in page
+    assert 'href="/?tag=customer%3Aacme"' in page
+    assert "<script>" not in client.get(job_url("shop", "evil")).text
+
+    def listed(url: str) -> list[str]:
+        return sorted(job["job_id"] for job in client.get(url).json())
+
+    assert listed("/api/jobs?tag=customer:acme") == ["inv-1"]
+    assert listed("/api/jobs?tag=customer:globex") == ["inv-2"]
+    assert listed("/api/jobs?tag=customer:nobody") == []
+    assert listed("/api/jobs?tag=priority:3&status=completed") == ["inv-1"]
+    assert client.get("/api/jobs?tag=customer").status_code == 400
+    html = client.get("/?tag=customer:acme").text
+    assert 'href="/jobs/shop/inv-1"' in html
+    assert 'href="/jobs/shop/inv-2"' not in html
+    assert [j.job_id for j in list_jobs(dsn, tag=("region", "eu"))] == ["inv-1"]
+
+    assert main(["jobs", "--dsn", dsn, "--tag", "customer=globex", "--json"]) == 0
+    assert [job["job_id"] for job in json.loads(capsys.readouterr().out)] == ["inv-2"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["jobs", "--dsn", dsn, "--tag", "customer"])
+    assert exit_info.value.code == 2

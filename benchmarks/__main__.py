@@ -29,6 +29,7 @@ from . import (
     latency,
     memory,
     metrics,
+    open_spans,
     open_steps,
     throughput,
     web,
@@ -46,6 +47,7 @@ SECTIONS = (
     "hot",
     "throughput",
     "open-steps",
+    "open-spans",
     "latency",
     "debounce",
     "memory",
@@ -191,6 +193,8 @@ def main() -> int:
                 )
             if "open-steps" in chosen:
                 _section("open steps", lambda: open_steps.run(dbs, quick=args.quick), rows)
+            if "open-spans" in chosen:
+                _section("open spans", lambda: open_spans.run(dbs, quick=args.quick), rows)
             if "latency" in chosen:
                 _section("latency", lambda: latency.run(dbs, quick=args.quick), rows)
             if "debounce" in chosen:

@@ -4,9 +4,10 @@ at a steady rate, and memory while the database is away.
 One ``collect`` process per measurement, started from the command line as a user would. The
 requests are encoded before the clock starts, by the OpenTelemetry exporter's own encoder: jobs
 of one job span and nine step spans (three progress events each), whole traces, 1,000 spans per
-request. "Decode alone" parses the same bodies into span facts in this process, in the same
-run: the ceiling the receiver's database work is compared with. Rows are counted afterwards:
-a span that did not become its row does not count.
+request; the same bodies go over OTLP/HTTP and over OTLP/gRPC (as the message of a unary
+``TraceService/Export`` call). "Decode alone" parses the same bodies into span facts in this
+process, in the same run: the ceiling the receiver's database work is compared with. Rows are
+counted afterwards: a span that did not become its row does not count.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
+import grpc
 import httpx
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -60,6 +62,7 @@ MiB = 2**20
 HISTORY_ATTEMPTS = 20
 HISTORY_SPANS = 9_000  # staged behind those attempts
 TARGET_HISTORY_RATIO = 2.0
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
 def encoded_requests(prefix: str, requests: int, spans_per_request: int) -> list[bytes]:
@@ -78,13 +81,20 @@ def encoded_requests(prefix: str, requests: int, spans_per_request: int) -> list
     return bodies
 
 
+class Receiver(NamedTuple):
+    url: str  # OTLP/HTTP's /v1/traces
+    grpc_target: str  # OTLP/gRPC's HOST:PORT
+    pid: int
+
+
 @contextmanager
-def collect(dsn: str, *options: str) -> Iterator[tuple[str, int]]:
-    """A running ``otel-jobsteps collect``: (its /v1/traces URL, its pid); stopped after."""
-    port = free_port()
+def collect(dsn: str, *options: str) -> Iterator[Receiver]:
+    """A running ``otel-jobsteps collect``; stopped after."""
+    port, grpc_port = free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", dsn,
-         "--listen", f"127.0.0.1:{port}", "--retry-after", "1", *options],
+         "--listen", f"127.0.0.1:{port}", "--grpc-listen", f"127.0.0.1:{grpc_port}",
+         "--retry-after", "1", *options],
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/v1/traces"
@@ -102,7 +112,7 @@ def collect(dsn: str, *options: str) -> Iterator[tuple[str, int]]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("collect did not start")
             time.sleep(0.05)
-        yield url, process.pid
+        yield Receiver(url, f"127.0.0.1:{grpc_port}", process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -112,24 +122,58 @@ def collect(dsn: str, *options: str) -> Iterator[tuple[str, int]]:
             process.wait()
 
 
-def _post_all(url: str, bodies: list[bytes], clients: int) -> list[int]:
-    """Send every body, ``clients`` connections at once; their status codes."""
+Send = Callable[[Receiver, list[bytes], int], list[int]]
+
+
+def _post_all(receiver: Receiver, bodies: list[bytes], clients: int) -> list[int]:
+    """Send every body over HTTP, ``clients`` connections at once; their status codes."""
+
+    def client(next_body: Callable[[], bytes | None], answered: Callable[[int], None]) -> None:
+        with httpx.Client(timeout=120) as session:
+            while (body := next_body()) is not None:
+                answered(session.post(receiver.url, content=body, headers=HEADERS).status_code)
+
+    return _in_parallel(client, bodies, clients)
+
+
+def _export_all(receiver: Receiver, bodies: list[bytes], clients: int) -> list[int]:
+    """Send every body over gRPC, ``clients`` channels at once; their status codes as HTTP's
+    (200 for OK)."""
+
+    def client(next_body: Callable[[], bytes | None], answered: Callable[[int], None]) -> None:
+        # Its own connection (grpc shares one between channels by default), as HTTP's clients.
+        own = [("grpc.use_local_subchannel_pool", 1)]
+        with grpc.insecure_channel(receiver.grpc_target, options=own) as channel:
+            export = channel.unary_unary(EXPORT)  # the bodies as they are: no re-encoding
+            while (body := next_body()) is not None:
+                try:
+                    export(body, timeout=120)
+                    answered(200)
+                except grpc.RpcError as error:
+                    answered(500 + error.code().value[0])
+
+    return _in_parallel(client, bodies, clients)
+
+
+def _in_parallel(
+    client: Callable[[Callable[[], bytes | None], Callable[[int], None]], None],
+    bodies: list[bytes],
+    clients: int,
+) -> list[int]:
+    """``clients`` threads running ``client`` over one queue of ``bodies``; the answers."""
     statuses: list[int] = []
     lock = threading.Lock()
     work = iter(bodies)
 
-    def client() -> None:
-        with httpx.Client(timeout=120) as session:
-            while True:
-                with lock:
-                    body = next(work, None)
-                if body is None:
-                    return
-                code = session.post(url, content=body, headers=HEADERS).status_code
-                with lock:
-                    statuses.append(code)
+    def next_body() -> bytes | None:
+        with lock:
+            return next(work, None)
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    def answered(code: int) -> None:
+        with lock:
+            statuses.append(code)
+
+    threads = [threading.Thread(target=client, args=(next_body, answered)) for _ in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -146,32 +190,35 @@ def throughput(dbs: Databases, *, quick: bool) -> list[Row]:
         decode_protobuf(body)
     decode_rate = spans / (time.perf_counter() - started)
     rows = []
-    for workers in (1, 2):
-        rate = _rows_per_second(dbs, bodies, workers)
-        ratio = rate / decode_rate
-        rows.append(
-            Row(
-                "I1",
-                f"collect --workers {workers}: spans/s into verified rows "
-                "(1,000-span protobuf requests, 4 clients)",
-                fmt_rate(rate, "spans/s"),
-                f"decode alone {fmt_rate(decode_rate, 'spans/s')}",
-                fmt_ratio(ratio),
-                f">= {TARGET_SPANS_S:,} and >= {TARGET_RATIO}x",
-                verdict(rate >= TARGET_SPANS_S and ratio >= TARGET_RATIO),
-            )
-        )
+    for protocol, send in (("HTTP", _post_all), ("gRPC", _export_all)):
+        for workers in (1, 2):
+            rate = _rows_per_second(dbs, bodies, workers, send)
+            rows.append(_throughput_row(protocol, workers, rate, decode_rate))
     return rows
 
 
-def _rows_per_second(dbs: Databases, bodies: list[bytes], workers: int) -> float:
+def _throughput_row(protocol: str, workers: int, rate: float, decode_rate: float) -> Row:
+    ratio = rate / decode_rate
+    return Row(
+        "I1",
+        f"collect --workers {workers}: spans/s into verified rows over OTLP/{protocol} "
+        "(1,000-span protobuf requests, 4 clients)",
+        fmt_rate(rate, "spans/s"),
+        f"decode alone {fmt_rate(decode_rate, 'spans/s')}",
+        fmt_ratio(ratio),
+        f">= {TARGET_SPANS_S:,} and >= {TARGET_RATIO}x",
+        verdict(rate >= TARGET_SPANS_S and ratio >= TARGET_RATIO),
+    )
+
+
+def _rows_per_second(dbs: Databases, bodies: list[bytes], workers: int, send: Send) -> float:
     """Spans/s from the first byte sent to the last answer, 0 unless every row is there."""
     dsn = dbs.fresh("ingest")
     try:
-        with collect(dsn, "--workers", str(workers)) as (url, _):
-            _post_all(url, bodies[:workers], workers)  # warm: connections, caches
+        with collect(dsn, "--workers", str(workers)) as receiver:
+            send(receiver, bodies[:workers], workers)  # warm: connections, caches
             started = time.perf_counter()
-            statuses = _post_all(url, bodies[workers:], clients=4)
+            statuses = send(receiver, bodies[workers:], 4)
             elapsed = time.perf_counter() - started
         steps, logs = count_closed_steps(dsn, "otlp")
     finally:
@@ -189,7 +236,8 @@ def latency(dbs: Databases, *, quick: bool) -> list[Row]:
     dsn = dbs.fresh("ingest_latency")
     latencies: list[float] = []
     try:
-        with collect(dsn) as (url, _), httpx.Client(timeout=30) as session:
+        with collect(dsn) as receiver, httpx.Client(timeout=30) as session:
+            url = receiver.url
             session.post(url, content=b"", headers=HEADERS)
             start = time.perf_counter()
             for number, body in enumerate(bodies):
@@ -314,12 +362,12 @@ def memory_while_down(*, quick: bool) -> list[Row]:
     per_round = 50 if quick else 100
     samples: list[int] = []
     statuses: list[int] = []
-    with collect(closed_port_dsn()) as (url, pid):
-        _post_all(url, bodies, 2)  # warm-up
-        samples.append(_rss(pid))
+    with collect(closed_port_dsn()) as receiver:
+        _post_all(receiver, bodies, 2)  # warm-up
+        samples.append(_rss(receiver.pid))
         for _ in range(rounds):
-            statuses += _post_all(url, bodies * (per_round // len(bodies)), clients=4)
-            samples.append(_rss(pid))
+            statuses += _post_all(receiver, bodies * (per_round // len(bodies)), clients=4)
+            samples.append(_rss(receiver.pid))
     growth = (samples[-1] - samples[0]) / MiB
     last = (samples[-1] - samples[-2]) / MiB
     refused = set(statuses) <= {503, 429}

@@ -336,6 +336,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _collect(args: argparse.Namespace) -> int:
     try:  # the receiver's stack is an extra: load it only for this command
+        import grpc  # noqa: F401 - the gRPC listener's server
         import uvicorn  # noqa: F401 - serve_collect runs it; missing, say so here
 
         from .ingest import JobMapping, serve_collect
@@ -348,12 +349,14 @@ def _collect(args: argparse.Namespace) -> int:
     serve_collect(
         _dsn(args),
         listen=args.listen,
+        grpc_listen=args.grpc_listen,
         schema=_schema(args),
         settle_after_s=args.settle_after.total_seconds(),
         settle_open_after_s=args.settle_open_after.total_seconds(),
         mappings=[JobMapping.parse(text) for text in args.mapping],
         max_body_bytes=args.max_body_bytes,
         retry_after_s=args.retry_after,
+        body_timeout_s=args.body_timeout.total_seconds(),
         workers=args.workers,
         access_log=args.access_log,
         announce=lambda line: print(line, flush=True),
@@ -548,10 +551,19 @@ def build_parser() -> argparse.ArgumentParser:
     collect = command(
         "collect",
         _collect,
-        "OTLP/HTTP trace receiver (POST /v1/traces, protobuf or JSON, gzip): received spans "
-        "become job_event and job_log rows, as the processor writes them",
+        "OTLP trace receiver, HTTP (POST /v1/traces, protobuf or JSON, gzip) and gRPC "
+        "(TraceService/Export): received spans become job_event and job_log rows, as the "
+        "processor writes them",
     )
-    collect.add_argument("--listen", default="127.0.0.1:4318", help="HOST:PORT (127.0.0.1:4318)")
+    collect.add_argument(
+        "--listen", default="127.0.0.1:4318", help="OTLP/HTTP's HOST:PORT (127.0.0.1:4318)"
+    )
+    collect.add_argument(
+        "--grpc-listen",
+        default="127.0.0.1:4317",
+        metavar="HOST:PORT",
+        help="OTLP/gRPC's HOST:PORT, or off (127.0.0.1:4317)",
+    )
     for flag, default, what in (
         (
             "--settle-after",
@@ -574,6 +586,13 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="DURATION",
             help=f"how long after its last span arrived to keep {what} ({default})",
         )
+    collect.add_argument(
+        "--body-timeout",
+        type=_duration_argument,
+        default=_duration_argument("10s"),
+        metavar="DURATION",
+        help="longest an HTTP request body may take to arrive; slower ones get 408 (10s)",
+    )
     collect.add_argument(
         "--mapping",
         action="append",
@@ -601,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         (1, 64),
         1,
-        "processes sharing the port; each decodes and derives on its own core (1)",
+        "processes sharing the ports; each decodes and derives on its own core (1)",
     )
     for server in (web, collect):
         _access_log_option(server)

@@ -1,4 +1,4 @@
-"""The ``--listen`` address of the two servers (``serve``, ``collect``): ``HOST:PORT``."""
+"""The listen addresses of the two servers (``serve``, ``collect``): ``HOST:PORT``."""
 
 from __future__ import annotations
 
@@ -10,18 +10,21 @@ from .errors import ConfigurationError
 __all__ = ["check_free", "parse_listen"]
 
 
-def parse_listen(text: str, *, example: str = "127.0.0.1:8080") -> tuple[str, int]:
+def parse_listen(
+    text: str, *, option: str = "--listen", example: str = "127.0.0.1:8080"
+) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:8080`` for IPv6) as host and port; `ConfigurationError` if not."""
     host, sep, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigurationError(f"--listen must be HOST:PORT, e.g. {example}; got {text!r}")
+        raise ConfigurationError(f"{option} must be HOST:PORT, e.g. {example}; got {text!r}")
     return host, int(port)
 
 
-def check_free(host: str, port: int) -> None:
+def check_free(host: str, port: int, *, option: str = "--listen") -> None:
     """`ConfigurationError` in one line unless the server can bind ``host:port`` now (probed as
-    the server binds, with SO_REUSEADDR), instead of the server's own errno and traceback."""
+    the server binds, with SO_REUSEADDR: TIME_WAIT is no owner), instead of the server's own
+    errno and traceback; for gRPC's SO_REUSEPORT, instead of sharing the port silently."""
     shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -35,6 +38,6 @@ def check_free(host: str, port: int) -> None:
         if error.errno == errno.EADDRINUSE:
             raise ConfigurationError(
                 f"cannot listen on {shown}: the port is in use by another process"
-                " (stop it or pass another --listen)"
+                f" (stop it or pass another {option})"
             ) from None
         raise ConfigurationError(f"cannot listen on {shown}: {error.strerror}") from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -88,6 +89,12 @@ class Interpretation:
     def started(self, facts: SpanFacts) -> None:
         for command in self.translator.started(facts):
             self._record(command)
+
+    def resumed(self, facts: SpanFacts) -> None:
+        """A span still open that a writer process which died had seen start: its rows may
+        exist already (`StepRecorder.resume`)."""
+        for command in self.translator.started(facts):
+            self.recorder.resume(command)
 
     def whole(self, facts: SpanFacts) -> None:
         for command in self.translator.whole(facts):
@@ -328,7 +335,7 @@ class JobStepsProcessor(SpanProcessor):
             self._live.shed_progress_when(self._writer.backlogged)
             self._submit = self._writer.submit
         # Span id -> True for every queued span not yet ended (job thread; bounded, oldest out).
-        self._in_scope: dict[int, bool] = {}
+        self._in_scope: OrderedDict[int, bool] = OrderedDict()
         self._shut_down = False
         child_hook = weakref.WeakMethod(self._after_fork_in_child)
         os.register_at_fork(after_in_child=lambda: (hook := child_hook()) and hook())
@@ -352,7 +359,7 @@ class JobStepsProcessor(SpanProcessor):
                 in_scope[span_id] = True
                 if len(in_scope) > self._max_open_spans:
                     # The translation forgets (and counts) the same oldest span.
-                    del in_scope[next(iter(in_scope))]
+                    in_scope.popitem(last=False)
             self._submit(_new(SpanStarted, (span,)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
@@ -441,7 +448,7 @@ class JobStepsProcessor(SpanProcessor):
     def _after_fork_in_child(self) -> None:
         """The child starts with nothing of the parent's: its open spans belong to the parent."""
         self._stats.reset()
-        self._in_scope = {}
+        self._in_scope = OrderedDict()
         if self._relay is not None:
             self._relay.after_fork_in_child()
             return

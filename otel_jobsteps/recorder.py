@@ -14,6 +14,7 @@ never end must not grow memory without bound).
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -202,9 +203,11 @@ class StepRecorder:
         self._batch = BatchBuilder()
         self._max_attempts = max_open_attempts
         self._on_evict = on_evict
-        self._attempts: dict[tuple[int, int], _Attempt] = {}  # by job span (trace, span id)
+        # By job span (trace, span id); ordered, so the oldest goes in O(1) (a plain dict's
+        # first key is found by walking the slots of every key deleted before it).
+        self._attempts: OrderedDict[tuple[int, int], _Attempt] = OrderedDict()
         # Span ids of forgotten attempts, as bounded as the attempts themselves.
-        self._forgotten: dict[tuple[int, int], None] = {}
+        self._forgotten: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._handlers: dict[type, Callable[[Any], None]] = {
             JobStarted: self._job_started,
             StepStarted: self._step_started,
@@ -220,6 +223,20 @@ class StepRecorder:
     def handle(self, command: Command) -> None:
         """Apply one command; its row operations join the pending batch."""
         self._handlers[type(command)](command)
+
+    def resume(self, command: Command) -> None:
+        """Apply a start told again to a new writer (one replacing a writer process that died),
+        whose rows may be written already: a job's start only sets up its attempt (its earlier
+        attempts were settled then), a step's inserts its row, a no-op if it is open (the
+        open-step index), sealed so that later changes are guarded updates of the open row."""
+        if type(command) is JobStarted:
+            self._attempt(command.scope).start_us = command.start_ns // 1000
+            return
+        self.handle(command)
+        if type(command) is StepStarted:
+            state = self._attempts.get((command.scope.trace_id, command.scope.span_id))
+            if state is not None and state.open is not None:
+                self._batch.seal(state.open.row)
 
     def take_batch(self) -> Batch | None:
         """Hand over the pending operations (None if there are none) and start a new batch."""
@@ -276,15 +293,14 @@ class StepRecorder:
         return _Attempt(scope, execution_id, trace_hex, forgotten=forgotten)
 
     def _evict_oldest(self) -> None:
-        key, state = next(iter(self._attempts.items()))
-        del self._attempts[key]
+        key, state = self._attempts.popitem(last=False)
         step = state.open
         if step is not None:
             self._debounce.cancel(step)  # its trailing progress is dropped with it
             self._batch.seal(step.row)
         self._forgotten[key] = None
         if len(self._forgotten) > self._max_attempts:
-            del self._forgotten[next(iter(self._forgotten))]
+            self._forgotten.popitem(last=False)
         if self._on_evict is not None:
             self._on_evict(state.scope)
 

@@ -10,7 +10,9 @@ and psycopg run on another core, with their own garbage collector.
 Frames in both directions: a 4-byte big-endian length, then a `marshal`-encoded list of
 messages. Relay -> writer: ``("s"|"w"|"e", fields)`` a span started, whole, ended (its
 `SpanFacts` fields; of its events only those the translation reads);
-``("p", span_id, attributes)`` a running step's newest progress; ``("f", n)`` flush number n.
+``("p", span_id, attributes)`` a running step's newest progress; ``("f", n)`` flush number n;
+``("r", fields)`` a span still open when a new writer process starts (replayed, as at its
+start: the spans the dead one knew are told again, so their later ends close their rows).
 Writer -> relay: ``("a", n, ok, stats)`` flush n done (committed if ok); ``("t", stats)``.
 """
 
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from .attributes import JOB_EVENT_TYPE
 from .facts import SpanEvent, SpanFacts, span_fields
 from .metrics import ClosedStep, Committed, FinishedAttempt
 from .spans import ended_events, events_read, plain_attributes
@@ -151,19 +154,46 @@ def decode_facts(message: tuple[Any, ...]) -> SpanFacts:
 
 
 class _Outbox:
-    """The watch's reader on the relay thread: span facts become messages for the next frame."""
+    """The watch's reader on the relay thread: span facts become messages for the next frame.
 
-    def __init__(self) -> None:
+    It keeps the start facts of the spans started and not yet ended in a frame sent (at most
+    ``max_open``, oldest out; not the spans, which a job may drop unended), to replay them to a
+    writer process that replaces a dead one.
+    """
+
+    def __init__(self, max_open: int) -> None:
         self.messages: list[Any] = []
+        self._open: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
+        self._max_open = max_open
+        self._ending: list[int] = []  # ends among the messages: still open until sent
 
     def started(self, span: ReadableSpan) -> None:
-        self.messages.append(("s", span_fields(span, ended=False)))
+        fields = span_fields(span, ended=False)
+        self.messages.append(("s", fields))
+        if JOB_EVENT_TYPE not in fields[6]:  # its attributes; an event is whole at its start
+            opened = self._open
+            opened[span.context.span_id] = fields
+            if len(opened) > self._max_open:
+                opened.popitem(last=False)
 
     def whole(self, span: ReadableSpan) -> None:
         self.messages.append(("w", span_fields(span, ended=True, events=_events(span))))
 
     def ended(self, span: ReadableSpan) -> None:
         self.messages.append(("e", span_fields(span, ended=True, events=_events(span))))
+        self._ending.append(span.context.span_id)
+
+    def take(self) -> list[Any]:
+        """The messages of the next frame; the spans they end are no longer open."""
+        messages, self.messages = self.messages, []
+        for span_id in self._ending:
+            self._open.pop(span_id, None)
+        self._ending.clear()
+        return messages
+
+    def replay(self) -> None:
+        """Tell a new writer process first what is still open, in start order."""
+        self.messages[:0] = [("r", fields) for fields in self._open.values()]
 
     def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
         self.messages.append(("p", span_id, _plain_dict(attributes)))
@@ -294,7 +324,7 @@ class Relay:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        self._outbox = _Outbox()
+        self._outbox = _Outbox(self._settings.max_open_spans)
         self._watch = self._make_watch(self._outbox)
         self._watch.backlogged = lambda: bool(self._latest_stats.get("backlogged"))
         self._queue: deque[Any] = deque()
@@ -310,6 +340,7 @@ class Relay:
         self._failures = 0
         self._restart_at = 0.0
         self._flush_waiting = False
+        self._started_one = False  # a writer process started before: the next one is told
         # The writer process's counters: its latest reply, plus the last of those that died.
         self._latest_stats: dict[str, Any] = {}
         self._dead_stats: Counter[str] = Counter()
@@ -407,8 +438,7 @@ class Relay:
                 self._relay_queued(final=stopping)
             except Exception as error:  # noqa: BLE001 - a bug must not stop the relay
                 self._stats.problem("internal_error", error)
-                messages, self._outbox.messages = self._outbox.messages, []
-                self._lost(messages, error)
+                self._lost(self._outbox.take(), error)
             if stopping:
                 break
         with contextlib.suppress(Exception):
@@ -474,11 +504,10 @@ class Relay:
             item.done.set()
 
     def _send(self) -> None:
-        messages = self._outbox.messages
-        if not messages:
+        if not self._outbox.messages:
             return
-        self._outbox.messages = []
-        child = self._running_child()
+        child = self._running_child()  # a new one is told first what is open
+        messages = self._outbox.take()
         if child is None:
             self._lost(messages, "writer process not running")
             return
@@ -517,6 +546,11 @@ class Relay:
             self._schedule_restart()
             return None
         self._child = child
+        if self._started_one:
+            # The spans the dead one knew are still open here: their ends must find them.
+            self._outbox.replay()
+            self._watch.offer_progress_again()
+        self._started_one = True
         return child
 
     def _retire(self, child: _Child) -> None:
@@ -591,7 +625,8 @@ class Relay:
 
     def _lost(self, messages: list[Any], error: object) -> None:
         self._stats.problem("dropped_facts", error)
-        lost = [message for message in messages if message[0] != "f"]
+        # A replay is not lost: the spans it tells stay open here, told to the next one.
+        lost = [message for message in messages if message[0] not in ("f", "r")]
         self._stats.add("dropped_facts", max(0, len(lost) - 1))
         for message in messages:
             if message[0] == "f":

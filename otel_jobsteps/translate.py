@@ -8,6 +8,7 @@ the scope of every open span (bounded) and emits the recorder's commands; it doe
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -112,7 +113,7 @@ class SpanTranslator:
         self._problem = problem
         self._received = received
         self._max_open_spans = max_open_spans
-        self._open: dict[int, _OpenSpan] = {}
+        self._open: OrderedDict[int, _OpenSpan] = OrderedDict()  # oldest out in O(1)
 
     def open_spans(self) -> int:
         return len(self._open)
@@ -236,7 +237,7 @@ class SpanTranslator:
         spans = self._open
         spans[span_id] = entry
         if len(spans) > self._max_open_spans:
-            del spans[next(iter(spans))]
+            spans.popitem(last=False)
             self._problem("evicted_spans", f"more than {self._max_open_spans} open spans")
 
     def _tags(self, attributes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -1,9 +1,10 @@
 """Door one's facts: the SDK spans the job's hooks queued, read as facts for an interpreter.
 
 A span is read on the writer's side, never on the job's: at its start, at its end, or once as
-a whole when its start and end are adjacent in the queue (the usual step). While a step runs,
-its event count is polled every ``poll_interval_s`` (and at every flush and at its end) and
-the newest progress event is passed on when it changed, so the job's ``add_event`` stays the
+a whole when its start and end are adjacent in the queue (the usual step). While steps run,
+their event counts are polled in turn, at most ``POLL_BUDGET`` steps every ``poll_interval_s``
+(all of them at a flush, each at its end: the cost stays flat in the number of steps open),
+and the newest progress event is passed on when it changed, so the job's ``add_event`` stays the
 SDK's own. What reads the spans (`SpanReader`) hands their facts to the translation on this
 thread, or to the writer process (`relay`) when interpretation runs outside the job's
 interpreter.
@@ -11,6 +12,7 @@ interpreter.
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -19,7 +21,10 @@ from opentelemetry.sdk.trace import ReadableSpan, Span
 from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 from .spans import attribute_dict, events_added, newest_progress_event, plain_attributes
 
-__all__ = ["SpanEnded", "SpanReader", "SpanStarted", "SpanWatch"]
+__all__ = ["POLL_BUDGET", "SpanEnded", "SpanReader", "SpanStarted", "SpanWatch"]
+
+# Running steps looked at per poll: about 1 ms of the writer's time, however many are open.
+POLL_BUDGET = 1000
 
 
 class SpanStarted(NamedTuple):
@@ -75,11 +80,15 @@ class SpanWatch:
         clock: Callable[[], float],
         problem: Callable[[str, object], None],
         max_steps: int,
+        poll_budget: int = POLL_BUDGET,
     ) -> None:
         self.reader, self.clock, self._problem = reader, clock, problem
-        # Running steps (span id -> watched), at most max_steps; when they are next looked at.
-        self._steps: dict[int, _WatchedStep] = {}
+        # Running steps (span id -> watched), at most max_steps, oldest out in O(1).
+        self._steps: OrderedDict[int, _WatchedStep] = OrderedDict()
+        # The order polls visit them in; ids of steps that ended meanwhile are dropped there.
+        self._rotation: deque[int] = deque()
         self._max_steps, self._poll_interval, self._next_poll = max_steps, poll_interval_s, 0.0
+        self._poll_budget = poll_budget
         self._deferred: ReadableSpan | None = None  # a start that waits one item for its end
         # True while the writer holds as many operations as it may: progress is shed first.
         self.backlogged: Callable[[], bool] = lambda: False
@@ -116,9 +125,14 @@ class SpanWatch:
             steps = self._steps
             if not steps:
                 self._next_poll = self.clock() + self._poll_interval
-            steps[span.context.span_id] = _WatchedStep(span)
+            span_id = span.context.span_id
+            steps[span_id] = _WatchedStep(span)
+            rotation = self._rotation
+            rotation.append(span_id)
             if len(steps) > self._max_steps:  # the translation forgets the oldest too
-                del steps[next(iter(steps))]
+                steps.popitem(last=False)
+            if len(rotation) > 2 * len(steps) + self._poll_budget:  # mostly ended: rebuilt
+                self._rotation = deque(steps)
 
     def _end(self, span: ReadableSpan) -> None:
         watched = self._steps.pop(span.context.span_id, None)
@@ -139,24 +153,42 @@ class SpanWatch:
         if self.reader.progress(span.context.span_id, plain_attributes(event.attributes)):
             watched.added, watched.newest = added, event
 
+    def offer_progress_again(self) -> None:
+        """A new reader: each running step's newest progress is passed on at its next visit."""
+        for watched in self._steps.values():
+            watched.added, watched.newest = 0, None
+
     def next_poll(self) -> float | None:
         """When running steps are next looked at; None while no step runs."""
         return self._next_poll if self._steps else None
 
     def poll_due(self, now: float) -> None:
-        """Look at the running steps if their time has come."""
+        """Look at the next running steps in turn if their time has come."""
         self.settle()
         if self._steps and now >= self._next_poll:
-            # A poll costs about a microsecond per running step: with very many, look less often.
-            self._next_poll = now + max(self._poll_interval, len(self._steps) * 5e-6)
-            self.poll_all()
+            self._next_poll = now + self._poll_interval
+            self._visit(self._poll_budget)
 
     def poll_all(self) -> None:
         """Every running step's newest progress, now (a flush must see all of it)."""
         self.settle()
-        if self._steps and self.backlogged():
-            if any(events_added(w.span) != w.added for w in self._steps.values()):
-                self._problem("dropped_ProgressReported", "backlog: progress not read")
-            return
-        for watched in list(self._steps.values()):
-            self._poll(watched, watched.span)
+        if self._steps:
+            self._visit(len(self._rotation))
+
+    def _visit(self, count: int) -> None:
+        """The next ``count`` running steps in turn: polled, or while the writer is backlogged,
+        their new progress counted as shed (read again at the next visit)."""
+        steps, rotation, backlogged = self._steps, self._rotation, self.backlogged()
+        shed = False
+        for _ in range(min(count, len(rotation))):
+            span_id = rotation.popleft()
+            watched = steps.get(span_id)
+            if watched is None:
+                continue  # ended or forgotten since
+            rotation.append(span_id)
+            if backlogged:
+                shed = shed or events_added(watched.span) != watched.added
+            else:
+                self._poll(watched, watched.span)
+        if shed:
+            self._problem("dropped_ProgressReported", "backlog: progress not read")

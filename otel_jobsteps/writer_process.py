@@ -33,7 +33,13 @@ __all__ = ["main"]
 _STATS_EVERY_S = 0.5
 _FULL_QUEUE_PAUSE_S = 0.01
 # Relay messages by the name the writer thread's counters give the same thing.
-_KINDS = {"s": "SpanStarted", "w": "SpanEnded", "e": "SpanEnded", "p": "ProgressReported"}
+_KINDS = {
+    "s": "SpanStarted",
+    "r": "SpanStarted",
+    "w": "SpanEnded",
+    "e": "SpanEnded",
+    "p": "ProgressReported",
+}
 _FLUSH_WAIT_S = 3600.0  # the relay's caller decides how long it waits
 
 
@@ -59,6 +65,8 @@ class _ReceivedFacts:
             reader.started(decode_facts(message))
         elif kind == "w":
             reader.whole(decode_facts(message))
+        elif kind == "r":
+            reader.resumed(decode_facts(message))
         else:
             reader.ended(decode_facts(message))
 

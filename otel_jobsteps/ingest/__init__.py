@@ -1,8 +1,10 @@
-"""``otel-jobsteps collect``: the second door in. OTLP/HTTP spans from any language's exporter
-or an OpenTelemetry Collector become the same rows `JobStepsProcessor` writes.
+"""``otel-jobsteps collect``: the second door in. OTLP/HTTP and OTLP/gRPC spans from any
+language's exporter or an OpenTelemetry Collector become the same rows `JobStepsProcessor`
+writes.
 
-decode (protobuf / JSON -> span facts) -> staging (durable, per trace) -> derive (mapping, span
-order) -> translate (shared with the processor) -> recorder -> store.
+listener (app: HTTP, grpc_service: gRPC) -> intake (one budget) -> decode (protobuf / JSON ->
+span facts) -> staging (durable, per trace) -> derive (mapping, span order) -> translate (shared
+with the processor) -> recorder -> store.
 """
 
 from __future__ import annotations
@@ -12,9 +14,15 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ..errors import ConfigurationError
 from ..listen import check_free, parse_listen
 from .mapping import JobMapping
-from .settings import DEFAULT_MAX_BODY_BYTES, CollectSettings
+from .settings import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    SHUTDOWN_GRACE_S,
+    CollectSettings,
+)
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -45,6 +53,8 @@ def app_from_environment() -> Starlette:
         max_in_flight=4 * settings.connections,
         retry_after_s=settings.retry_after_s,
         settle_every_s=min(60.0, max(1.0, settings.settle_after_s / 4)),
+        body_timeout_s=settings.body_timeout_s,
+        grpc_listen=settings.grpc_listen,
         access_log=settings.access_log,
     )
     app.router.routes.append(metrics.route())
@@ -56,12 +66,14 @@ def serve_collect(
     dsn: str,
     *,
     listen: str = "127.0.0.1:4318",
+    grpc_listen: str = "127.0.0.1:4317",
     schema: str = "public",
     settle_after_s: float = 600.0,
     settle_open_after_s: float = 86_400.0,
     mappings: Sequence[JobMapping] = (),
     max_body_bytes: int | None = None,
     retry_after_s: int = 2,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     connections: int = 4,
     workers: int = 1,
     access_log: bool = False,
@@ -70,17 +82,25 @@ def serve_collect(
     """Run the receiver until SIGTERM or SIGINT: then stop accepting, finish the requests in
     flight (their spans are committed before they are answered) and return.
 
-    ``workers`` processes share the port (they lock per trace, as separate receivers do).
+    ``workers`` processes share the ports (they lock per trace, as separate receivers do);
+    ``grpc_listen`` ``off``: no gRPC listener.
     """
     import uvicorn
 
     from ..db import redact
     from ..health import COLLECT_RIGHTS, Readiness
+    from .grpc_service import grpc_target
     from .metrics import metric_exporters
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
     check_free(host, port)
+    grpc_bind = None
+    if grpc_listen != "off":
+        grpc_bind = parse_listen(grpc_listen, option="--grpc-listen", example="127.0.0.1:4317")
+        if grpc_bind[1] == port:
+            raise ConfigurationError("--grpc-listen and --listen need two ports")
+        check_free(*grpc_bind, option="--grpc-listen")
     settings = CollectSettings(
         dsn,
         schema=schema,
@@ -90,6 +110,8 @@ def serve_collect(
         mappings=tuple(mappings),
         max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         retry_after_s=retry_after_s,
+        body_timeout_s=body_timeout_s,
+        grpc_listen=grpc_target(*grpc_bind) if grpc_bind else None,
         access_log=access_log,
     )
     metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
@@ -99,9 +121,11 @@ def serve_collect(
     finally:
         checker.close()
     os.environ[SETTINGS_ENV] = settings.to_json()
+    grpc_line = f", gRPC {grpc_listen}" if grpc_bind else ""
     layout = Readiness(dsn, schema=schema, rights=COLLECT_RIGHTS).layout()
     announce(
-        f"collect: http://{listen}/v1/traces -> {redact(dsn)} (schema {schema}, layout {layout})"
+        f"collect: http://{listen}/v1/traces{grpc_line} -> {redact(dsn)}"
+        f" (schema {schema}, layout {layout})"
     )
     uvicorn.run(
         f"{__name__}:app_from_environment",
@@ -111,6 +135,7 @@ def serve_collect(
         port=port,
         log_level="warning",
         access_log=False,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         server_header=False,
+        loop="asyncio",  # grpc.aio runs in the app's loop: the standard one, not uvloop
     )

@@ -3,9 +3,12 @@
 Answers follow the OTLP/HTTP specification: 200 with an ``ExportTraceServiceResponse`` once
 the spans are durable (``partial_success`` counts the spans it rejected); 400 with a
 ``google.rpc.Status`` for a body it cannot decode (clients do not retry it); 413 over the size
-limit; 415 for another content type; 429 when too many requests are in flight, 503 while the
-database cannot take them, both with ``Retry-After`` (clients retry). The body is answered in
-the request's encoding.
+limit; 415 for another content type; 429 when too many requests are in flight or their bodies
+hold too many bytes, 503 while the database cannot take them, both with ``Retry-After``
+(clients retry); 408 (and the connection closed) for a body slower than the body timeout. The
+body is answered in the request's encoding. A body still arriving holds no in-flight slot
+(`Intake`). With ``grpc_listen`` the app also serves OTLP/gRPC (`grpc_service`) for its
+lifetime.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
+import anyio
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
@@ -22,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -30,8 +34,9 @@ from ..health import COLLECT_RIGHTS, HealthMiddleware, Readiness
 from ..requestlog import RequestLog
 from ..stats import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
-from .settings import DEFAULT_MAX_BODY_BYTES
-from .staging import Staging, StagingUnavailable
+from .intake import Answer, Intake, Outcome
+from .settings import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, SHUTDOWN_GRACE_S
+from .staging import Staging
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
@@ -39,12 +44,44 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _DECODERS: dict[str, Callable[[bytes], Decoded]] = {PROTOBUF: decode_protobuf, JSON: decode_json}
 _INVALID_ARGUMENT = 3  # google.rpc.Code
+_DEADLINE_EXCEEDED = 4
 _RESOURCE_EXHAUSTED = 8
 _UNAVAILABLE = 14
 
 
 class _TooLarge(Exception):
     pass
+
+
+class _Busy(Exception):
+    pass
+
+
+class _Buffers:
+    """The bytes of HTTP bodies held at once (arriving, or waiting to be staged), bounded: a
+    flood of large bodies is told to back off, while slow clients, a few bytes each, are not."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._held = 0  # changed on the event loop only
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[Callable[[int], None]]:
+        """A request's share: the function it calls for each piece of its body (`_Busy` over
+        the bound), all of it released when the block ends."""
+        taken = 0
+
+        def take(size: int) -> None:
+            nonlocal taken
+            if self._held + size > self._limit:
+                raise _Busy
+            self._held += size
+            taken += size
+
+        try:
+            yield take
+        finally:
+            self._held -= taken
 
 
 def _encoded(message: Message, media_type: str) -> bytes:
@@ -58,8 +95,9 @@ def _status(code: int, message: str, media_type: str, status: int, **headers: st
     return Response(body, status_code=status, media_type=media_type, headers=headers)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The request body, gunzipped when it says so; `_TooLarge` past ``limit`` bytes."""
+async def _body(request: Request, limit: int, take: Callable[[int], None]) -> bytes:
+    """The request body, gunzipped when it says so, each piece counted by ``take``;
+    `_TooLarge` past ``limit`` bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _TooLarge
@@ -75,6 +113,7 @@ async def _body(request: Request, limit: int) -> bytes:
         size += len(chunk)
         if size > limit:
             raise _TooLarge
+        take(len(chunk))
         parts.append(chunk)
     if gunzip is not None and not gunzip.ended():
         raise BadRequest("invalid gzip body: truncated")
@@ -116,15 +155,18 @@ def create_app(
     max_in_flight: int = 16,
     retry_after_s: int = 2,
     settle_every_s: float = 60.0,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    grpc_listen: str | None = None,
     access_log: bool = False,
 ) -> Starlette:
-    """The receiver as an ASGI app over ``staging`` (which it closes on shutdown), with
-    ``/healthz`` and ``/readyz``; ``access_log`` writes a line per request."""
-    in_flight = 0  # changed on the event loop only
-    staging_slots = asyncio.Semaphore(staging.settings.connections)
+    """The receiver as an ASGI app over ``staging`` (which it closes on shutdown); with
+    ``grpc_listen`` (``HOST:PORT``) it also serves OTLP/gRPC there, on the same budget. It
+    answers ``/healthz`` and ``/readyz``; ``access_log`` writes a line per request."""
+    intake = Intake(staging, max_in_flight=max_in_flight)
+    buffers = _Buffers(max_in_flight * max_body_bytes)  # what in-flight bodies may hold
+    retry_after = {"Retry-After": str(retry_after_s)}
 
     async def traces(request: Request) -> Response:
-        nonlocal in_flight
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         decode = _DECODERS.get(media_type)
         if decode is None:
@@ -134,64 +176,44 @@ def create_app(
                 JSON,
                 415,
             )
-        if in_flight >= max_in_flight:
-            staging.stats.add("busy_answers")
-            return _status(
-                _RESOURCE_EXHAUSTED,
-                "too many requests in flight",
-                media_type,
-                429,
-                **{"Retry-After": "1"},
-            )
-        in_flight += 1
-        try:
-            return await _export(request, decode, media_type)
-        finally:
-            in_flight -= 1
+        with buffers.request() as take:
+            try:
+                with anyio.fail_after(body_timeout_s):
+                    body = await _body(request, max_body_bytes, take)
+            except TimeoutError:  # a slow client: its connection is closed, not kept for more
+                staging.stats.add("body_timeouts")
+                message = f"the body took over {body_timeout_s:g} s to arrive"
+                return _status(_DEADLINE_EXCEEDED, message, media_type, 408, Connection="close")
+            except _TooLarge:
+                staging.stats.add("too_large_answers")
+                message = f"body over {max_body_bytes} bytes"
+                return _status(_INVALID_ARGUMENT, message, media_type, 413)
+            except ClientDisconnect:  # gone before its body arrived: nobody reads an answer
+                staging.stats.add("clients_gone")
+                return Response(status_code=400)
+            except _Busy:  # the rest of its body is not read: its connection is closed
+                staging.stats.add("busy_answers")
+                busy = Outcome(Answer.BUSY, "too many request bytes held")
+                return answer(busy, media_type, Connection="close")
+            except BadRequest as error:
+                staging.stats.add("bad_requests")
+                return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
+            outcome = await intake.export(body, decode)
+        request.state.spans_staged = outcome.staged  # for the access log
+        return answer(outcome, media_type)
 
-    def unavailable(media_type: str) -> Response:
-        return _status(
-            _UNAVAILABLE,
-            "the database cannot take spans now",
-            media_type,
-            503,
-            **{"Retry-After": str(retry_after_s)},
-        )
-
-    async def _export(
-        request: Request, decode: Callable[[bytes], Decoded], media_type: str
-    ) -> Response:
-        try:  # before the body is read and decoded: a database that is away costs no memory
-            if staging.resting():
-                raise StagingUnavailable("resting")
-            await run_in_threadpool(staging.ready)
-        except StagingUnavailable:
-            staging.stats.add("unavailable_answers")
-            return unavailable(media_type)
-        try:
-            body = await _body(request, max_body_bytes)
-            # Only as many bodies are decoded as connections can stage them (read outside: a
-            # slow client holds no slot): the others wait encoded, so memory holds at most that
-            # many decoded requests (a 16 MiB body of small spans decodes to some 200 MiB).
-            async with staging_slots:
-                decoded = await run_in_threadpool(decode, body)
-                receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
-        except _TooLarge:
-            staging.stats.add("too_large_answers")
-            return _status(_INVALID_ARGUMENT, f"body over {max_body_bytes} bytes", media_type, 413)
-        except BadRequest as error:
-            staging.stats.add("bad_requests")
-            return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
-        except StagingUnavailable as error:
-            staging.stats.problem("database_unavailable", error)
-            return unavailable(media_type)
-        request.state.spans_staged = receipt.staged  # for the access log
+    def answer(outcome: Outcome, media_type: str, **headers: str) -> Response:
+        if outcome.answer is Answer.BAD_REQUEST:
+            return _status(_INVALID_ARGUMENT, outcome.message, media_type, 400)
+        if outcome.answer is Answer.BUSY:
+            headers["Retry-After"] = "1"
+            return _status(_RESOURCE_EXHAUSTED, outcome.message, media_type, 429, **headers)
+        if outcome.answer is Answer.UNAVAILABLE:
+            return _status(_UNAVAILABLE, outcome.message, media_type, 503, **retry_after)
         response = ExportTraceServiceResponse()
-        rejected = decoded.rejected + receipt.rejected
-        if rejected:
-            staging.stats.add("rejected_spans", rejected)
-            response.partial_success.rejected_spans = rejected
-            response.partial_success.error_message = decoded.reason or "a trace over its span limit"
+        if outcome.rejected:
+            response.partial_success.rejected_spans = outcome.rejected
+            response.partial_success.error_message = outcome.message
         return Response(_encoded(response, media_type), media_type=media_type)
 
     async def settle_forever() -> None:
@@ -204,6 +226,13 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        grpc_server = None
+        if grpc_listen is not None:
+            from .grpc_service import start_grpc
+
+            grpc_server = await start_grpc(
+                intake, grpc_listen, max_message_bytes=max_body_bytes, retry_after_s=retry_after_s
+            )
         task = asyncio.create_task(settle_forever())
         try:
             yield
@@ -211,6 +240,8 @@ def create_app(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            if grpc_server is not None:  # its calls in flight finish first, as HTTP's did
+                await grpc_server.stop(SHUTDOWN_GRACE_S)
             staging.close()
             logger.info("collect stopped: %s", staging.stats.snapshot())
 

@@ -33,8 +33,8 @@ from ..stats import Stats
 
 __all__ = ["CollectMetrics", "RequestMetricsMiddleware", "exporting_readers", "metric_exporters"]
 
-_OUTCOMES = {200: "ok", 400: "bad_request", 413: "too_large", 415: "unsupported_media_type",
-             429: "busy", 503: "unavailable"}  # fmt: skip
+_OUTCOMES = {200: "ok", 400: "bad_request", 408: "timeout", 413: "too_large",
+             415: "unsupported_media_type", 429: "busy", 503: "unavailable"}  # fmt: skip
 _SPAN_OUTCOMES = {"staged": "spans_staged", "duplicate": "spans_duplicate",
                   "late": "spans_late", "rejected": "rejected_spans"}  # fmt: skip
 _REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

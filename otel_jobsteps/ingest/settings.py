@@ -13,9 +13,17 @@ from typing import Any
 
 from .mapping import JobMapping
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_SPANS_PER_TRACE", "CollectSettings"]
+__all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_SPANS_PER_TRACE",
+    "SHUTDOWN_GRACE_S",
+    "CollectSettings",
+]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # after decompression
+DEFAULT_BODY_TIMEOUT_S = 10.0  # a body slower than this is answered 408: it holds a connection
+SHUTDOWN_GRACE_S = 30  # how long requests in flight may take to finish once told to stop
 DEFAULT_MAX_SPANS_PER_TRACE = 10_000
 
 
@@ -24,7 +32,8 @@ class CollectSettings:
     """A receiver's settings. ``connections``: database connections serving requests in
     parallel; traces untouched for ``settle_after_s`` are settled, or for
     ``settle_open_after_s`` while a span still waits (a long step, a job still running);
-    ``mappings`` turn other conventions' spans into jobs."""
+    ``mappings`` turn other conventions' spans into jobs; ``grpc_listen``: gRPC's ``HOST:PORT``
+    as grpc spells it, or None for no gRPC listener."""
 
     dsn: str
     schema: str = "public"
@@ -36,6 +45,8 @@ class CollectSettings:
     connect_timeout_s: float = 5.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     retry_after_s: int = 2
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    grpc_listen: str | None = None
     access_log: bool = False
 
     def to_json(self) -> str:

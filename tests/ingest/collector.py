@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -41,6 +44,11 @@ class Collector:
     process: subprocess.Popen[bytes]
     url: str
     log_path: str
+    grpc_port: int | None = None  # None: the test chose --grpc-listen itself
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     @property
     def traces_url(self) -> str:
@@ -57,3 +65,23 @@ class Collector:
 
 
 CollectorFactory = Callable[..., Collector]
+
+
+def run_collect(dsn: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``otel-jobsteps collect`` run to its end (one that refuses to start), its output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", dsn, *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def refuses_connections(url: str) -> bool:
+    """Whether nothing listens at ``url``'s host and port any more (a receiver shutting down)."""
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False

@@ -31,11 +31,16 @@ def second_dsn(empty_dsn: str) -> str:
 
 @pytest.fixture
 def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
-    """Start ``otel-jobsteps collect`` on a free port; every one is stopped after the test."""
+    """Start ``otel-jobsteps collect`` on a free port (gRPC on another, unless ``args`` say);
+    every one is stopped after the test."""
     started: list[Collector] = []
 
     def start(dsn: str, *args: str, port: int | None = None) -> Collector:
         port = port or free_port()
+        grpc_port = None
+        if "--grpc-listen" not in args:
+            grpc_port = free_port()
+            args = ("--grpc-listen", f"127.0.0.1:{grpc_port}", *args)
         log_path = str(tmp_path / f"collect-{port}-{len(started)}.log")
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
@@ -46,7 +51,7 @@ def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 start_new_session=True,  # its group: --workers N forks processes that serve too
             )  # fmt: skip
-        collector = Collector(process, f"http://127.0.0.1:{port}", log_path)
+        collector = Collector(process, f"http://127.0.0.1:{port}", log_path, grpc_port)
         started.append(collector)
 
         def answers() -> bool:

@@ -4,24 +4,20 @@ away the receiver answers 503 with Retry-After, and the exporter's retries land 
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 import psycopg
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps.attributes import JOB_ID
 from otel_jobsteps.maintenance import sweep
 from tests.faults.proxy import FaultProxy, Mode
 from tests.helpers import wait_until
-from tests.ingest.collector import CollectorFactory, table_rows
+from tests.ingest.collector import CollectorFactory, refuses_connections, table_rows
+from tests.ingest.outage import database_away, export_through_recovery
 from tests.ingest.requests import post, request_of, start_markers
-from tests.ingest.stories import Recording, seed_story, tell_all
+from tests.ingest.stories import Recording, seed_story
 
 
 def test_spans_answered_200_survive_a_killed_receiver(
@@ -60,7 +56,7 @@ def test_sigterm_finishes_the_requests_in_flight(
     collector.process.send_signal(signal.SIGTERM)  # ...when the receiver is told to stop
     # Released only once shutdown has begun (the listener is closed first), so the request is
     # finished by the graceful shutdown, not before the signal is noticed.
-    wait_until(lambda: _refuses(collector.url), what="collect to stop accepting connections")
+    wait_until(lambda: refuses_connections(collector.url), what="collect to stop accepting")
     proxy.set_mode(Mode.PASS)
     sender.join()
     assert replies == [200]
@@ -68,46 +64,17 @@ def test_sigterm_finishes_the_requests_in_flight(
     assert table_rows(second_dsn) == table_rows(dsn)
 
 
-def _refuses(url: str) -> bool:
-    parts = urlsplit(url)
-    try:
-        socket.create_connection((parts.hostname, parts.port), timeout=1).close()
-    except ConnectionRefusedError:
-        return True
-    return False
-
-
 def test_database_away_503_then_the_exporters_retries_land_once(
     start_collect: CollectorFactory, proxy: FaultProxy, dsn: str, second_dsn: str
 ) -> None:
     collector = start_collect(proxy.dsn_for(second_dsn), "--retry-after", "1")
-    proxy.set_mode(Mode.REFUSE)
-    proxy.cut()
-    recording = Recording(dsn)
-    try:
-        spans = recording.spans(seed_story, "-down")
-    finally:
-        recording.close()
+    spans = database_away(proxy, dsn, "-down")
     reply = post(collector.traces_url, request_of(spans).SerializeToString())
     assert reply.status_code == 503
     assert reply.headers["retry-after"] == "1"
 
-    processor = JobStepsProcessor(dsn)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
     exporter = OTLPSpanExporter(endpoint=collector.traces_url, timeout=60)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    tell_all(provider.get_tracer("tests"), "-retried")
-    flushed: list[bool] = []
-    flusher = threading.Thread(target=lambda: flushed.append(provider.force_flush(60_000)))
-    tried = proxy.accepted
-    flusher.start()
-    # The receiver keeps trying the database while the exporter retries; then it is back.
-    wait_until(lambda: proxy.accepted >= tried + 2, what="collect to try the database again")
-    proxy.set_mode(Mode.PASS)
-    flusher.join()
-    provider.shutdown()
-    assert flushed == [True]
+    export_through_recovery(proxy, exporter, dsn, "-retried")
     assert table_rows(second_dsn, "%-retried%") == table_rows(dsn, "%-retried%")
     assert len(table_rows(second_dsn, "%-retried%")[0]) == 9
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from opentelemetry.trace import Tracer
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps.demo import record_seed_story
+from otel_jobsteps.maintenance import sweep
 from tests.helpers import TracingFactory, free_port, rows, wait_until, writer_processes
 
 STEPS = "SELECT attempt, step_key, step_status, detail, message FROM job_event"
@@ -116,6 +118,55 @@ def test_a_writer_process_that_dies_is_replaced(
     assert set(writer_processes()) - others - {first}
     assert processor.stats()["writer_process_exited"] == 1
     assert rows(conn, "SELECT status FROM job_log WHERE job_id = 'before'") == [("COMPLETED",)]
+
+
+def _kill_and_await_the_restart(processor: JobStepsProcessor, writer: int) -> None:
+    """SIGKILL the writer process and wait until the relay has noticed (a new one starts at the
+    next send or flush)."""
+    exited = processor.stats().get("writer_process_exited", 0)
+    os.kill(writer, signal.SIGKILL)
+    wait_until(
+        lambda: processor.stats().get("writer_process_exited", 0) > exited,
+        what="the death to be noticed",
+    )
+
+
+def test_a_job_in_flight_when_its_writer_process_dies_is_written_whole(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    """Issue 22: FETCH done, RENDER running and committed, the writer process SIGKILLed; the
+    new one is told what is open, so RENDER and the attempt close as they end."""
+    others = set(writer_processes())
+    tracer, processor = tracing(writer="process", debounce_ms=0)
+    with job_attempt("render", "in-flight", "thumbnail", tracer=tracer):
+        with step("FETCH", tracer=tracer):
+            progress(pct=100)
+        with step("RENDER", tracer=tracer):
+            progress(pct=10)
+            assert processor.force_flush(10_000)
+            (writer,) = set(writer_processes()) - others
+            _kill_and_await_the_restart(processor, writer)
+            progress(pct=60)
+            assert processor.force_flush(10_000)  # a new writer process: told, then the rest
+            assert rows(conn, f"{STEPS} WHERE step_key = 'RENDER'") == [
+                (1, "RENDER", "RUNNING", {"pct": 60}, None)
+            ]
+        with step("SAVE", tracer=tracer):
+            pass
+    assert processor.force_flush(10_000)
+
+    assert rows(conn, f"{STEPS} ORDER BY id") == [
+        (1, "FETCH", "COMPLETED", {"pct": 100}, None),
+        (1, "RENDER", "COMPLETED", {"pct": 60}, None),
+        (1, "SAVE", "COMPLETED", None, None),
+    ]
+    assert rows(conn, LOGS) == [(1, "COMPLETED", None, None)]
+    assert processor.stats()["writer_process_exited"] == 1
+    conn.execute(
+        "UPDATE job_event SET created_at = created_at - interval '1 hour',"
+        " ended_at = ended_at - interval '1 hour', heartbeat_at = now() - interval '1 hour'"
+    )
+    assert sweep(conn, timedelta(minutes=10)) == []  # nothing left for sweep to fail
 
 
 def test_the_writer_process_finishes_and_ends_with_its_job_process(

@@ -6,8 +6,14 @@ import pytest
 
 from otel_jobsteps.batch import CloseForeign, CloseStep, EventRow, JobLogRow, Progress
 from otel_jobsteps.errors import ConfigurationError
-from otel_jobsteps.recorder import StepRecorder
-from tests.unit.recorder_support import Driver, FakeClock, scope, settle, written
+from otel_jobsteps.recorder import (
+    JobStarted,
+    ProgressReported,
+    StepEnded,
+    StepRecorder,
+    StepStarted,
+)
+from tests.unit.recorder_support import MS, Driver, FakeClock, scope, settle, written
 
 
 @pytest.fixture
@@ -397,3 +403,30 @@ def test_a_forgotten_attempt_still_closes_its_open_step(clock: FakeClock) -> Non
 def test_max_open_attempts_must_be_positive() -> None:
     with pytest.raises(ConfigurationError, match="max_open_attempts"):
         StepRecorder(max_open_attempts=0)
+
+
+def test_a_resumed_start_is_written_again_as_guarded_and_settles_nothing(
+    recorder: StepRecorder,
+) -> None:
+    """Issue 22: a new writer process is told the open spans again; the step's row is inserted
+    (a no-op where it is open) and its later progress and close are guarded updates, never
+    folded into that insert (an insert of a closed row would not meet the open-step index),
+    and attempt 2's start does not settle attempt 1 a second time."""
+    attempt = scope(2)
+    recorder.resume(JobStarted(attempt, 0))
+    recorder.resume(StepStarted(attempt, "RENDER", 0x101, 1 * MS))
+    recorder.handle(ProgressReported(attempt, "RENDER", {"pct": 60}))
+    recorder.handle(StepEnded(attempt, "RENDER", 5 * MS, False, None, None))
+    ops = written(recorder.take_batch())
+    assert [name for name, _ in ops] == [
+        "close_foreign_steps",
+        "insert_events",
+        "write_progress",
+        "close_steps",
+    ]
+    inserted = ops[1][1]
+    assert isinstance(inserted, EventRow)
+    assert (inserted.step_status, inserted.ended_us, inserted.detail) == ("RUNNING", None, None)
+    close = ops[3][1]
+    assert isinstance(close, CloseStep)
+    assert (close.step_key, close.status, close.ended_us) == ("RENDER", "COMPLETED", 5000)

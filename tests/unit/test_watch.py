@@ -13,7 +13,7 @@ from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYP
 from otel_jobsteps.facts import SpanEvent, SpanFacts
 from otel_jobsteps.recorder import ProgressReported, StepEnded
 from otel_jobsteps.translate import SpanTranslator
-from otel_jobsteps.watch import SpanStarted, SpanWatch
+from otel_jobsteps.watch import SpanEnded, SpanStarted, SpanWatch
 
 
 class _Reader:
@@ -97,3 +97,57 @@ def test_the_close_adds_nothing_when_the_newest_was_passed_on() -> None:
     closed = translator.ended(_facts(11, 10, {JOB_STEP_KEY: "S"}, end_ns=200, events=events))
 
     assert [type(command) for command in closed] == [StepEnded]
+
+
+def _watch_of(reader: _Reader, *, max_steps: int, budget: int, now: list[float]) -> SpanWatch:
+    return SpanWatch(
+        reader,
+        poll_interval_s=0.05,
+        clock=lambda: now[0],
+        problem=lambda kind, error: None,
+        max_steps=max_steps,
+        poll_budget=budget,
+    )
+
+
+def test_a_poll_looks_at_its_budget_of_steps_in_turn_and_a_flush_at_all() -> None:
+    """The cost of a poll is flat in the steps running (issue 22): each due poll reads the next
+    ``budget`` steps, round the ring, ended steps leave it, and a flush reads them all."""
+    now = [0.0]
+    reader = _Reader()
+    watch = _watch_of(reader, max_steps=100, budget=3, now=now)
+    tracer = TracerProvider().get_tracer("t")
+    spans = [tracer.start_span(f"s{n}", attributes={JOB_STEP_KEY: "S"}) for n in range(10)]
+    for span in spans:
+        watch.handle(SpanStarted(span))  # type: ignore[arg-type]  # a live SDK span
+    for number, span in enumerate(spans):
+        span.add_event("progress", {"n": number})
+    watch.handle(SpanEnded(spans[1]))  # ended: polls skip it from now on
+
+    watch.poll_due(now[0])  # not due yet
+    for _ in range(3):
+        now[0] += 0.05
+        watch.poll_due(now[0])
+    assert reader.offered == [{"n": n} for n in (0, 2, 3, 4, 5, 6, 7, 8)]  # 9 visits, one ended
+    now[0] += 0.05
+    watch.poll_due(now[0])
+    assert reader.offered[-1] == {"n": 9}
+
+    for span in spans:
+        span.add_event("progress", {"again": True})
+    watch.poll_all()
+    assert reader.offered[9:] == [{"again": True}] * 9
+
+
+def test_running_steps_past_the_bound_forget_the_oldest() -> None:
+    now = [0.0]
+    reader = _Reader()
+    watch = _watch_of(reader, max_steps=4, budget=100, now=now)
+    tracer = TracerProvider().get_tracer("t")
+    spans = [tracer.start_span(f"s{n}", attributes={JOB_STEP_KEY: "S"}) for n in range(1000)]
+    for number, span in enumerate(spans):
+        watch.handle(SpanStarted(span))  # type: ignore[arg-type]  # a live SDK span
+        span.add_event("progress", {"n": number})
+    watch.poll_all()
+    assert reader.offered == [{"n": n} for n in range(996, 1000)]
+    assert len(watch._rotation) <= 2 * 4 + 100  # ids of forgotten steps do not pile up

@@ -1,0 +1,99 @@
+"""OTLP/gRPC ``TraceService/Export`` on ``grpcio``'s asyncio server, in the event loop of the
+HTTP app and on its `Intake` (one budget per process).
+
+The service is opentelemetry-proto's (its servicer, service name and messages), registered with
+the request kept as bytes: an Export that does not decode then goes through `decode_protobuf`
+and is answered INVALID_ARGUMENT (grpcio answers UNKNOWN for a request its deserializer
+rejects), and it is decoded in a thread under the intake's bound, not on the event loop.
+Refusals to retry carry ``google.rpc.RetryInfo``, as OTLP/gRPC throttling says: in the status
+details (``grpc-status-details-bin``) and as ``google.rpc.retryinfo-bin`` (the one trailer the
+Python exporter reads).
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf.any_pb2 import Any as AnyMessage
+from google.protobuf.duration_pb2 import Duration
+from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    DESCRIPTOR,
+    ExportTraceServiceResponse,
+)
+
+from .decode import decode_protobuf
+from .intake import Answer, Intake
+
+__all__ = ["grpc_target", "start_grpc"]
+
+_SERVICE = DESCRIPTOR.services_by_name["TraceService"]
+_CODES = {
+    Answer.BAD_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
+    Answer.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Answer.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def grpc_target(host: str, port: int) -> str:
+    """``HOST:PORT`` as grpc spells it (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, intake: Intake, retry_after_s: int) -> None:
+        self._intake = intake
+        self._retry_after = {Answer.BUSY: 1, Answer.UNAVAILABLE: retry_after_s}
+
+    async def Export(  # the rpc's name
+        self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> bytes:
+        outcome = await self._intake.export(request, decode_protobuf)
+        if outcome.answer is Answer.ACCEPTED:
+            response = ExportTraceServiceResponse()
+            if outcome.rejected:
+                response.partial_success.rejected_spans = outcome.rejected
+                response.partial_success.error_message = outcome.message
+            return response.SerializeToString()
+        code = _CODES[outcome.answer]
+        trailers: tuple[tuple[str, bytes], ...] = ()
+        if outcome.answer in self._retry_after:
+            retry = RetryInfo(retry_delay=Duration(seconds=self._retry_after[outcome.answer]))
+            detail = AnyMessage()
+            detail.Pack(retry)
+            status = Status(code=code.value[0], message=outcome.message, details=[detail])
+            trailers = (
+                ("grpc-status-details-bin", status.SerializeToString()),
+                ("google.rpc.retryinfo-bin", retry.SerializeToString()),
+            )
+        await context.abort(code, outcome.message, trailers)
+        raise AssertionError("abort returns by raising")
+
+
+async def start_grpc(
+    intake: Intake, address: str, *, max_message_bytes: int, retry_after_s: int
+) -> grpc.aio.Server:
+    """A started server for ``address`` (grpc's ``HOST:PORT``), bound with SO_REUSEPORT so
+    ``--workers`` processes share the port; `OSError` if it cannot be bound."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.so_reuseport", 1),
+            ("grpc.max_receive_message_length", max_message_bytes),  # after gunzip
+        ]
+    )
+    service = _TraceService(intake, retry_after_s)
+    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(
+        service.Export  # bytes in, bytes out
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(_SERVICE.full_name, {"Export": handler}),)
+    )
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as error:  # grpcio raises where older versions returned 0
+        raise OSError(f"cannot listen for gRPC on {address}: {error}") from None
+    if not bound:
+        raise OSError(f"cannot listen for gRPC on {address}")
+    await server.start()
+    return server

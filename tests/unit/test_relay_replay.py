@@ -1,0 +1,41 @@
+"""What the relay tells a writer process that replaces a dead one (issue 22): the spans started
+and not ended in a frame sent, in start order, bounded; never an ordinary event (whole at its
+start: telling it again would record it twice)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
+from otel_jobsteps.relay import _Outbox
+
+
+def _told(messages: list[Any]) -> list[tuple[str, str]]:
+    return [(kind, fields[3]) for kind, fields, *_ in messages]  # fields[3]: the span's name
+
+
+def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_the_bound() -> None:
+    tracer = TracerProvider().get_tracer("t")
+    outbox = _Outbox(max_open=3)
+    job = tracer.start_span("job")
+    event = tracer.start_span("event", attributes={JOB_EVENT_TYPE: "STALLED"})
+    fetch = tracer.start_span("FETCH", attributes={JOB_STEP_KEY: "FETCH"})
+    for span in (job, event, fetch):
+        outbox.started(span)
+    outbox.take()
+    fetch.end()
+    outbox.ended(fetch)
+
+    outbox.replay()  # FETCH's end is not sent yet: the new writer process must know FETCH
+    assert _told(outbox.messages) == [("r", "job"), ("r", "FETCH"), ("e", "FETCH")]
+    outbox.take()
+    outbox.replay()
+    assert _told(outbox.take()) == [("r", "job")]
+
+    for name in ("A", "B", "C"):
+        outbox.started(tracer.start_span(name))
+    outbox.take()
+    outbox.replay()
+    assert _told(outbox.take()) == [("r", "A"), ("r", "B"), ("r", "C")]  # job: the oldest out

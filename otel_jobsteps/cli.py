@@ -327,6 +327,7 @@ def _serve(args: argparse.Namespace) -> int:
         trace_url=args.trace_url,
         token=token,
         no_auth=args.no_auth,
+        access_log=args.access_log,
         announce=lambda line: print(line, flush=True),
         silent_after=args.silent_after,
     )
@@ -357,6 +358,7 @@ def _collect(args: argparse.Namespace) -> int:
         retry_after_s=args.retry_after,
         body_timeout_s=args.body_timeout.total_seconds(),
         workers=args.workers,
+        access_log=args.access_log,
         announce=lambda line: print(line, flush=True),
     )
     return 0
@@ -620,10 +622,23 @@ def build_parser() -> argparse.ArgumentParser:
         1,
         "processes sharing the ports; each decodes and derives on its own core (1)",
     )
+    for server in (web, collect):
+        _access_log_option(server)
     ops = command("ops", _ops, "print a file for operators shipped with the package")
     files = ops.add_subparsers(dest="ops_file", required=True, metavar="FILE")
     files.add_parser("alerts", help="Prometheus alerting rules for the exported metrics (YAML)")
+    files.add_parser(
+        "dashboard", help="the Grafana dashboard (JSON: Prometheus and PostgreSQL inputs)"
+    )
     return parser
+
+
+def _access_log_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="print one JSON line per request: method, path (token masked), status, duration",
+    )
 
 
 def _undecodable(args: argparse.Namespace) -> str | None:

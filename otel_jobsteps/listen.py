@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+
 from .errors import ConfigurationError
 
-__all__ = ["parse_listen"]
+__all__ = ["check_free", "parse_listen"]
 
 
 def parse_listen(
@@ -16,3 +19,25 @@ def parse_listen(
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigurationError(f"{option} must be HOST:PORT, e.g. {example}; got {text!r}")
     return host, int(port)
+
+
+def check_free(host: str, port: int, *, option: str = "--listen") -> None:
+    """`ConfigurationError` in one line unless the server can bind ``host:port`` now (probed as
+    the server binds, with SO_REUSEADDR: TIME_WAIT is no owner), instead of the server's own
+    errno and traceback; for gRPC's SO_REUSEPORT, instead of sharing the port silently."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in found:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+    except socket.gaierror as error:
+        raise ConfigurationError(f"cannot listen on {shown}: {error.strerror}") from None
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise ConfigurationError(
+                f"cannot listen on {shown}: the port is in use by another process"
+                f" (stop it or pass another {option})"
+            ) from None
+        raise ConfigurationError(f"cannot listen on {shown}: {error.strerror}") from None

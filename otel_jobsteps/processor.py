@@ -32,7 +32,7 @@ from .recorder import StepRecorder
 from .relay import Relay, WriterSettings
 from .schema import check_writable_tables, migrate
 from .spans import attribute_dict
-from .stats import Stats
+from .stats import Stats, logger
 from .store import StepStore
 from .telemetry import register_metrics
 from .translate import DEFAULT_MAX_OPEN_SPANS, SpanTranslator
@@ -377,8 +377,20 @@ class JobStepsProcessor(SpanProcessor):
         """True once everything recorded before the call is in the database (trailing progress
         included); False if ``timeout_millis`` passed first."""
         if self._relay is not None:
-            return self._relay.flush(timeout_millis / 1000.0)
-        return self._writer.flush(timeout_millis / 1000.0)
+            written = self._relay.flush(timeout_millis / 1000.0)
+        else:
+            written = self._writer.flush(timeout_millis / 1000.0)
+        if not written:  # one warning per call: the caller asked and is told
+            self._stats.add("flushes_incomplete")
+            data = self.stats()
+            logger.warning(
+                "otel_jobsteps force_flush(%d) returned before everything was written: %d"
+                " commands still queued, kept and retried (last error: %s)",
+                timeout_millis,
+                data["queued"],
+                data["last_error"],
+            )
+        return written
 
     def shutdown(self) -> None:
         """Write what is queued, within the shutdown timeout, and stop; safe to call twice."""

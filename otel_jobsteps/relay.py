@@ -244,6 +244,7 @@ class _Child:
 
     def __init__(self, settings: WriterSettings, fds: set[int]) -> None:
         self.exited = False
+        self.replies_read = threading.Event()  # its last counters are in the relay's
         self._fds = fds
         to_child, self.to_fd = self._pipe()
         self.from_fd, from_child = self._pipe()
@@ -401,6 +402,8 @@ class Relay:
                 child.process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self._stats.problem("shutdown_timeout", f"writer process busy after {timeout_s}s")
+            else:  # its final counters (what it dropped) are read before stats() is asked
+                child.replies_read.wait(max(0.0, deadline - time.monotonic()))
 
     def queue_length(self) -> int:
         return len(self._queue)
@@ -603,6 +606,7 @@ class Relay:
                 )
                 self._latest_stats = {}
             child.exited = True
+            child.replies_read.set()
             if not self._stopping:
                 # What it held is lost; the flushes waiting on it cannot say "committed".
                 self._stats.problem(

@@ -18,8 +18,9 @@ from typing import Any, Protocol
 from opentelemetry import context as otel_context
 
 from .batch import Batch
+from .errors import describe
 from .metrics import Committed
-from .stats import Stats
+from .stats import Stats, logger
 from .store import rejects_row
 
 __all__ = ["CommandHandler", "RowStore", "Writer"]
@@ -169,7 +170,11 @@ class Writer:
             return
         thread.join(timeout_s)
         if thread.is_alive():
-            self._stats.problem("shutdown_timeout", f"writer still busy after {timeout_s}s")
+            self._stats.problem(
+                "shutdown_timeout",
+                f"writer still busy after {timeout_s}s with {len(self._queue)} commands queued:"
+                " what it has not written is lost if the process exits now",
+            )
 
     def queue_length(self) -> int:
         return len(self._queue)
@@ -295,6 +300,13 @@ class Writer:
                 dropped = self._pending_operations()
                 self._stats.add("dropped_operations", dropped)
                 self._unwritten = self._uncertain = None
+                if dropped:  # said every time, not rate-limited: these rows are lost for good
+                    logger.warning(
+                        "otel_jobsteps shutdown dropped %d operations: the database did not take"
+                        " them (%s)",
+                        dropped,
+                        describe(error),
+                    )
                 return
             self._schedule_retry()
             return

@@ -150,6 +150,8 @@ def main(argv: list[str]) -> int:
                 writer.submit(message)
     finally:
         writer.shutdown(settings.shutdown_timeout_ms / 1000.0)
+        # The last counters (what shutdown dropped among them) before the relay sees us exit.
+        replies.send(lambda: ("t", flushes.snapshot()))
     return 0
 
 

@@ -10,14 +10,12 @@ with the processor) -> recorder -> store.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
-import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
-from ..listen import parse_listen
+from ..listen import check_free, parse_listen
 from .mapping import JobMapping
 from .settings import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -57,6 +55,7 @@ def app_from_environment() -> Starlette:
         settle_every_s=min(60.0, max(1.0, settings.settle_after_s / 4)),
         body_timeout_s=settings.body_timeout_s,
         grpc_listen=settings.grpc_listen,
+        access_log=settings.access_log,
     )
     app.router.routes.append(metrics.route())
     app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
@@ -77,6 +76,7 @@ def serve_collect(
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     connections: int = 4,
     workers: int = 1,
+    access_log: bool = False,
     announce: Callable[[str], None] = lambda line: None,
 ) -> None:
     """Run the receiver until SIGTERM or SIGINT: then stop accepting, finish the requests in
@@ -88,16 +88,19 @@ def serve_collect(
     import uvicorn
 
     from ..db import redact
+    from ..health import COLLECT_RIGHTS, Readiness
     from .grpc_service import grpc_target
     from .metrics import metric_exporters
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
+    check_free(host, port)
     grpc_bind = None
     if grpc_listen != "off":
         grpc_bind = parse_listen(grpc_listen, option="--grpc-listen", example="127.0.0.1:4317")
         if grpc_bind[1] == port:
             raise ConfigurationError("--grpc-listen and --listen need two ports")
+        check_free(*grpc_bind, option="--grpc-listen")
     settings = CollectSettings(
         dsn,
         schema=schema,
@@ -109,6 +112,7 @@ def serve_collect(
         retry_after_s=retry_after_s,
         body_timeout_s=body_timeout_s,
         grpc_listen=grpc_target(*grpc_bind) if grpc_bind else None,
+        access_log=access_log,
     )
     metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))
@@ -116,11 +120,13 @@ def serve_collect(
         checker.check()
     finally:
         checker.close()
-    if grpc_bind is not None:
-        _check_free(*grpc_bind)
     os.environ[SETTINGS_ENV] = settings.to_json()
     grpc_line = f", gRPC {grpc_listen}" if grpc_bind else ""
-    announce(f"collect: http://{listen}/v1/traces{grpc_line} -> {redact(dsn)} (schema {schema})")
+    layout = Readiness(dsn, schema=schema, rights=COLLECT_RIGHTS).layout()
+    announce(
+        f"collect: http://{listen}/v1/traces{grpc_line} -> {redact(dsn)}"
+        f" (schema {schema}, layout {layout})"
+    )
     uvicorn.run(
         f"{__name__}:app_from_environment",
         factory=True,
@@ -133,17 +139,3 @@ def serve_collect(
         server_header=False,
         loop="asyncio",  # grpc.aio runs in the app's loop: the standard one, not uvloop
     )
-
-
-def _check_free(host: str, port: int) -> None:
-    """`ConfigurationError` if something listens on the gRPC port: the workers bind it with
-    SO_REUSEPORT, which would otherwise share it silently with another receiver."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            taken = error.errno == errno.EADDRINUSE
-            why = "the port is taken" if taken else (error.strerror or str(error))
-            raise ConfigurationError(f"--grpc-listen {host}:{port}: {why}") from None

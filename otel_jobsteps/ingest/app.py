@@ -25,10 +25,13 @@ from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..health import COLLECT_RIGHTS, HealthMiddleware, Readiness
+from ..requestlog import RequestLog
 from ..stats import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
 from .intake import Answer, Intake, Outcome
@@ -154,9 +157,11 @@ def create_app(
     settle_every_s: float = 60.0,
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     grpc_listen: str | None = None,
+    access_log: bool = False,
 ) -> Starlette:
     """The receiver as an ASGI app over ``staging`` (which it closes on shutdown); with
-    ``grpc_listen`` (``HOST:PORT``) it also serves OTLP/gRPC there, on the same budget."""
+    ``grpc_listen`` (``HOST:PORT``) it also serves OTLP/gRPC there, on the same budget. It
+    answers ``/healthz`` and ``/readyz``; ``access_log`` writes a line per request."""
     intake = Intake(staging, max_in_flight=max_in_flight)
     buffers = _Buffers(max_in_flight * max_body_bytes)  # what in-flight bodies may hold
     retry_after = {"Retry-After": str(retry_after_s)}
@@ -193,7 +198,9 @@ def create_app(
             except BadRequest as error:
                 staging.stats.add("bad_requests")
                 return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
-            return answer(await intake.export(body, decode), media_type)
+            outcome = await intake.export(body, decode)
+        request.state.spans_staged = outcome.staged  # for the access log
+        return answer(outcome, media_type)
 
     def answer(outcome: Outcome, media_type: str, **headers: str) -> Response:
         if outcome.answer is Answer.BAD_REQUEST:
@@ -239,4 +246,11 @@ def create_app(
             logger.info("collect stopped: %s", staging.stats.snapshot())
 
     routes = [Route("/v1/traces", traces, methods=["POST"])]
-    return Starlette(routes=routes, lifespan=lifespan)
+    readiness = Readiness(
+        staging.settings.dsn, schema=staging.settings.schema, rights=COLLECT_RIGHTS
+    )
+    layers = [
+        Middleware(RequestLog, name="collect", access_log=access_log),
+        Middleware(HealthMiddleware, readiness=readiness),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, middleware=layers)

@@ -34,6 +34,7 @@ class Outcome:
     answer: Answer
     message: str = ""  # why it was refused, or why spans were rejected
     rejected: int = 0
+    staged: int = 0  # spans new to the staging table (the access log shows it)
 
 
 class Intake:
@@ -81,6 +82,7 @@ class Intake:
             receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
         rejected = decoded.rejected + receipt.rejected
         if not rejected:
-            return Outcome(Answer.ACCEPTED)
+            return Outcome(Answer.ACCEPTED, staged=receipt.staged)
         staging.stats.add("rejected_spans", rejected)
-        return Outcome(Answer.ACCEPTED, decoded.reason or "a trace over its span limit", rejected)
+        reason = decoded.reason or "a trace over its span limit"
+        return Outcome(Answer.ACCEPTED, reason, rejected, receipt.staged)

@@ -47,6 +47,7 @@ class CollectSettings:
     retry_after_s: int = 2
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     grpc_listen: str | None = None
+    access_log: bool = False
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

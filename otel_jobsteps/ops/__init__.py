@@ -1,5 +1,5 @@
-"""Files for operators shipped with the package (Prometheus alert rules), printed by
-``otel-jobsteps ops``."""
+"""Files for operators shipped with the package (Prometheus alert rules, a Grafana dashboard),
+printed by ``otel-jobsteps ops``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from importlib import resources
 __all__ = ["OPS_FILES", "read_ops_file"]
 
 # The ``otel-jobsteps ops`` verb -> the file it prints.
-OPS_FILES = {"alerts": "alerts.yml"}
+OPS_FILES = {"alerts": "alerts.yml", "dashboard": "dashboard.json"}
 
 
 def read_ops_file(name: str) -> str:

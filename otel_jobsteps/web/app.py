@@ -36,8 +36,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
 from ..formatting import format_ago, format_duration, format_time, format_utc
-from ..listen import parse_listen
+from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness, is_health_request
+from ..listen import check_free, parse_listen
 from ..query import STATUSES, parse_tag
+from ..requestlog import RequestLog
 from ..vocabulary import MAX_ATTEMPT
 from .data import COUNT_CAP, JobPage, Reader
 from .layout import WINDOWS, Cursor, Timeline, TraceLinks, build_timeline, drawn_rows
@@ -472,7 +474,8 @@ class SecurityMiddleware:
             await send(message)
 
         request = Request(scope)
-        response = self._authenticate(request) if self.token else None
+        needs_token = self.token and not is_health_request(scope)
+        response = self._authenticate(request) if needs_token else None
         if self.hosts is not None and _host_name(request.headers.get("host", "")) not in self.hosts:
             response = PlainTextResponse("unknown Host header", status_code=421)
         if response is not None:
@@ -565,11 +568,14 @@ def create_app(
     refresh_s: float = DEFAULT_REFRESH_S,
     hosts: frozenset[str] | None = None,
     silent_after: timedelta = DEFAULT_SILENT_AFTER,
+    access_log: bool = False,
 ) -> ASGIApp:
-    """The ASGI app of ``serve``: pages, ``/api/...`` and ``/static``, behind the security layer.
+    """The ASGI app of ``serve``: pages, ``/api/...``, ``/static``, ``/healthz`` and ``/readyz``
+    behind the security layer (the two health paths need no token).
 
     ``trace_url`` is validated here (http or https only); ``token``, if given, is required on
-    every request; ``hosts``, if given, are the only Host header names answered.
+    every request; ``hosts``, if given, are the only Host header names answered;
+    ``access_log`` writes a line per request.
     """
     if not refresh_s > 0:
         raise ConfigurationError("refresh_s must be positive")
@@ -596,7 +602,9 @@ def create_app(
         page("/metrics", metrics_page(web.reader, silent_after), api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
     ]
-    return SecurityMiddleware(Starlette(routes=routes), token, hosts)
+    readiness = Readiness(dsn, schema=schema, rights=SERVE_RIGHTS)
+    pages = HealthMiddleware(Starlette(routes=routes), readiness)
+    return RequestLog(SecurityMiddleware(pages, token, hosts), name="serve", access_log=access_log)
 
 
 def serve(
@@ -607,6 +615,7 @@ def serve(
     trace_url: str | None = None,
     token: str | None = None,
     no_auth: bool = False,
+    access_log: bool = False,
     announce: Callable[[str], None] | None = None,
     silent_after: timedelta = DEFAULT_SILENT_AFTER,
 ) -> None:
@@ -615,12 +624,23 @@ def serve(
 
     host, port = parse_listen(listen, example=DEFAULT_LISTEN)
     check_exposure(host, token, no_auth)
+    check_free(host, port)
     # Without a token, a loopback server answers loopback names only (DNS rebinding).
     hosts = loopback_hosts(host) if is_loopback(host) and not token else None
     app = create_app(
-        dsn, schema=schema, trace_url=trace_url, token=token, hosts=hosts, silent_after=silent_after
+        dsn,
+        schema=schema,
+        trace_url=trace_url,
+        token=token,
+        hosts=hosts,
+        silent_after=silent_after,
+        access_log=access_log,
     )
     shown = f"[{host}]" if ":" in host else host
     if announce is not None:
-        announce(f"serving http://{shown}:{port}/ (database {redact(dsn)}, schema {schema!r})")
+        layout = Readiness(dsn, schema=schema, rights=SERVE_RIGHTS).layout()
+        announce(
+            f"serving http://{shown}:{port}/ (database {redact(dsn)}, schema {schema!r},"
+            f" layout {layout})"
+        )
     uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)

@@ -264,5 +264,6 @@ def test_a_taken_grpc_port_is_a_clear_error(second_dsn: str, reuse_port: bool) -
         )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"otel-jobsteps: error: --grpc-listen 127.0.0.1:{port}: the port is taken"
+        f"otel-jobsteps: error: cannot listen on 127.0.0.1:{port}: the port is in use by another"
+        " process (stop it or pass another --grpc-listen)"
     ]

@@ -1,0 +1,143 @@
+"""What ``serve`` and ``collect`` say about the requests they answer.
+
+With ``--access-log``, one JSON line per request: method, path (a ``token`` in the query shown
+as ``***``), status, duration and, for collect, the spans staged. Always, one line when the
+server stops: how many requests were still in flight at the stop signal and were answered
+before it ended (drained), and how many it answered in all.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable, MutableMapping
+from types import FrameType
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["RequestLog", "print_line"]
+
+SECRET_PARAMETERS = frozenset({"token"})
+STAGED_KEY = "spans_staged"  # set in the request's state by collect
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def print_line(line: str) -> None:
+    print(line, flush=True)
+
+
+def shown_path(scope: Scope) -> str:
+    """The path as sent (still percent-encoded) and its query with secrets masked."""
+    raw: bytes | None = scope.get("raw_path")
+    path = raw.decode("latin-1") if raw is not None else scope["path"]
+    query = scope.get("query_string", b"").decode("latin-1")
+    if not query:
+        return path
+    pairs = parse_qsl(query, keep_blank_values=True)
+    masked = [(k, "***" if k.lower() in SECRET_PARAMETERS else v) for k, v in pairs]
+    return f"{path}?{urlencode(masked, safe='*')}"
+
+
+class RequestLog:
+    """Counts requests in flight and answered; writes the access lines when ``access_log``."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        name: str,
+        access_log: bool = False,
+        write: Callable[[str], None] = print_line,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        self.name = name
+        self.access_log = access_log
+        self.write = write
+        self.clock = clock
+        self.in_flight = 0
+        self.answered = 0
+        self.staged = 0
+        self.stop: tuple[str, int] | None = None  # the signal's name, requests then in flight
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._lifespan_send(send))
+        elif scope["type"] == "http":
+            await self._request(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = self.clock()
+        status = 500  # what the server answers if the app fails before it starts a response
+        state: MutableMapping[str, Any] = scope.setdefault("state", {})
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.in_flight -= 1
+            self.answered += 1
+            staged = state.get(STAGED_KEY)
+            self.staged += staged or 0
+            if self.access_log:
+                self.write(self._access_line(scope, status, self.clock() - started, staged))
+
+    def _access_line(self, scope: Scope, status: int, seconds: float, staged: int | None) -> str:
+        entry: dict[str, Any] = {
+            "service": self.name,
+            "method": scope["method"],
+            "path": shown_path(scope),
+            "status": status,
+            "duration_ms": round(seconds * 1000, 3),
+        }
+        if staged is not None:
+            entry[STAGED_KEY] = staged
+        return json.dumps(entry)  # ASCII only: a path from a client cannot act on a terminal
+
+    def _lifespan_send(self, send: Send) -> Send:
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                self._note_stop_signals()
+            elif message["type"] == "lifespan.shutdown.complete":
+                self.write(self.stopped_line())
+            await send(message)
+
+        return sending
+
+    def stopped_line(self) -> str:
+        how = f"on {self.stop[0]}" if self.stop else "without a stop signal"
+        drained = self.stop[1] if self.stop else 0
+        staged = f", {self.staged} spans staged" if self.name == "collect" else ""
+        return (
+            f"{self.name}: stopped {how}: drained {drained} requests in flight"
+            f" ({self.answered} answered since start{staged})"
+        )
+
+    def _note_stop_signals(self) -> None:
+        """Remember how many requests were in flight when the stop signal came, then let the
+        server's own handler stop it. Signal handlers belong to the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number in _STOP_SIGNALS:
+            previous = signal.getsignal(number)
+            if not callable(previous):
+                continue
+
+            def noted(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+                if self.stop is None:
+                    self.stop = (signal.Signals(signum).name, self.in_flight)
+                previous(signum, frame)
+
+            signal.signal(number, noted)

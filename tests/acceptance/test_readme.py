@@ -70,6 +70,11 @@ def _blocks(language: str) -> list[Block]:
     return [b for b in BLOCKS if b.language == language]
 
 
+def test_the_readme_fits_its_budget_of_3500_words() -> None:
+    words = len(README.read_text("utf-8").split())
+    assert words <= 3500, f"README.md has {words} words; move detail to docs/"
+
+
 def test_every_block_says_whether_it_is_shell_or_python() -> None:
     unmarked = [(b.line, b.language) for b in BLOCKS if b.language not in ("python", "bash")]
     assert not unmarked, f"README blocks not marked python or bash (line, language): {unmarked}"

@@ -318,7 +318,8 @@ def history_cost(dbs: Databases, *, quick: bool) -> list[Row]:
     samples = 3 if quick else 7
     dsn = dbs.fresh("ingest_history")
     try:
-        with collect(dsn) as (url, _), httpx.Client(timeout=300) as session:
+        with collect(dsn) as receiver, httpx.Client(timeout=300) as session:
+            url = receiver.url
             markers, rounds = _running_jobs("old", behind + samples)
             session.post(url, content=_body(markers), headers=HEADERS)
             for start in range(0, behind, 50):  # the history, 1,000 spans a request

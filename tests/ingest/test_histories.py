@@ -69,6 +69,21 @@ def deliver(
     receivers[1].receive(again.spans, again.wire)  # late copies of settled attempts change nothing
 
 
+def _collect_matches_the_processor(
+    recording: Recording,
+    receivers: list[Staging],
+    dsn: str,
+    second_dsn: str,
+    history: History,
+    seed: int,
+) -> None:
+    """Deliver ``history`` to the receivers in the arrival ``seed`` picks; the rows must equal
+    the processor's."""
+    job_id = f"h-{uuid.uuid4().hex[:12]}"
+    deliver(history, recording, receivers, seed, job_id)
+    assert table_rows(second_dsn, job_id) == table_rows(dsn, job_id)
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -83,9 +98,7 @@ def test_any_history_in_any_arrival_gives_the_processors_rows(
     history: History,
     seed: int,
 ) -> None:
-    job_id = f"h-{uuid.uuid4().hex[:12]}"
-    deliver(history, recording, receivers, seed, job_id)
-    assert table_rows(second_dsn, job_id) == table_rows(dsn, job_id)
+    _collect_matches_the_processor(recording, receivers, dsn, second_dsn, history, seed)
 
 
 _INSTANT = StepPlan(duration_us=0, pause_us=0)
@@ -144,6 +157,4 @@ def test_histories_found_by_the_property_test(
     history: History,
     seed: int,
 ) -> None:
-    job_id = f"h-{uuid.uuid4().hex[:12]}"
-    deliver(history, recording, receivers, seed, job_id)
-    assert table_rows(second_dsn, job_id) == table_rows(dsn, job_id)
+    _collect_matches_the_processor(recording, receivers, dsn, second_dsn, history, seed)

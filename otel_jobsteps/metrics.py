@@ -3,14 +3,21 @@ meter. Recorded by whoever commits (the writer, ``collect``), never on the job's
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from opentelemetry import metrics
+from opentelemetry.sdk.metrics import AlwaysOnExemplarFilter
+from opentelemetry.sdk.metrics import Histogram as SdkHistogram
+from opentelemetry.sdk.metrics._internal._view_instrument_match import _hash_attributes
+from opentelemetry.sdk.metrics._internal.aggregation import _ExplicitBucketHistogramAggregation
+from opentelemetry.sdk.metrics.view import DefaultAggregation
 
 from .attributes import JOB_DOMAIN, JOB_STEP_KEY, JOB_TYPE
 from .batch import EventRow, JobLogRow
@@ -141,11 +148,110 @@ def max_step_keys_from_environment(value: int | None) -> int:
     return value
 
 
+class _SdkHistogram:
+    """Merges step durations aggregated here into the SDK's own aggregations of the histogram.
+
+    The SDK's ``record()`` costs some 10 us (measurement, attribute cleaning and hashing per
+    reader); counting a step into plain lists here costs about 1 us, and the counts are added to
+    the SDK's explicit-bucket aggregations when a reader collects: the reader exports the same
+    points. This reads SDK internals (1.45): `usable` says whether they are as expected, and
+    every storage's aggregation is checked to be these exact buckets with min and max; if not,
+    the caller records through ``record()``.
+    """
+
+    def __init__(self, histogram: object) -> None:
+        self._instrument: Any = getattr(histogram, "_real_instrument", None) or histogram
+        self._storages: Any = None  # the readers' storages counted for (checked when adopted)
+        self.usable = False
+
+    def current(self) -> bool:
+        """Whether the readers are still those adopted (none added or removed since)."""
+        consumer = getattr(self._instrument, "_measurement_consumer", None)
+        return getattr(consumer, "_reader_storages", None) is self._storages
+
+    def adopt(self) -> None:
+        """Count for the readers there are now: `usable` if each one's aggregation is known."""
+        consumer = getattr(self._instrument, "_measurement_consumer", None)
+        self._storages = getattr(consumer, "_reader_storages", None)
+        self.usable = self._check(consumer, self._storages)
+
+    def _check(self, consumer: Any, storages: Any) -> bool:
+        try:
+            if not isinstance(self._instrument, SdkHistogram) or not isinstance(storages, dict):
+                return False
+            if isinstance(consumer._sdk_config.exemplar_filter, AlwaysOnExemplarFilter):
+                return False  # record() would offer every measurement as an exemplar
+            return all(
+                self._compatible(match)
+                for storage in storages.values()
+                for match in storage._get_or_init_view_instrument_match(self._instrument)
+            )
+        except (AttributeError, TypeError, KeyError):  # another SDK's internals
+            return False
+
+    def _compatible(self, match: Any) -> bool:
+        view = match._view
+        factory = view._aggregation
+        if isinstance(factory, DefaultAggregation):
+            factory = match._instrument_class_aggregation[self._instrument.__class__]
+        probe = factory._create_aggregation(
+            self._instrument, {}, view._exemplar_reservoir_factory, 0
+        )
+        return (
+            isinstance(probe, _ExplicitBucketHistogramAggregation)
+            and probe._boundaries == DURATION_BUCKETS_S
+            and probe._record_min_max
+        )
+
+    def merge(self, pending: dict[tuple[str, str | None, str, str], list[float]]) -> None:
+        """Add ``pending`` (buckets..., sum, min, max by attribute values) to every reader's
+        aggregation, as ``record()`` of each value would have."""
+        for storage in self._storages.values():
+            for match in storage._get_or_init_view_instrument_match(self._instrument):
+                keys = match._view._attribute_keys
+                with match._lock:
+                    for values, acc in pending.items():
+                        attributes = _step_attributes(values)
+                        if keys is not None:
+                            attributes = {k: v for k, v in attributes.items() if k in keys}
+                        aggregation = match._get_or_create_aggregation(
+                            _hash_attributes(attributes), attributes
+                        )
+                        _add_counts(aggregation, acc)
+
+
+def _add_counts(aggregation: Any, acc: list[float]) -> None:
+    """What ``record()`` of each counted value does to an explicit-bucket aggregation."""
+    with aggregation._lock:
+        if aggregation._value is None:
+            aggregation._value = aggregation._get_empty_bucket_counts()
+        counts = aggregation._value
+        for index in range(_BUCKETS):
+            counts[index] += int(acc[index])
+        aggregation._sum += acc[_SUM]
+        aggregation._min = min(aggregation._min, acc[_MIN])
+        aggregation._max = max(aggregation._max, acc[_MAX])
+
+
+# A pending aggregation: one count per bucket (the last above 1 h), then the sum, min and max.
+_BUCKETS = len(DURATION_BUCKETS_S) + 1
+_SUM, _MIN, _MAX = _BUCKETS, _BUCKETS + 1, _BUCKETS + 2
+
+
+def _step_attributes(values: tuple[str, str | None, str, str]) -> dict[str, str]:
+    domain, job_type, key, status = values
+    attributes = {JOB_DOMAIN: domain, JOB_STEP_KEY: key, JOB_STEP_STATUS: status}
+    if job_type is not None:
+        attributes[JOB_TYPE] = job_type
+    return attributes
+
+
 class StepMetrics:
     """The step duration histogram and the attempts counter, step keys bounded per job type.
 
-    Attempts are counted here and observed by the SDK when it collects (an observable
-    counter): an SDK measurement costs some 10 us, a count here a fraction of one.
+    Both are counted here, on the thread that committed, and handed to the SDK when it collects
+    (the attempts through an observable counter, the durations merged into the histogram's
+    aggregations): an SDK measurement costs some 10 us, a count here about one.
     """
 
     def __init__(
@@ -162,14 +268,18 @@ class StepMetrics:
             description="Duration of committed steps, by job type, step key and status",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
         )
+        self._sdk = _SdkHistogram(self._duration)
         # (domain, job type, status, reason) -> attempts; several threads record in collect.
         self._attempt_counts: dict[tuple[str, str | None, str, str | None], int] = {}
+        # (domain, job type, step key, status) -> buckets, sum, min, max not yet in the SDK.
+        self._pending: dict[tuple[str, str | None, str, str], list[float]] = {}
         self._lock = threading.Lock()
+        self._merging = threading.Lock()  # one merge at a time, into the storages counted for
         ref = weakref.ref(self)  # the MeterProvider must not keep this alive
 
         def observe(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
             step_metrics = ref()
-            return [] if step_metrics is None else step_metrics._attempt_observations()
+            return [] if step_metrics is None else step_metrics._collected()
 
         meter.create_observable_counter(
             ATTEMPTS,
@@ -187,12 +297,16 @@ class StepMetrics:
         """Record what one committed transaction changed (nothing while metrics are off)."""
         if _records_nothing(self._duration):
             return
-        folded = 0
-        record_duration = self._duration.record
-        for step in committed.closed_steps():
-            key = self._bounded_key(step.job_type, step.step_key or "")
-            folded += key is OTHER_STEP_KEY
-            record_duration(max(step.seconds, 0.0), self._attributes(step, key))
+        steps = committed.closed_steps()
+        if steps:
+            if not self._sdk.current():  # readers added or removed: what is counted goes first
+                with self._merging:
+                    self._merge_pending()
+                    self._sdk.adopt()
+            if self._sdk.usable:
+                self._count_steps(steps)
+            else:
+                self._record_steps(steps)
         attempts = committed.finished_attempts()
         if attempts:
             counts = self._attempt_counts
@@ -200,8 +314,53 @@ class StepMetrics:
                 for a in attempts:
                     counted = (a.domain, a.job_type, a.status, a.reason or None)
                     counts[counted] = counts.get(counted, 0) + 1
+
+    def _count_steps(self, steps: list[ClosedStep]) -> None:
+        """Count durations into the pending buckets (merged into the SDK when it collects)."""
+        folded = 0
+        bounded = self._bounded_key
+        with self._lock:
+            pending = self._pending
+            for step in steps:
+                key = bounded(step.job_type, step.step_key or "")
+                folded += key is OTHER_STEP_KEY
+                values = (step.domain, step.job_type, key, step.status)
+                acc = pending.get(values)
+                if acc is None:
+                    acc = pending[values] = [0.0] * _BUCKETS + [0.0, math.inf, -math.inf]
+                seconds = max(step.seconds, 0.0)
+                acc[bisect_left(DURATION_BUCKETS_S, seconds)] += 1
+                acc[_SUM] += seconds
+                if seconds < acc[_MIN]:
+                    acc[_MIN] = seconds
+                if seconds > acc[_MAX]:
+                    acc[_MAX] = seconds
         if folded:
             self._on_folded(folded)
+
+    def _record_steps(self, steps: list[ClosedStep]) -> None:
+        """Through the SDK's ``record()``: a MeterProvider whose aggregations are not known."""
+        folded = 0
+        record_duration = self._duration.record
+        for step in steps:
+            key = self._bounded_key(step.job_type, step.step_key or "")
+            folded += key is OTHER_STEP_KEY
+            record_duration(max(step.seconds, 0.0), self._attributes(step, key))
+        if folded:
+            self._on_folded(folded)
+
+    def _merge_pending(self) -> None:
+        """``_merging`` held: the pending durations into the storages they were counted for."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if pending:
+            self._sdk.merge(pending)
+
+    def _collected(self) -> list[metrics.Observation]:
+        """A reader collects: the pending durations go into the SDK, the attempts are observed."""
+        with self._merging:
+            self._merge_pending()
+        return self._attempt_observations()
 
     def _attempt_observations(self) -> list[metrics.Observation]:
         with self._lock:

@@ -1,0 +1,167 @@
+"""The step histogram counted by StepMetrics and merged into the SDK when it collects exports
+what the SDK's own ``record()`` of every step would have, whatever the readers and views."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import AlwaysOnExemplarFilter, Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
+from opentelemetry.sdk.metrics.view import (
+    Aggregation,
+    ExplicitBucketHistogramAggregation,
+    ExponentialBucketHistogramAggregation,
+    View,
+)
+
+from otel_jobsteps.metrics import (
+    DURATION_BUCKETS_S,
+    STEP_DURATION,
+    ClosedStep,
+    Committed,
+    StepMetrics,
+)
+
+Readers = Callable[[], list[InMemoryMetricReader]]
+
+
+def cumulative() -> list[InMemoryMetricReader]:
+    return [InMemoryMetricReader()]
+
+
+def delta_and_cumulative() -> list[InMemoryMetricReader]:
+    delta: dict[type, AggregationTemporality] = {Histogram: AggregationTemporality.DELTA}
+    return [InMemoryMetricReader(preferred_temporality=delta), InMemoryMetricReader()]
+
+
+def exponential() -> list[InMemoryMetricReader]:
+    preferred: dict[type, Aggregation] = {Histogram: ExponentialBucketHistogramAggregation()}
+    return [InMemoryMetricReader(preferred_aggregation=preferred)]
+
+
+def batches(seed: int) -> list[list[ClosedStep]]:
+    """Random committed steps: durations on bucket bounds, beyond 1 h, zero, negative."""
+    rnd = random.Random(seed)
+    values = [0.0, -1.0, 0.01, 0.025, 3600.0, 7200.0]
+    return [
+        [
+            ClosedStep(
+                "t",
+                "s",
+                rnd.choice(["demo", "x"]),
+                rnd.choice(["thumbnail", None]),
+                rnd.choice(["RENDER", "SAVE", None]),
+                rnd.choice(["COMPLETED", "FAILED"]),
+                rnd.choice([*values, rnd.random() * 100]),
+            )
+            for _ in range(rnd.randint(1, 30))
+        ]
+        for _ in range(40)
+    ]
+
+
+def points(reader: InMemoryMetricReader) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Every step-duration point but its times, by attributes."""
+    data = reader.get_metrics_data()
+    return {
+        tuple(sorted((p.attributes or {}).items())): (
+            type(metric.data).__name__,
+            metric.unit,
+            getattr(metric.data, "aggregation_temporality", None),
+            p.count,
+            pytest.approx(p.sum),
+            tuple(getattr(p, "bucket_counts", ())),
+            tuple(getattr(p, "explicit_bounds", ())),
+            p.min,
+            p.max,
+        )
+        for resource in (data.resource_metrics if data else ())
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == STEP_DURATION
+        for p in metric.data.data_points
+        if not isinstance(p, NumberDataPoint)
+    }
+
+
+def the_sdks_own(steps: list[ClosedStep], histogram: Any) -> None:
+    """What StepMetrics would record through ``record()``, step by step."""
+    for s in steps:
+        attributes = {
+            "job.domain": s.domain,
+            "job.step.key": s.step_key or "",
+            "job.step.status": s.status,
+        }
+        if s.job_type is not None:
+            attributes["job.type"] = s.job_type
+        histogram.record(max(s.seconds, 0.0), attributes)
+
+
+@pytest.mark.parametrize("readers", [cumulative, delta_and_cumulative, exponential])
+@pytest.mark.parametrize(
+    "views",
+    [
+        pytest.param([], id="no-view"),
+        pytest.param(
+            [View(instrument_name=STEP_DURATION, attribute_keys={"job.step.key"})],
+            id="view-keeps-one-attribute",
+        ),
+        pytest.param(
+            [
+                View(
+                    instrument_name=STEP_DURATION,
+                    aggregation=ExplicitBucketHistogramAggregation((1.0, 10.0)),
+                )
+            ],
+            id="view-other-buckets",
+        ),
+    ],
+)
+def test_exported_points_are_the_sdks_own(readers: Readers, views: list[View]) -> None:
+    ours, theirs = readers(), readers()
+    metrics = StepMetrics(MeterProvider(metric_readers=ours, views=views))
+    histogram = (
+        MeterProvider(metric_readers=theirs, views=views)
+        .get_meter("otel_jobsteps")
+        .create_histogram(
+            STEP_DURATION, unit="s", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
+        )
+    )
+    for number, steps in enumerate(batches(7)):
+        metrics.record(Committed(steps))
+        the_sdks_own(steps, histogram)
+        if number % 9 == 0:  # collections between batches, as a periodic reader does
+            assert [points(r) for r in ours] == [points(r) for r in theirs]
+    assert [points(r) for r in ours] == [points(r) for r in theirs]
+
+
+def test_counting_here_is_used_only_where_the_aggregation_is_known() -> None:
+    def usable(**options: Any) -> bool:
+        sdk = StepMetrics(MeterProvider(**options))._sdk
+        sdk.adopt()
+        return sdk.usable
+
+    assert usable(metric_readers=[InMemoryMetricReader()])
+    assert not usable(metric_readers=exponential())
+    assert not usable(
+        metric_readers=[InMemoryMetricReader()], exemplar_filter=AlwaysOnExemplarFilter()
+    )
+
+
+def test_a_reader_added_later_gets_what_is_recorded_after() -> None:
+    first, later = InMemoryMetricReader(), InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[first])
+    metrics = StepMetrics(provider)
+    step = ClosedStep("t", "s", "demo", "thumbnail", "RENDER", "COMPLETED", 0.5)
+    metrics.record(Committed([step]))
+    provider.add_metric_reader(later)
+    metrics.record(Committed([step, step]))
+    assert [p[3] for p in points(first).values()] == [3]
+    assert [p[3] for p in points(later).values()] == [2]

@@ -148,6 +148,13 @@ def max_step_keys_from_environment(value: int | None) -> int:
     return value
 
 
+# A pending aggregation: one count per bucket (the last above 1 h), then the sum, min and max,
+# 1 if the step key is folded, and the attribute values counted (the key maybe folded).
+_BUCKETS = len(DURATION_BUCKETS_S) + 1
+_SUM, _MIN, _MAX, _FOLDED, _COUNTED = range(_BUCKETS, _BUCKETS + 5)
+_StepValues = tuple[str, str | None, str, str]
+
+
 class _SdkHistogram:
     """Merges step durations aggregated here into the SDK's own aggregations of the histogram.
 
@@ -203,15 +210,15 @@ class _SdkHistogram:
             and probe._record_min_max
         )
 
-    def merge(self, pending: dict[tuple[str, str | None, str, str], list[float]]) -> None:
-        """Add ``pending`` (buckets..., sum, min, max by attribute values) to every reader's
-        aggregation, as ``record()`` of each value would have."""
+    def merge(self, pending: dict[_StepValues, list[Any]]) -> None:
+        """Add ``pending`` to every reader's aggregation, as ``record()`` of each value would
+        have."""
         for storage in self._storages.values():
             for match in storage._get_or_init_view_instrument_match(self._instrument):
                 keys = match._view._attribute_keys
                 with match._lock:
-                    for values, acc in pending.items():
-                        attributes = _step_attributes(values)
+                    for acc in pending.values():
+                        attributes = _step_attributes(acc[_COUNTED])
                         if keys is not None:
                             attributes = {k: v for k, v in attributes.items() if k in keys}
                         aggregation = match._get_or_create_aggregation(
@@ -220,25 +227,20 @@ class _SdkHistogram:
                         _add_counts(aggregation, acc)
 
 
-def _add_counts(aggregation: Any, acc: list[float]) -> None:
+def _add_counts(aggregation: Any, acc: list[Any]) -> None:
     """What ``record()`` of each counted value does to an explicit-bucket aggregation."""
     with aggregation._lock:
         if aggregation._value is None:
             aggregation._value = aggregation._get_empty_bucket_counts()
         counts = aggregation._value
         for index in range(_BUCKETS):
-            counts[index] += int(acc[index])
+            counts[index] += acc[index]
         aggregation._sum += acc[_SUM]
         aggregation._min = min(aggregation._min, acc[_MIN])
         aggregation._max = max(aggregation._max, acc[_MAX])
 
 
-# A pending aggregation: one count per bucket (the last above 1 h), then the sum, min and max.
-_BUCKETS = len(DURATION_BUCKETS_S) + 1
-_SUM, _MIN, _MAX = _BUCKETS, _BUCKETS + 1, _BUCKETS + 2
-
-
-def _step_attributes(values: tuple[str, str | None, str, str]) -> dict[str, str]:
+def _step_attributes(values: _StepValues) -> dict[str, str]:
     domain, job_type, key, status = values
     attributes = {JOB_DOMAIN: domain, JOB_STEP_KEY: key, JOB_STEP_STATUS: status}
     if job_type is not None:
@@ -271,8 +273,8 @@ class StepMetrics:
         self._sdk = _SdkHistogram(self._duration)
         # (domain, job type, status, reason) -> attempts; several threads record in collect.
         self._attempt_counts: dict[tuple[str, str | None, str, str | None], int] = {}
-        # (domain, job type, step key, status) -> buckets, sum, min, max not yet in the SDK.
-        self._pending: dict[tuple[str, str | None, str, str], list[float]] = {}
+        # (domain, job type, step key, status) -> counted durations not yet in the SDK.
+        self._pending: dict[_StepValues, list[Any]] = {}
         self._lock = threading.Lock()
         self._merging = threading.Lock()  # one merge at a time, into the storages counted for
         ref = weakref.ref(self)  # the MeterProvider must not keep this alive
@@ -297,16 +299,15 @@ class StepMetrics:
         """Record what one committed transaction changed (nothing while metrics are off)."""
         if _records_nothing(self._duration):
             return
-        steps = committed.closed_steps()
-        if steps:
+        if committed.steps or committed.step_rows:
             if not self._sdk.current():  # readers added or removed: what is counted goes first
                 with self._merging:
                     self._merge_pending()
                     self._sdk.adopt()
             if self._sdk.usable:
-                self._count_steps(steps)
+                self._count_steps(committed)
             else:
-                self._record_steps(steps)
+                self._record_steps(committed.closed_steps())
         attempts = committed.finished_attempts()
         if attempts:
             counts = self._attempt_counts
@@ -315,28 +316,44 @@ class StepMetrics:
                     counted = (a.domain, a.job_type, a.status, a.reason or None)
                     counts[counted] = counts.get(counted, 0) + 1
 
-    def _count_steps(self, steps: list[ClosedStep]) -> None:
+    def _count_steps(self, committed: Committed) -> None:
         """Count durations into the pending buckets (merged into the SDK when it collects)."""
         folded = 0
-        bounded = self._bounded_key
         with self._lock:
             pending = self._pending
-            for step in steps:
-                key = bounded(step.job_type, step.step_key or "")
-                folded += key is OTHER_STEP_KEY
-                values = (step.domain, step.job_type, key, step.status)
+
+            def count(values: _StepValues, seconds: float) -> None:
+                nonlocal folded
                 acc = pending.get(values)
                 if acc is None:
-                    acc = pending[values] = [0.0] * _BUCKETS + [0.0, math.inf, -math.inf]
-                seconds = max(step.seconds, 0.0)
+                    acc = pending[values] = self._new_pending(values)
+                if seconds < 0.0:
+                    seconds = 0.0
                 acc[bisect_left(DURATION_BUCKETS_S, seconds)] += 1
                 acc[_SUM] += seconds
                 if seconds < acc[_MIN]:
                     acc[_MIN] = seconds
                 if seconds > acc[_MAX]:
                     acc[_MAX] = seconds
+                folded += acc[_FOLDED]
+
+            for step in committed.steps:
+                count((step.domain, step.job_type, step.step_key or "", step.status), step.seconds)
+            for row in committed.step_rows:
+                created = row.created_us
+                count(
+                    (row.domain, row.job_type, row.step_key or "", row.step_status or ""),
+                    ((row.ended_us or created) - created) / 1e6,
+                )
         if folded:
             self._on_folded(folded)
+
+    def _new_pending(self, values: _StepValues) -> list[Any]:
+        """Buckets, sum, min, max, whether the key is folded, the attributes' values."""
+        domain, job_type, step_key, status = values
+        key = self._bounded_key(job_type, step_key)
+        counted = (domain, job_type, key, status)
+        return [0] * _BUCKETS + [0.0, math.inf, -math.inf, int(key is OTHER_STEP_KEY), counted]
 
     def _record_steps(self, steps: list[ClosedStep]) -> None:
         """Through the SDK's ``record()``: a MeterProvider whose aggregations are not known."""

@@ -21,6 +21,7 @@ from opentelemetry.sdk.metrics.view import (
     View,
 )
 
+from otel_jobsteps.batch import EventRow
 from otel_jobsteps.metrics import (
     DURATION_BUCKETS_S,
     STEP_DURATION,
@@ -65,6 +66,15 @@ def batches(seed: int) -> list[list[ClosedStep]]:
         ]
         for _ in range(40)
     ]
+
+
+def inserted(steps: list[ClosedStep]) -> list[EventRow]:
+    """The same steps as rows a batch inserted closed (their times in microseconds)."""
+    return [
+        EventRow(s.domain, "job", s.job_type, 1, "STEP", s.step_key, s.status, None, None,
+                 s.trace_id, s.span_id, None, 1_000_000, 1_000_000 + int(s.seconds * 1e6))
+        for s in steps
+    ]  # fmt: skip
 
 
 def points(reader: InMemoryMetricReader) -> dict[tuple[Any, ...], tuple[Any, ...]]:
@@ -135,8 +145,9 @@ def test_exported_points_are_the_sdks_own(readers: Readers, views: list[View]) -
         )
     )
     for number, steps in enumerate(batches(7)):
-        metrics.record(Committed(steps))
-        the_sdks_own(steps, histogram)
+        committed = Committed(steps) if number % 2 else Committed(step_rows=inserted(steps))
+        metrics.record(committed)
+        the_sdks_own(committed.closed_steps(), histogram)
         if number % 9 == 0:  # collections between batches, as a periodic reader does
             assert [points(r) for r in ours] == [points(r) for r in theirs]
     assert [points(r) for r in ours] == [points(r) for r in theirs]

@@ -308,12 +308,14 @@ class StepMetrics:
                 self._count_steps(committed)
             else:
                 self._record_steps(committed.closed_steps())
-        attempts = committed.finished_attempts()
-        if attempts:
+        if committed.attempts or committed.log_rows:
             counts = self._attempt_counts
             with self._lock:
-                for a in attempts:
+                for a in committed.attempts:
                     counted = (a.domain, a.job_type, a.status, a.reason or None)
+                    counts[counted] = counts.get(counted, 0) + 1
+                for r in committed.log_rows:
+                    counted = (r.domain, r.job_type, r.status, r.reason or None)
                     counts[counted] = counts.get(counted, 0) + 1
 
     def _count_steps(self, committed: Committed) -> None:

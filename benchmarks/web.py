@@ -28,7 +28,7 @@ from starlette.testclient import TestClient
 from otel_jobsteps import sweep
 from otel_jobsteps.web import create_app
 
-from . import explain
+from . import explain, metrics
 from .bigtable import fill
 from .common import Databases, Row, format_table, server, verdict
 
@@ -237,6 +237,7 @@ def measure_all(dsn: str, big_rows: int, *, quick: bool, verbose: bool) -> list[
     repeat = 3 if quick else 15
     add_long_jobs(dsn)
     rows = measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
+    rows += metrics.scrape_rows(dsn, repeat)  # /metrics with the opt-in index, side by side
     sweep_and_start_live_steps(dsn)
     return rows + measure(dsn, repeat, PAGES_AFTER_SWEEP)
 

@@ -59,6 +59,7 @@ def app_from_environment() -> Starlette:
     )
     app.router.routes.append(metrics.route())
     app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
+    metrics.share(app)  # --workers N: every worker's numbers in each scrape
     return app
 
 
@@ -90,7 +91,7 @@ def serve_collect(
     from ..db import redact
     from ..health import COLLECT_RIGHTS, Readiness
     from .grpc_service import grpc_target
-    from .metrics import metric_exporters
+    from .metrics import metric_exporters, shared_across_workers
     from .staging import Staging
 
     host, port = parse_listen(listen, example="127.0.0.1:4318")
@@ -127,15 +128,16 @@ def serve_collect(
         f"collect: http://{listen}/v1/traces{grpc_line} -> {redact(dsn)}"
         f" (schema {schema}, layout {layout})"
     )
-    uvicorn.run(
-        f"{__name__}:app_from_environment",
-        factory=True,
-        workers=workers,
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-        server_header=False,
-        loop="asyncio",  # grpc.aio runs in the app's loop: the standard one, not uvloop
-    )
+    with shared_across_workers(workers):
+        uvicorn.run(
+            f"{__name__}:app_from_environment",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            server_header=False,
+            loop="asyncio",  # grpc.aio runs in the app's loop: the standard one, not uvloop
+        )

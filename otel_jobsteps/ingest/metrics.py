@@ -3,15 +3,26 @@
 
 It holds the step metrics of what collect commits and collect's own: requests by outcome and
 status code with their duration, spans by outcome, and how long ago a settle pass ended.
+
+With ``--workers N`` a scrape reaches one worker process: each worker publishes its numbers
+every second to a directory of the run (`shared_across_workers`), and ``GET /metrics`` of any
+worker answers the sum of every worker's counters and histograms (the workers gone included:
+counters never go back) and, of gauges, the least value among the live workers.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -21,6 +32,10 @@ from opentelemetry.sdk.metrics.export import (
     MetricReader,
     PeriodicExportingMetricReader,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric as PrometheusMetric
+from prometheus_client.registry import Collector
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -31,7 +46,18 @@ from ..metrics import StepMetrics
 from ..prometheus import CONTENT_TYPE_LATEST, OpenTelemetryCollector, exposition
 from ..stats import Stats
 
-__all__ = ["CollectMetrics", "RequestMetricsMiddleware", "exporting_readers", "metric_exporters"]
+__all__ = [
+    "WORKERS_DIR_ENV",
+    "CollectMetrics",
+    "RequestMetricsMiddleware",
+    "exporting_readers",
+    "metric_exporters",
+    "shared_across_workers",
+]
+
+# The directory of one run where its worker processes publish their numbers (--workers N > 1).
+WORKERS_DIR_ENV = "OTEL_JOBSTEPS_COLLECT_METRICS_DIR"
+PUBLISH_EVERY_S = 1.0  # how old another worker's numbers in a scrape can be
 
 _OUTCOMES = {200: "ok", 400: "bad_request", 408: "timeout", 413: "too_large",
              415: "unsupported_media_type", 429: "busy", 503: "unavailable"}  # fmt: skip
@@ -132,13 +158,154 @@ class CollectMetrics:
         self._duration.record(seconds, attributes)
 
     def route(self) -> Route:
-        """``GET /metrics``: everything above in the Prometheus text format."""
+        """``GET /metrics``: everything above in the Prometheus text format (with several
+        workers: every worker's, see `share`)."""
+        own = OpenTelemetryCollector(self._scrape)
 
         def metrics(_request: Request) -> Response:
-            body = exposition([OpenTelemetryCollector(self._scrape)])
-            return Response(body, media_type=CONTENT_TYPE_LATEST)
+            directory = os.environ.get(WORKERS_DIR_ENV)
+            collector = own if directory is None else _AllWorkers(Path(directory), own)
+            return Response(exposition([collector]), media_type=CONTENT_TYPE_LATEST)
 
         return Route("/metrics", metrics, methods=["GET"])
+
+    def share(self, app: Starlette) -> None:
+        """With several workers (`WORKERS_DIR_ENV` set): publish this worker's numbers every
+        `PUBLISH_EVERY_S` while ``app`` runs, and once more when it stops."""
+        directory = os.environ.get(WORKERS_DIR_ENV)
+        if directory is None:
+            return
+        publisher = _Publisher(Path(directory), OpenTelemetryCollector(self._scrape))
+        inner = app.router.lifespan_context
+
+        @asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[Any]:
+            async with inner(app) as state:
+                publisher.start()
+                try:
+                    yield state
+                finally:
+                    publisher.stop()
+
+        app.router.lifespan_context = lifespan
+
+
+def _families(collector: Collector) -> list[dict[str, Any]]:
+    """A collector's families as JSON: name, help, type and samples (name, labels, value)."""
+    return [
+        {
+            "name": family.name,
+            "help": family.documentation,
+            "type": family.type,
+            "samples": [[sample.name, sample.labels, sample.value] for sample in family.samples],
+        }
+        for family in collector.collect()
+    ]
+
+
+class _Publisher:
+    """Writes this worker's families to ``worker-PID.json`` of the run's directory, atomically,
+    every `PUBLISH_EVERY_S` (a daemon thread) and once more at `stop`."""
+
+    def __init__(self, directory: Path, collector: Collector) -> None:
+        self._path = directory / f"worker-{os.getpid()}.json"
+        self._collector = collector
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="otel_jobsteps-metrics-publisher", daemon=True
+        )
+
+    def start(self) -> None:
+        self.publish()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(5.0)
+        self.publish()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(PUBLISH_EVERY_S):  # a period, not a wait for an event
+            self.publish()
+
+    def publish(self) -> None:
+        snapshot = {"pid": os.getpid(), "families": _families(self._collector)}
+        partial_path = self._path.with_suffix(".partial")
+        partial_path.write_text(json.dumps(snapshot), "utf-8")
+        os.replace(partial_path, self._path)  # a reader sees the old file or the new one
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process has that number now
+        return False
+    return True
+
+
+class _AllWorkers(Collector):
+    """Every worker's families merged: this worker's as of now, the others' as published."""
+
+    def __init__(self, directory: Path, own: Collector) -> None:
+        self._directory, self._own = directory, own
+
+    def _snapshots(self) -> list[tuple[bool, list[dict[str, Any]]]]:
+        """(alive, families) of each worker, this one first."""
+        found = [(True, _families(self._own))]
+        for path in sorted(self._directory.glob("worker-*.json")):
+            try:
+                snapshot = json.loads(path.read_text("utf-8"))
+            except (OSError, ValueError):  # a worker being replaced: its next file will do
+                continue
+            if snapshot["pid"] != os.getpid():
+                found.append((_alive(snapshot["pid"]), snapshot["families"]))
+        return found
+
+    def collect(self) -> Iterator[PrometheusMetric]:
+        merged: dict[str, PrometheusMetric] = {}
+        values: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+        snapshots = self._snapshots()
+        for alive, families in snapshots:
+            for family in families:
+                kind = family["type"]
+                if kind == "gauge" and not alive:
+                    continue  # a gauge of a worker gone says nothing now
+                if family["name"] not in merged:
+                    merged[family["name"]] = PrometheusMetric(family["name"], family["help"], kind)
+                for name, labels, value in family["samples"]:
+                    key = (family["name"], name, tuple(sorted(labels.items())))
+                    if key not in values:
+                        values[key] = value
+                    elif kind == "gauge":
+                        values[key] = min(values[key], value)
+                    else:  # counters and histograms (cumulative buckets, sum, count) add up
+                        values[key] += value
+        for (family_name, name, labels), value in values.items():
+            merged[family_name].add_sample(name, dict(labels), value)
+        workers = GaugeMetricFamily(
+            "otel_jobsteps_collect_workers", "Live collect worker processes in this scrape"
+        )
+        workers.add_metric([], sum(alive for alive, _ in snapshots))
+        yield from merged.values()
+        yield workers
+
+
+@contextmanager
+def shared_across_workers(workers: int) -> Iterator[None]:
+    """With ``workers`` > 1: a directory for this run where each worker publishes its numbers
+    (named in `WORKERS_DIR_ENV` for them), removed when the run ends."""
+    if workers <= 1:
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="otel_jobsteps-collect-metrics-")
+    os.environ[WORKERS_DIR_ENV] = directory
+    try:
+        yield
+    finally:
+        os.environ.pop(WORKERS_DIR_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class RequestMetricsMiddleware:

@@ -22,7 +22,9 @@ def job_request(job_id: str) -> bytes:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("tests")
-    job = {"job.domain": "ops", "job.id": job_id, "job.type": "render", "job.attempt": 1}
+    job: dict[str, str | int] = {
+        "job.domain": "ops", "job.id": job_id, "job.type": "render", "job.attempt": 1
+    }  # fmt: skip
     with tracer.start_as_current_span("job", attributes=job):
         for key in ("RENDER", "SAVE"):
             tracer.start_span(key.lower(), attributes={"job.step.key": key}).end()

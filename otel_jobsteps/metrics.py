@@ -167,18 +167,23 @@ class _SdkHistogram:
     """
 
     def __init__(self, histogram: object) -> None:
-        self._instrument: Any = getattr(histogram, "_real_instrument", None) or histogram
+        self._histogram = histogram
+        self._instrument: Any = None  # the SDK's instrument adopted (behind the API's proxy)
         self._storages: Any = None  # the readers' storages counted for (checked when adopted)
         self.usable = False
 
+    def _consumer(self) -> Any:
+        # The global MeterProvider's proxy instrument gets its real one when it is set.
+        instrument = getattr(self._histogram, "_real_instrument", None) or self._histogram
+        return instrument, getattr(instrument, "_measurement_consumer", None)
+
     def current(self) -> bool:
         """Whether the readers are still those adopted (none added or removed since)."""
-        consumer = getattr(self._instrument, "_measurement_consumer", None)
-        return getattr(consumer, "_reader_storages", None) is self._storages
+        return getattr(self._consumer()[1], "_reader_storages", None) is self._storages
 
     def adopt(self) -> None:
         """Count for the readers there are now: `usable` if each one's aggregation is known."""
-        consumer = getattr(self._instrument, "_measurement_consumer", None)
+        self._instrument, consumer = self._consumer()
         self._storages = getattr(consumer, "_reader_storages", None)
         self.usable = self._check(consumer, self._storages)
 

@@ -4,6 +4,8 @@ what the SDK's own ``record()`` of every step would have, whatever the readers a
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -176,3 +178,31 @@ def test_a_reader_added_later_gets_what_is_recorded_after() -> None:
     metrics.record(Committed([step, step]))
     assert [p[3] for p in points(first).values()] == [3]
     assert [p[3] for p in points(later).values()] == [2]
+
+
+GLOBAL_PROVIDER_SET_LATER = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from otel_jobsteps.metrics import ClosedStep, Committed, StepMetrics
+
+step_metrics = StepMetrics()  # before the application sets its global MeterProvider
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+step = ClosedStep("t", "s", "demo", "thumbnail", "RENDER", "COMPLETED", 0.5)
+step_metrics.record(Committed([step, step]))
+(point,) = [p for r in reader.get_metrics_data().resource_metrics for s in r.scope_metrics
+            for m in s.metrics if m.name == "otel_jobsteps.step.duration"
+            for p in m.data.data_points]
+print(point.count, step_metrics._sdk.usable)
+"""
+
+
+def test_a_global_provider_set_later_is_counted_here_too() -> None:
+    """Its own process: the global MeterProvider can be set once."""
+    done = subprocess.run(
+        [sys.executable, "-c", GLOBAL_PROVIDER_SET_LATER],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "True"]

@@ -140,7 +140,7 @@ def rows(result: dict[str, Any]) -> list[Row]:
             measure,
             f"{on:.1f} us/step",
             f"{off:.1f} us/step off",
-            f"{ratio:.3f}x (+{on - off:.1f} us)",
+            f"{ratio:.3f}x ({on - off:+.1f} us)",
             f"<= {TARGET_RATIO}x" if target else "",
             verdict(ratio <= TARGET_RATIO and result["verified"])
             if target
@@ -227,12 +227,12 @@ def _gauge_plan(conn: psycopg.Connection[Any]) -> str:
         return scan_of(node["Plans"][0])
 
     scan = scan_of(plan)
-    visited = scan.get("Heap Fetches", scan.get("Exact Heap Blocks", "?"))
-    kind = "heap fetches" if "Heap Fetches" in scan else "heap blocks"
-    buffers = scan.get("Shared Hit Blocks", 0) + scan.get("Shared Read Blocks", 0)
-    return (
-        f"{scan['Node Type']} on {scan.get('Index Name', '?')}: {visited} {kind}, {buffers} buffers"
-    )
+    kind = "Heap Fetches" if "Heap Fetches" in scan else "Exact Heap Blocks"
+    # A parallel scan: the leader's count and each worker's.
+    visited = scan.get(kind, 0) + sum(w.get(kind, 0) for w in scan.get("Workers", []))
+    buffers = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+    target = scan.get("Index Name") or scan.get("Relation Name", "?")
+    return f"{scan['Node Type']} on {target}: {visited} {kind.lower()}, {buffers} buffers"
 
 
 def _scrape_ms(dsn: str, repeat: int) -> list[float]:

@@ -130,3 +130,46 @@ def test_records_outside_a_job_scope_cost_no_database_work(
     assert data.get("commands", 0) == 0
     assert data.get("operations_written", 0) == 0
     assert rows(conn, "SELECT count(*) FROM job_event WHERE type = 'LOG'") == [(0,)]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_hostile_bodies_and_attributes_are_stored_safely(
+    logging_to: Callable[..., Logging], conn: psycopg.Connection[Any], writer: str
+) -> None:
+    tracer, _, logger_provider, processor = logging_to(writer=writer)
+    emit = logger_provider.get_logger("tests.hostile").emit
+    job_id = f"hostile-{writer}"
+    with (
+        job_attempt("render", job_id, "thumbnail", tracer=tracer),
+        step("R\x00\x1b", tracer=tracer),
+    ):
+        emit(body="red \x1b[31m\x00 bell \x07 \ud800", severity_text="INFO")
+        emit(body="y" * 1_000_000, severity_text="INFO")
+        emit(body=_nested(5_000), severity_text="INFO")  # beyond what JSON or marshal nest
+        emit(body=b"\xff\x00raw", severity_text="INFO")
+        emit(body="attributes", severity_text="WARN", attributes={"deep": _nested(100)})
+        emit(
+            body="many", severity_text="WARN", attributes={f"a{n}": "v" * 1000 for n in range(100)}
+        )
+    assert processor.force_flush(10_000)
+    found = rows(conn, LOG_ROWS, job_id)
+    messages = [r[3] for r in found]
+    assert messages[0] == "red \x1b[31m\ufffd bell \x07 \ufffd"  # readers escape what remains
+    assert messages[1].startswith("y" * 8192)
+    assert messages[1].endswith("... [991808 more characters cut]")
+    assert messages[2] == "<log body nested too deep to show>"
+    assert messages[3] == "\ufffd\ufffdraw"
+    assert [r[0] for r in found] == ["R\ufffd\x1b"] * 6
+    assert found[4][4]["attributes"]["deep"]["k"]["k"]["k"]  # kept, within the depth rules
+    assert len(found) == 6
+    assert found[5][4]["severity"] == "WARN"  # the attributes were cut to fit, not the detail
+    kept = found[5][4]["attributes"]
+    assert 0 < kept.pop("_dropped_attributes") < 100
+    assert kept == {f"a{n}": "v" * 1000 for n in range(len(kept))}

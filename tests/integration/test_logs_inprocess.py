@@ -4,9 +4,11 @@ events become LOG rows and step detail, the same with the writer thread and the 
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -173,3 +175,21 @@ def test_hostile_bodies_and_attributes_are_stored_safely(
     kept = found[5][4]["attributes"]
     assert 0 < kept.pop("_dropped_attributes") < 100
     assert kept == {f"a{n}": "v" * 1000 for n in range(len(kept))}
+
+
+def test_the_docs_example_records_its_line_and_progress(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    page = (Path(__file__).parents[2] / "docs" / "logs.md").read_text("utf-8")
+    (code,) = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    try:
+        with warnings.catch_warnings():  # the SDK's LoggingHandler is deprecated in 1.39+
+            warnings.simplefilter("ignore", DeprecationWarning)
+            exec(compile(code, "docs/logs.md", "exec"), {"DSN": dsn})  # the page's own code
+    finally:
+        for handler in set(root.handlers) - set(handlers):
+            root.removeHandler(handler)
+    assert rows(conn, LOG_ROWS, "42")[0][:4] == ("RENDER", None, None, "rendering 24 frames")
+    assert rows(conn, "SELECT detail FROM job_event WHERE type = 'STEP'") == [({"pct": 50},)]

@@ -214,11 +214,11 @@ class _Outbox:
     def log(self, record: Any) -> None:
         fields = log_fields(record)
         body, attributes = fields[6], fields[7]
-        if not (body is None or type(body) in _PLAIN or type(body) is bytes):
-            body = body_text(body)  # a structure travels as its text: the message it becomes
-        if type(attributes) is not dict:
-            attributes = dict(attributes)
-        self.messages.append(("L", (*fields[:6], body, attributes)))
+        if type(body) is not str or type(attributes) is not dict:  # the usual record is both
+            if not (body is None or type(body) in _PLAIN or type(body) is bytes):
+                body = body_text(body)  # a structure travels as its text: the message it is
+            fields = (*fields[:6], body, dict(attributes))
+        self.messages.append(("L", fields))
 
     def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
         self.messages.append(("p", span_id, _plain_dict(attributes), time_ns))

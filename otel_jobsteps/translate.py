@@ -99,13 +99,18 @@ def _named_severity(text: str) -> int:
     return 0
 
 
-def severity_name(number: int) -> str:
-    """The short name of a SeverityNumber: INFO for 9, INFO2 for 10, ...; UNSPECIFIED for 0."""
-    if not 1 <= number <= 24:
-        return "UNSPECIFIED"
+def _short_name(number: int) -> str:
     name = _SEVERITY_NAMES[(number - 1) // 4]
     step = (number - 1) % 4 + 1
     return name if step == 1 else f"{name}{step}"
+
+
+_SHORT_NAMES = ("UNSPECIFIED", *(_short_name(number) for number in range(1, 25)))
+
+
+def severity_name(number: int) -> str:
+    """The short name of a SeverityNumber: INFO for 9, INFO2 for 10, ...; UNSPECIFIED for 0."""
+    return _SHORT_NAMES[number] if 0 <= number <= 24 else "UNSPECIFIED"
 
 
 def body_text(body: object) -> str:

@@ -193,3 +193,37 @@ def test_the_docs_example_records_its_line_and_progress(
             root.removeHandler(handler)
     assert rows(conn, LOG_ROWS, "42")[0][:4] == ("RENDER", None, None, "rendering 24 frames")
     assert rows(conn, "SELECT detail FROM job_event WHERE type = 'STEP'") == [({"pct": 50},)]
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+@pytest.mark.parametrize(
+    ("log_last", "polled_between"),
+    [(True, True), (False, True), (True, False)],
+    ids=["log-event-last", "span-event-last", "log-event-last-span-event-unpolled"],
+)
+def test_span_event_and_log_event_progress_the_newest_wins(
+    logging_to: Callable[..., Logging],
+    conn: psycopg.Connection[Any],
+    writer: str,
+    log_last: bool,
+    polled_between: bool,
+) -> None:
+    """Unpolled: the older span event is read by the flush's poll after the newer log record."""
+    tracer, _, logger_provider, processor = logging_to(writer=writer)
+    events = logger_provider.get_logger("tests.events")
+    job_id = f"order-{writer}-{log_last}-{polled_between}"
+    with job_attempt("render", job_id, "thumbnail", tracer=tracer):
+        with step("RENDER", tracer=tracer) as span:
+            if log_last:
+                span.add_event("progress", {"from": "span"})
+                if polled_between:
+                    assert processor.force_flush(10_000)  # the poll has read the span event
+                events.emit(event_name="progress", attributes={"from": "log"})
+            else:
+                events.emit(event_name="progress", attributes={"from": "log"})
+                assert processor.force_flush(10_000)
+                span.add_event("progress", {"from": "span"})
+        assert processor.force_flush(10_000)
+    assert processor.force_flush(10_000)
+    detail = rows(conn, "SELECT detail FROM job_event WHERE job_id = %s AND type = 'STEP'", job_id)
+    assert detail == [({"from": "log" if log_last else "span"},)]

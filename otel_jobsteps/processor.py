@@ -318,6 +318,8 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             if value < 0 or (value == 0 and name != "debounce_ms"):
                 raise ConfigurationError(f"{name} must be positive, got {value!r}")
         self._shutdown_timeout_s = shutdown_ms / 1000.0
+        # Log records are shed once the queue is this full: the rest of it is for spans.
+        self._logs_queue_limit = max(1, queue_size * 3 // 4)
         self._auto_migrate = auto_migrate
         self._clock = clock
         self._stats = Stats()
@@ -352,6 +354,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 on_committed=step_metrics.record,
             )
             self._submit = self._relay.submit
+            self._queued = self._relay.queue_length
         else:
             self._store = store or StepStore(
                 check_dsn(dsn or ""),
@@ -375,6 +378,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             )
             self._live.shed_progress_when(self._writer.backlogged)
             self._submit = self._writer.submit
+            self._queued = self._writer.queue_length
         # Span id -> True for every queued span not yet ended (job thread; bounded, oldest out).
         self._in_scope: OrderedDict[int, bool] = OrderedDict()
         self._shut_down = False
@@ -426,6 +430,10 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 severity is None or getattr(severity, "_value_", 0) < self._logs_min
             ) and not self._worth_reading(record):
                 return  # below the minimum severity, and not a progress event
+            if self._queued() >= self._logs_queue_limit:
+                # A flood of lines must not take the room a step's start or end needs.
+                self._stats.problem("dropped_LogEmitted", "queue three quarters full")
+                return
             self._submit(_new(LogEmitted, (log_data,)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)

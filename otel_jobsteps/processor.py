@@ -438,6 +438,9 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
 
+    # Older SDKs (1.30 among them) name the hook ``emit``; 1.36 calls on_emit with LogData.
+    emit = on_emit
+
     def _worth_reading(self, record: Any) -> bool:
         """A record under the minimum severity the writer still reads: a progress event, or
         one with no severity number (its text may name one; no minimum: any record)."""

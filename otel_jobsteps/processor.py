@@ -44,7 +44,7 @@ from .translate import (
     DEFAULT_MAX_OPEN_SPANS,
     PROGRESS_EVENT,
     SpanTranslator,
-    severity_number,
+    logs_settings,
 )
 from .watch import LogEmitted, SpanEnded, SpanReader, SpanStarted, SpanWatch
 from .writer import RowStore, Writer
@@ -293,19 +293,8 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             if max_open_spans is not None
             else _env_int("OTEL_JOBSTEPS_MAX_OPEN_SPANS", DEFAULT_MAX_OPEN_SPANS)
         )
-        severity = logs_min_severity
-        if severity is None:
-            severity = (
-                os.environ.get("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY") or DEFAULT_LOGS_MIN_SEVERITY
-            )
-        self._logs_min = severity_number(severity)
-        self._logs_max = (
-            logs_max_per_step
-            if logs_max_per_step is not None
-            else _env_int("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", DEFAULT_LOGS_MAX_PER_STEP)
-        )
+        self._logs_min, self._logs_max = logs_settings(logs_min_severity, logs_max_per_step)
         for name, value in (
-            ("logs_max_per_step", self._logs_max),
             ("debounce_ms", self._debounce_ms),
             ("max_queue_size", queue_size),
             ("shutdown_timeout_ms", shutdown_ms),

@@ -11,6 +11,7 @@ record in an open span's context is a step's progress (``event_name`` "progress"
 from __future__ import annotations
 
 import json
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ from .detail import clean_text, parse_detail
 from .errors import ConfigurationError
 from .facts import LogFacts, SpanFacts
 from .recorder import (
+    DEFAULT_LOGS_MAX_PER_STEP,
     Command,
     EventRecorded,
     JobEnded,
@@ -48,6 +50,7 @@ __all__ = [
     "MAX_TAG_VALUE_CHARS",
     "SpanTranslator",
     "body_text",
+    "logs_settings",
     "severity_name",
     "severity_number",
 ]
@@ -87,6 +90,28 @@ def severity_number(value: object) -> int:
         f"a log severity must be a name (TRACE, DEBUG, INFO, WARN, ERROR, FATAL) or a number "
         f"0..24, got {value!r}"
     )
+
+
+def logs_settings(
+    min_severity: str | int | None = None, max_per_step: int | None = None
+) -> tuple[int, int]:
+    """(minimum SeverityNumber, LOG rows per step): the arguments, else the environment's
+    ``OTEL_JOBSTEPS_LOGS_MIN_SEVERITY`` / ``OTEL_JOBSTEPS_LOGS_MAX_PER_STEP``, else INFO, 1000.
+    Both doors read their settings here; a bad value raises ConfigurationError."""
+    if min_severity is None:
+        min_severity = (
+            os.environ.get("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY") or DEFAULT_LOGS_MIN_SEVERITY
+        )
+    cap: object = max_per_step
+    if cap is None:
+        raw = os.environ.get("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP") or str(DEFAULT_LOGS_MAX_PER_STEP)
+        cap = int(raw) if raw.strip().isdigit() else raw
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise ConfigurationError(
+            f"logs_max_per_step (OTEL_JOBSTEPS_LOGS_MAX_PER_STEP) must be a positive integer, "
+            f"got {cap!r}"
+        )
+    return severity_number(min_severity), cap
 
 
 def _named_severity(text: str) -> int:

@@ -6,14 +6,16 @@ from typing import Any
 
 import pytest
 
-from otel_jobsteps import JOB_STEP_KEY
+from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor
 from otel_jobsteps.batch import EventRow
 from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.facts import LogFacts, SpanEvent
 from otel_jobsteps.recorder import Command, LogRecorded, ProgressReported, StepRecorder
+from otel_jobsteps.testing import InMemoryStore
 from otel_jobsteps.translate import (
     MAX_LOG_MESSAGE_CHARS,
     SpanTranslator,
+    logs_settings,
     severity_name,
     severity_number,
 )
@@ -196,3 +198,21 @@ def test_big_attributes_are_cut_to_fit_the_detail_and_a_stack_trace_keeps_its_en
     small = {"code.line.number": 3}
     (line,) = [c for c in translated(record(2, 15, "small", **small)) if type(c) is LogRecorded]
     assert line.attributes == small
+
+
+def test_logs_settings_from_arguments_then_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY", raising=False)
+    monkeypatch.delenv("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", raising=False)
+    assert logs_settings() == (9, 1000)
+    monkeypatch.setenv("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY", "warn")
+    monkeypatch.setenv("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", "50")
+    assert logs_settings() == (13, 50)
+    assert logs_settings("DEBUG", 7) == (5, 7)
+    for bad in ("0", "-3", "many"):
+        monkeypatch.setenv("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", bad)
+        with pytest.raises(ConfigurationError, match="OTEL_JOBSTEPS_LOGS_MAX_PER_STEP"):
+            logs_settings()
+    with pytest.raises(ConfigurationError):
+        JobStepsProcessor(store=InMemoryStore(), logs_min_severity="LOUD")

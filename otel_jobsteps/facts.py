@@ -78,17 +78,3 @@ def started_facts(span: ReadableSpan) -> SpanFacts:
 def ended_facts(span: ReadableSpan) -> SpanFacts:
     """A live span once it has ended."""
     return SpanFacts(*span_fields(span, ended=True, events=ended_events(span)))
-
-
-@dataclass(slots=True)
-class LogFacts:
-    """One log record as a door saw it: its span context, time, severity, body, attributes."""
-
-    trace_id: int  # 0: the record has no span context
-    span_id: int  # 0: no span context
-    time_ns: int  # the record's timestamp; its observed timestamp when that is 0
-    event_name: str | None  # "progress" makes it a progress snapshot
-    severity_number: int  # OTel SeverityNumber 0..24 (0 = unspecified)
-    severity_text: str | None
-    body: Any  # decoded AnyValue: str, int, float, bool, bytes, list, dict, None
-    attributes: Mapping[str, Any]

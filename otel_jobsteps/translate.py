@@ -226,11 +226,18 @@ class SpanTranslator:
         self._remember(span_id, _OpenSpan(scope, key))
         return [StepStarted(scope, key, span_id, span.start_ns)]
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> ProgressReported | None:
-        """A live step's newest progress event (its attributes), seen while the step runs."""
+    def progress(
+        self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0
+    ) -> ProgressReported | None:
+        """A live step's newest progress event (its attributes), seen while the step runs;
+        nothing if a progress log record newer than its ``time_ns`` was passed on."""
         found = self._open.get(span_id)
         if found is None or found.key is None:
             return None
+        if found.progress_ns:
+            if time_ns < found.progress_ns:
+                return None
+            found.progress_ns = time_ns
         found.reported = attributes
         return ProgressReported(found.scope, found.key, attributes)
 

@@ -359,6 +359,8 @@ def _collect(args: argparse.Namespace) -> int:
         body_timeout_s=args.body_timeout.total_seconds(),
         workers=args.workers,
         access_log=args.access_log,
+        logs_min_severity=args.logs_min_severity,
+        logs_max_per_step=args.logs_max_per_step,
         announce=lambda line: print(line, flush=True),
     )
     return 0
@@ -551,9 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     collect = command(
         "collect",
         _collect,
-        "OTLP trace receiver, HTTP (POST /v1/traces, protobuf or JSON, gzip) and gRPC "
-        "(TraceService/Export): received spans become job_event and job_log rows, as the "
-        "processor writes them",
+        "OTLP receiver, HTTP (POST /v1/traces and /v1/logs, protobuf or JSON, gzip) and gRPC "
+        "(TraceService and LogsService Export): received spans and log records become "
+        "job_event and job_log rows, as the processor writes them",
     )
     collect.add_argument(
         "--listen", default="127.0.0.1:4318", help="OTLP/HTTP's HOST:PORT (127.0.0.1:4318)"
@@ -614,6 +616,19 @@ def build_parser() -> argparse.ArgumentParser:
         2,
         "Retry-After of 503 answers while the database is away (2)",
         metavar="SECONDS",
+    )
+    collect.add_argument(
+        "--logs-min-severity",
+        metavar="SEVERITY",
+        help="log records below it are not written: a name (INFO, WARN...) or 0..24 "
+        "(OTEL_JOBSTEPS_LOGS_MIN_SEVERITY, else INFO)",
+    )
+    collect.add_argument(
+        "--logs-max-per-step",
+        type=int_between(1, 1_000_000),
+        metavar="N",
+        help="LOG rows kept per attempt and step; one more row counts the rest "
+        "(OTEL_JOBSTEPS_LOGS_MAX_PER_STEP, else 1000)",
     )
     _integer_option(
         collect,

@@ -40,7 +40,8 @@ _SPAN_OUTCOMES = {"staged": "spans_staged", "duplicate": "spans_duplicate",
                   "late": "spans_late", "rejected": "rejected_spans"}  # fmt: skip
 _LOG_OUTCOMES = {"staged": "logs_staged", "duplicate": "logs_duplicate",
                  "waiting": "logs_waiting", "rejected": "rejected_logs",
-                 "outside": "logs_outside", "over_cap": "logs_over_cap"}  # fmt: skip
+                 "outside": "logs_outside", "over_cap": "logs_over_cap",
+                 "orphaned": "logs_orphaned"}  # fmt: skip
 _REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -128,7 +129,8 @@ class CollectMetrics:
             [outcomes(_LOG_OUTCOMES)],
             unit="{record}",
             description="Received log records: staged (of them waiting for their span),"
-            " duplicate copies, rejected, outside any span, over a settled step's cap",
+            " duplicate copies, rejected, outside any span, over a settled step's cap, dropped"
+            " after waiting for their span",
         )
         meter.create_observable_gauge(
             "otel_jobsteps.collect.settle.lag",

@@ -637,6 +637,7 @@ class Staging:
                 f"{orphans} spans dropped: no job span of theirs arrived in time",
             )
         if orphan_logs:
+            self.stats.add("logs_orphaned", orphan_logs)
             self.stats.problem(
                 "orphan_logs",
                 f"{orphan_logs} log records dropped: their span found no job in time",

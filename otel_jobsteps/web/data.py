@@ -192,40 +192,28 @@ class Reader:
         leaves the page short, older changes are read below the last one's floor, in the same
         snapshot, within ``JOBS_MAX_READS`` and ``JOBS_ROW_BUDGET``.
         """
-        reads = max(1, min(JOBS_MAX_READS, JOBS_ROW_BUDGET // (JOBS_ROWS_PER_JOB * limit)))
-        jobs: list[JobRow] = []
-        with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
-            params = {
-                "domain": domain,
-                "job_type": job_type,
-                "status": status,
-                "since_at": window_start(conn, since),
-                "before_at": cursor.at if cursor else None,
-                "before_domain": cursor.domain if cursor else None,
-                "before_job_id": cursor.job_id if cursor else None,
-                "limit": limit,
-            }
-            for _ in range(reads):
-                # Planned for the window's start: the partitioned layout's old children are
-                # skipped.
-                found = cur.execute(self._queries["jobs_page"], params, prepare=False).fetchall()
-                jobs += [_job_row(row) for row in found if row["domain"] is not None]
-                floor = found[0]["floor_at"]
-                if len(jobs) >= limit or floor is None:
-                    break
-                # the jobs of the next read all changed last at or below the floor
-                params.update(before_at=floor, before_domain=None, before_job_id=None)
-        jobs = jobs[:limit]
-        return JobsPage(jobs, _next_cursor(jobs, limit, floor), found[0]["as_of"])
+        filters = {"domain": domain, "job_type": job_type, "status": status, "limit": limit}
+        return self._floored_page("jobs_page", filters, since, cursor)
 
-    def find_jobs(self, prefix: str, *, domain: str | None, limit: int) -> JobsPage:
-        """Jobs whose id is or starts with ``prefix``, in every domain or in ``domain``."""
+    def find_jobs(
+        self, prefix: str, *, domain: str | None, cursor: Cursor | None = None, limit: int
+    ) -> JobsPage:
+        """Jobs whose id is or starts with ``prefix``, in every domain or in ``domain``, in
+        (domain, job id) order after ``cursor``'s job."""
         with self._snapshot() as conn:
             now = _server_now(conn)
             params: dict[str, Any] = {"prefix": prefix, "upper": _after_prefix(prefix)}
-            params.update(domain=domain, limit=limit)
+            after = cursor if cursor is not None and cursor.domain is not None else None
+            params.update(
+                domain=domain,
+                after_domain=after.domain if after else None,
+                after_job=after.job_id if after else None,
+                limit=limit + 1,  # one more than shown: whether a next page exists
+            )
             jobs = fetch(conn, self._queries["find_jobs"], params, JobRow, prepare=False)
-        return JobsPage(jobs, None, now)
+        last = jobs[limit - 1] if len(jobs) > limit else None
+        following = None if last is None else Cursor(None, last.domain, last.job_id)
+        return JobsPage(jobs[:limit], following, now)
 
     def tagged_jobs(
         self,
@@ -235,23 +223,54 @@ class Reader:
         job_type: str | None,
         status: str | None,
         since: timedelta | None,
+        cursor: Cursor | None = None,
         limit: int,
     ) -> JobsPage:
-        """Jobs with an attempt tagged ``tag`` (name, value) started within ``since``."""
-        with self._snapshot() as conn:
-            now = _server_now(conn)
+        """Jobs with an attempt tagged ``tag`` (name, value) started within ``since``, the
+        newest tagged start first, below ``cursor``; read as `jobs_page` is."""
+        filters = {
+            "tag_name": tag[0],
+            "tag_value": tag[1],
+            "domain": domain,
+            "job_type": job_type,
+            "status": status,
+            "scan": limit * TAG_SCAN_PER_JOB,
+            "limit": limit,
+        }
+        return self._floored_page("tagged_jobs", filters, since, cursor)
+
+    def _floored_page(
+        self,
+        query: str,
+        filters: dict[str, Any],
+        since: timedelta | None,
+        cursor: Cursor | None,
+    ) -> JobsPage:
+        """A page of a query that reports how deep its bounded scans are complete (floor_at):
+        read again below the floor while the page is short, within the budget."""
+        limit: int = filters["limit"]
+        reads = max(1, min(JOBS_MAX_READS, JOBS_ROW_BUDGET // (JOBS_ROWS_PER_JOB * limit)))
+        jobs: list[JobRow] = []
+        with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
             params = {
-                "tag_name": tag[0],
-                "tag_value": tag[1],
+                **filters,
                 "since_at": window_start(conn, since),
-                "domain": domain,
-                "job_type": job_type,
-                "status": status,
-                "scan": limit * TAG_SCAN_PER_JOB,
-                "limit": limit,
+                "before_at": cursor.at if cursor else None,
+                "before_domain": cursor.domain if cursor else None,
+                "before_job_id": cursor.job_id if cursor else None,
             }
-            jobs = fetch(conn, self._queries["tagged_jobs"], params, JobRow, prepare=False)
-        return JobsPage(jobs, None, now)
+            for _ in range(reads):
+                # Planned for the window's start: the partitioned layout's old children are
+                # skipped.
+                found = cur.execute(self._queries[query], params, prepare=False).fetchall()
+                jobs += [_job_row(row) for row in found if row["domain"] is not None]
+                floor = found[0]["floor_at"]
+                if len(jobs) >= limit or floor is None:
+                    break
+                # the jobs of the next read all changed last at or below the floor
+                params.update(before_at=floor, before_domain=None, before_job_id=None)
+        jobs = jobs[:limit]
+        return JobsPage(jobs, _next_cursor(jobs, limit, floor), found[0]["as_of"])
 
     def status_counts(self, since: timedelta | None) -> StatusCounts:
         """Attempts ended COMPLETED and FAILED since ``since`` ago and steps open now, each
@@ -286,7 +305,6 @@ class Reader:
         for row in rows:
             row.update(details.get(row["id"]) or _NO_DETAIL)
         return page
-        return JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
 
     def open_steps(self, min_silence: timedelta, limit: int) -> list[OpenStep]:
         """Open steps silent for at least ``min_silence``, longest silent first."""

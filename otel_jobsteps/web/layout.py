@@ -100,22 +100,24 @@ def _is_hex(value: str | None, length: int) -> bool:
 @dataclass(frozen=True, slots=True)
 class Cursor:
     """Where the next page of jobs starts: below activity time ``at``; with a domain and job id,
-    below that job (exclusive), without them at ``at`` itself included."""
+    below that job (exclusive), without them at ``at`` itself included. An id search pages in
+    (domain, job id) order: its cursor has no time, only the job it continues after."""
 
-    at: datetime
+    at: datetime | None
     domain: str | None = None
     job_id: str | None = None
 
     def query(self) -> dict[str, str]:
         """The cursor as URL query parameters."""
-        found = {"before": self.at.isoformat()}
+        found = {} if self.at is None else {"before": self.at.isoformat()}
         if self.domain is not None and self.job_id is not None:
             found.update(before_domain=self.domain, before_job=self.job_id)
         return found
 
     def token(self) -> str:
         """The cursor as one URL value (``back``: the pages above the one shown)."""
-        return json.dumps([self.at.isoformat(), self.domain, self.job_id], ensure_ascii=False)
+        at = None if self.at is None else self.at.isoformat()
+        return json.dumps([at, self.domain, self.job_id], ensure_ascii=False)
 
     @classmethod
     def parse_trail(cls, tokens: list[str]) -> list[Cursor]:
@@ -139,18 +141,17 @@ class Cursor:
         """The cursor in URL query parameters, None for the first page; `ConfigurationError`
         when ``before`` is not an ISO 8601 time with its offset."""
         text = params.get("before")
+        domain, job_id = params.get("before_domain"), params.get("before_job")
+        has_job = domain is not None and job_id is not None
         if not text:
-            return None
+            return cls(None, domain, job_id) if has_job else None
         try:
             at = datetime.fromisoformat(text)
         except ValueError:
             raise ConfigurationError("before must be an ISO 8601 time") from None
         if at.tzinfo is None:
             raise ConfigurationError("before must carry its UTC offset")
-        domain, job_id = params.get("before_domain"), params.get("before_job")
-        if domain is None or job_id is None:
-            return cls(at)
-        return cls(at, domain, job_id)
+        return cls(at, domain, job_id) if has_job else cls(at)
 
 
 @dataclass(frozen=True, slots=True)

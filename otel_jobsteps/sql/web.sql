@@ -22,6 +22,7 @@ WITH touched AS (
      FROM {job_event}
      WHERE COALESCE(ended_at, created_at) <= COALESCE(%(before_at)s::timestamptz, 'infinity')
        AND COALESCE(ended_at, created_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+       AND type <> 'LOG'  -- a log line is no change of the job (0010's job_attempt)
      ORDER BY COALESCE(ended_at, created_at) DESC
      LIMIT %(limit)s::integer * 8)
     UNION ALL
@@ -58,7 +59,8 @@ LEFT JOIN LATERAL (
       AND (%(before_at)s::timestamptz IS NULL
            OR NOT EXISTS (SELECT FROM {job_event} AS e
                           WHERE e.domain = c.domain AND e.job_id = c.job_id
-                            AND COALESCE(e.ended_at, e.created_at) > %(before_at)s)
+                            AND COALESCE(e.ended_at, e.created_at) > %(before_at)s
+                            AND e.type <> 'LOG')
               AND NOT EXISTS (SELECT FROM {job_log} AS g
                               WHERE g.domain = c.domain AND g.job_id = c.job_id
                                 AND g.created_at > %(before_at)s))
@@ -189,14 +191,15 @@ SELECT (SELECT count(*) FROM (SELECT FROM {job_log}
            AS running;
 
 -- name: job_rows --
--- Every row of one job, all attempts, without their detail and message (a job of 10,000 steps
--- draws 200 of them: job_row_details reads those): steps (the waterfall), ordinary events, tags,
--- log lines, with the server's time of the read.
+-- Every row of one job but its log lines, all attempts, without their detail and message (a job
+-- of 10,000 steps draws 200 of them: job_row_details reads those): steps (the waterfall),
+-- ordinary events and tags, with the server's time of the read. The log lines shown are read
+-- apart (read.sql's job_log_lines: one step's, up to 1,000 a step are kept).
 SELECT id, attempt, type, step_key, step_status, trace_id, created_at, ended_at,
        GREATEST(created_at, heartbeat_at) AS seen_at,
        now() AS as_of
 FROM {job_event}
-WHERE domain = %(domain)s AND job_id = %(job_id)s
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND type <> 'LOG'
 ORDER BY attempt, created_at, id;
 
 -- name: job_row_details --

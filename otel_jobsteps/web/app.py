@@ -35,7 +35,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
-from ..formatting import format_ago, format_duration, format_time, format_utc
+from ..formatting import (
+    format_ago,
+    format_duration,
+    format_time,
+    format_utc,
+    severity_word,
+    shorten,
+)
 from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness, is_health_request
 from ..listen import check_free, parse_listen
 from ..query import STATUSES, parse_tag
@@ -155,6 +162,8 @@ def _environment() -> Environment:
         iso=lambda value: value.isoformat() if value else "",
         utc=format_utc,
         seconds=lambda value: format_duration(timedelta(seconds=value)),
+        shorten=shorten,
+        severity=lambda value: severity_word(value).lower(),
     )
     env.globals.update(job_url=job_url, since=since_text, ago=format_ago, windows=list(WINDOWS))
     return env
@@ -347,10 +356,13 @@ class WebApp:
                 attempt=chosen,
                 step=step,
                 first=None if first is None else first - 1,
+                lines=page.lines,
             )
 
         # laid out twice: once to know which rows it draws, once with their details
-        page = self.reader.job_page(domain, job_id, lambda read: drawn_rows(lay_out(read)))
+        page = self.reader.job_page(
+            domain, job_id, lambda read: drawn_rows(lay_out(read)), attempt=chosen, step=step
+        )
         if page is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id)
         timeline = lay_out(page)

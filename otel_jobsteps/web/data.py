@@ -24,8 +24,10 @@ from ..query import (
     JobDetail,
     JobLogEntry,
     JobSummary,
+    LogLine,
     job_detail,
     list_jobs,
+    read_log_lines,
     window_start,
 )
 from ..sql import qualified_queries
@@ -53,6 +55,7 @@ JOBS_MAX_READS = 4
 filter that matches nothing among the latest changes walks that deep before it answers with an
 Older link."""
 COUNT_CAP = 1_000  # the status counts stop here: each is an index range read, at most this long
+LINES_SHOWN = 2_000  # a step's log lines on its page (the newest): 1,000 a step are kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,7 @@ class JobPage:
     rows: list[dict[str, Any]]
     logs: list[JobLogEntry]
     as_of: datetime
+    lines: list[LogLine]  # the selected attempt's, of the selected step and between steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,11 +283,20 @@ class Reader:
             params = {"since_at": window_start(conn, since), "cap": COUNT_CAP}
             return fetch(conn, self._queries["status_counts"], params, StatusCounts)[0]
 
-    def job_page(self, domain: str, job_id: str, drawn: RowChooser) -> JobPage | None:
-        """Every attempt of a job with all its rows and final rows, or None if it has none.
+    def job_page(
+        self,
+        domain: str,
+        job_id: str,
+        drawn: RowChooser,
+        *,
+        attempt: int | None = None,
+        step: str | None = None,
+    ) -> JobPage | None:
+        """Every attempt of a job with all its rows and final rows, or None if it has none;
+        the log lines of ``attempt`` (default: the latest) between steps and of ``step``.
 
         Rows come without detail, message and span id but those ``drawn`` picks (by id, given
-        the page read so far): one snapshot reads both.
+        the page read so far): one snapshot reads all.
         """
         key = {"domain": domain, "job_id": job_id}
         # job_attempts of the read API (the list_jobs fragment does not matter to it)
@@ -297,7 +310,10 @@ class Reader:
             logs = fetch(conn, self._queries["job_logs"], key, JobLogEntry)
             names = [f.name for f in fields(AttemptSummary)]
             attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
-            page = JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
+            chosen = attempt if attempt is not None else attempts[-1].attempt
+            scope = {**key, "attempt": chosen, "every": False, "step_key": step}
+            lines = read_log_lines(conn, read_side, {**scope, "limit": LINES_SHOWN})
+            page = JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"], lines)
             wanted = {**key, "ids": sorted(drawn(page))}
             with conn.cursor(row_factory=dict_row) as cur:
                 found_details = cur.execute(self._queries["job_row_details"], wanted).fetchall()

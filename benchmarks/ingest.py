@@ -7,7 +7,9 @@ of one job span and nine step spans (three progress events each), whole traces, 
 request; the same bodies go over OTLP/HTTP and over OTLP/gRPC (as the message of a unary
 ``TraceService/Export`` call). "Decode alone" parses the same bodies into span facts in this
 process, in the same run: the ceiling the receiver's database work is compared with. Rows are
-counted afterwards: a span that did not become its row does not count.
+counted afterwards: a span that did not become its row does not count. Log records (I5) go the
+same way: 1,000-record ``ExportLogsServiceRequest`` bodies of jobs whose spans were sent first,
+each record an INFO line in a step's context, counted as LOG rows afterwards.
 """
 
 from __future__ import annotations
@@ -24,16 +26,23 @@ from typing import Any, NamedTuple
 
 import grpc
 import httpx
+import psycopg
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import set_span_in_context
 
 from otel_jobsteps.attributes import JOB_STEP_KEY
 from otel_jobsteps.ingest.decode import decode_protobuf
+from otel_jobsteps.ingest.logs import decode_logs_protobuf
 
 from .common import (
     Databases,
@@ -63,6 +72,9 @@ HISTORY_ATTEMPTS = 20
 HISTORY_SPANS = 9_000  # staged behind those attempts
 TARGET_HISTORY_RATIO = 2.0
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+LOGS_PER_STEP = 11  # with 9 steps: 99 log records a job, ~1,000 (10 jobs) a request
+LOG_JOBS_PER_REQUEST = 10
+TARGET_LOGS_S = 10_000  # issue 23's end-to-end figure for log lines into rows
 
 
 def encoded_requests(prefix: str, requests: int, spans_per_request: int) -> list[bytes]:
@@ -385,9 +397,90 @@ def memory_while_down(*, quick: bool) -> list[Row]:
     ]
 
 
+def encoded_logged_jobs(prefix: str, requests: int) -> tuple[list[bytes], list[bytes]]:
+    """(span bodies, log bodies): ``requests`` of each, the log records of the jobs of the span
+    request of the same number (INFO lines in their steps' contexts)."""
+    spans, records = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    provider, logger_provider = TracerProvider(), LoggerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(records))
+    tracer, logger = provider.get_tracer("bench"), logger_provider.get_logger("bench")
+    span_bodies, log_bodies = [], []
+    for number in range(requests):
+        spans.clear()
+        records.clear()
+        for job_number in range(LOG_JOBS_PER_REQUEST):
+            job_id = f"{prefix}-{number}-{job_number}"
+            job = tracer.start_span("job", attributes=job_attributes(job_id))
+            for index in range(STEPS_PER_JOB):
+                key = f"S{index}"
+                step = tracer.start_span(
+                    key, context=set_span_in_context(job), attributes={JOB_STEP_KEY: key}
+                )
+                context = set_span_in_context(step)
+                for line in range(LOGS_PER_STEP):
+                    logger.emit(
+                        timestamp=time.time_ns(),
+                        context=context,
+                        severity_number=SeverityNumber.INFO,
+                        body=f"{key}: line {line} of {job_id}",
+                        attributes={"line": line},
+                    )
+                step.end()
+            job.end()
+        span_bodies.append(encode_spans(spans.get_finished_spans()).SerializeToString())
+        log_bodies.append(encode_logs(records.get_finished_logs()).SerializeToString())
+    logger_provider.shutdown()
+    provider.shutdown()
+    return span_bodies, log_bodies
+
+
+def log_throughput(dbs: Databases, *, quick: bool) -> list[Row]:
+    """Log records/s into verified LOG rows over OTLP/HTTP, one worker, 4 clients, the jobs'
+    spans received before; beside decoding the same log bodies alone."""
+    requests = 4 if quick else 20
+    span_bodies, log_bodies = encoded_logged_jobs("logs", requests)
+    records = requests * LOG_JOBS_PER_REQUEST * STEPS_PER_JOB * LOGS_PER_STEP
+    started = time.perf_counter()
+    for body in log_bodies:
+        decode_logs_protobuf(body)
+    decode_rate = records / (time.perf_counter() - started)
+    dsn = dbs.fresh("ingest_logs")
+    try:
+        with collect(dsn) as receiver:
+            if set(_post_all(receiver, span_bodies, 4)) != {200}:
+                raise RuntimeError("a span request was refused")
+            logs = receiver._replace(url=receiver.url.replace("/v1/traces", "/v1/logs"))
+            started = time.perf_counter()
+            statuses = _post_all(logs, log_bodies, 4)
+            elapsed = time.perf_counter() - started
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM job_event WHERE type = 'LOG' AND job_id LIKE 'logs-%'"
+            ).fetchone()
+    finally:
+        dbs.drop(dsn)
+    complete = set(statuses) == {200} and found == (records,)
+    rate = records / elapsed if complete else 0.0
+    ratio = rate / decode_rate
+    return [
+        Row(
+            "I5",
+            "collect: log records/s into verified LOG rows over OTLP/HTTP (1,000-record "
+            "protobuf requests after their jobs' spans, 4 clients, 1 worker)",
+            fmt_rate(rate, "records/s"),
+            f"decode alone {fmt_rate(decode_rate, 'records/s')}",
+            fmt_ratio(ratio),
+            f">= {TARGET_LOGS_S:,}",
+            verdict(rate >= TARGET_LOGS_S),
+        )
+    ]
+
+
 def run(dbs: Databases, *, quick: bool) -> list[Row]:
     return [
         *throughput(dbs, quick=quick),
+        *log_throughput(dbs, quick=quick),
         *latency(dbs, quick=quick),
         *history_cost(dbs, quick=quick),
         *memory_while_down(quick=quick),

@@ -243,7 +243,7 @@ INSERT INTO {otlp_log} AS g (trace_id, span_id, key, seq, body, domain, job_id, 
 SELECT * FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(key)b::bytea[],
                      %(seq)b::int[], %(body)b::bytea[], %(domain)b::text[], %(job_id)b::text[],
                      %(attempt)b::int[])
-ON CONFLICT (trace_id, span_id, key) DO NOTHING
+ON CONFLICT (key) DO NOTHING
 RETURNING g.trace_id, g.span_id, g.key;
 
 -- name: place_logs --
@@ -255,7 +255,7 @@ SET domain = t.domain, job_id = t.job_id, attempt = t.attempt,
 FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(key)b::bytea[], %(domain)b::text[],
             %(job_id)b::text[], %(attempt)b::int[], %(settled)b::bool[])
      AS t (trace_id, span_id, key, domain, job_id, attempt, settled)
-WHERE g.trace_id = t.trace_id AND g.span_id = t.span_id AND g.key = t.key;
+WHERE g.key = t.key;
 
 -- name: job_logs --
 -- Every staged record of these jobs' attempts that are not settled (derived with their spans).
@@ -286,7 +286,7 @@ WITH old AS (
     LIMIT %(limit)s
 ), dropped AS (
     DELETE FROM {otlp_log} AS g USING old
-    WHERE g.trace_id = old.trace_id AND g.span_id = old.span_id AND g.key = old.key
+    WHERE g.key = old.key
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);

@@ -4,10 +4,12 @@ rows (the steps untouched), records whose span never comes wait, bounded, then a
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
 
+from otel_jobsteps import prune
 from otel_jobsteps.ingest.decode import decode_protobuf
 from otel_jobsteps.ingest.logs import decode_logs_protobuf
 from otel_jobsteps.ingest.settings import CollectSettings
@@ -51,6 +53,10 @@ def test_records_of_a_settled_attempt_become_its_log_rows(
     ]
     # The steps stay as derived from the spans: a settled attempt is not derived again.
     assert [row for row in events if row[4] != "LOG"] == steps_before[0]
+    # prune forgets the settled attempt's staged records with its spans.
+    prune(second_dsn, timedelta(microseconds=1))
+    with psycopg.connect(second_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM otlp_log").fetchone() == (0,)
 
 
 def test_records_wait_for_their_span_bounded_then_are_dropped(dsn: str, second_dsn: str) -> None:

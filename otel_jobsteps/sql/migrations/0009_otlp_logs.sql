@@ -5,14 +5,15 @@
 CREATE TABLE otlp_log (
     trace_id    text        NOT NULL,  -- 32 hex digits, as otlp_span's
     span_id     bigint      NOT NULL,  -- the span of its context, signed as otlp_span's
-    key         bytea       NOT NULL,  -- a digest of the record as received (a copy conflicts)
+    -- A digest of the record as received (its ids included) and of its place among identical
+    -- records of its request: a copy delivered again conflicts with itself.
+    key         bytea       PRIMARY KEY,
     seq         integer     NOT NULL,  -- its place in its request: breaks ties of equal times
     body        bytea,                 -- an OTLP protobuf LogRecord; NULL once settled
     domain      text,
     job_id      text,
     attempt     integer,
-    received_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (trace_id, span_id, key)
+    received_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- A job's records, read with its spans when any of it arrives; an attempt's, when settled.

@@ -25,6 +25,7 @@ __all__ = [
     "ended_facts",
     "log_facts",
     "log_fields",
+    "severity_value",
     "span_fields",
     "started_facts",
 ]
@@ -112,17 +113,25 @@ def sdk_log_record(item: Any) -> Any:
     return getattr(item, "log_record", item)
 
 
+def severity_value(severity: Any) -> int:
+    """A SeverityNumber's number: the enum's documented ``_value_`` (``.value`` is a descriptor
+    call, ten times slower on the job's thread); 0 for None."""
+    if severity is None:
+        return 0
+    value = getattr(severity, "_value_", None)
+    return value if type(value) is int else int(severity.value)
+
+
 def log_fields(item: Any) -> tuple[Any, ...]:
     """An SDK log record's `LogFacts` fields, in order (read on the writer's side)."""
-    record = sdk_log_record(item)
-    severity = record.severity_number
+    record = getattr(item, "log_record", item)  # sdk_log_record, inlined: once per record
     event_name = getattr(record, "event_name", None)  # the SDK has it since 1.31
     return (
         record.trace_id or 0,
         record.span_id or 0,
         record.timestamp or record.observed_timestamp or 0,
         event_name or None,
-        0 if severity is None else int(severity.value),
+        severity_value(record.severity_number),
         record.severity_text,
         record.body,
         plain_attributes(record.attributes),

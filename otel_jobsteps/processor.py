@@ -422,9 +422,9 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             if record.span_id not in self._in_scope:
                 return  # outside any job scope (or no span context): nothing else happens
             severity = record.severity_number
-            if (severity is None or severity.value < self._logs_min) and not self._worth_reading(
-                record
-            ):
+            if (
+                severity is None or getattr(severity, "_value_", 0) < self._logs_min
+            ) and not self._worth_reading(record):
                 return  # below the minimum severity, and not a progress event
             self._submit(_new(LogEmitted, (log_data,)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job

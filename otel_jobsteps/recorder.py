@@ -230,6 +230,7 @@ class StepRecorder:
         self._batch = BatchBuilder()
         self._max_attempts = max_open_attempts
         self._logs_max = logs_max_per_step
+        self._last_span = (0, "")  # the span id of the latest log line, and its hex
         self._on_evict = on_evict
         # By job span (trace, span id); ordered, so the oldest goes in O(1) (a plain dict's
         # first key is found by walking the slots of every key deleted before it).
@@ -513,13 +514,23 @@ class StepRecorder:
                 return
             counts[0] += 1
         detail: Detail = {"severity": command.severity, "attributes": command.attributes}
-        trace_id = format(command.trace_id, "032x") if command.trace_id else None
-        span_id = format(command.span_id, "016x") if command.span_id else None
+        trace_id = None
+        if state is not None and command.trace_id == scope.trace_id:
+            trace_id = state.trace_hex  # the attempt's trace, as its other rows have it
+        elif command.trace_id:
+            trace_id = format(command.trace_id, "032x")
+        span_id = self._span_hex(command.span_id) if command.span_id else None
         row = EventRow(
             *_job_columns(scope), LOG, key, None, detail, command.message, trace_id, span_id,
             execution, command.time_ns // 1000, None,
         )  # fmt: skip
         self._batch.add_event(row)
+
+    def _span_hex(self, span_id: int) -> str:
+        """A span id's hex, remembered for the next line (a step's lines share their span)."""
+        if span_id != self._last_span[0]:
+            self._last_span = (span_id, format(span_id, "016x"))
+        return self._last_span[1]
 
     def _logs_dropped(self, state: _Attempt, key: str | None, at_us: int) -> None:
         """One LOG row saying how many lines of ``key`` the cap dropped since the last such row."""

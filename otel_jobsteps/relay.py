@@ -41,6 +41,7 @@ from .facts import LogFacts, SpanEvent, SpanFacts, log_fields, span_fields
 from .metrics import ClosedStep, Committed, FinishedAttempt
 from .spans import ended_events, events_read, plain_attributes
 from .stats import Stats, logger
+from .translate import body_text
 from .watch import SpanWatch
 
 __all__ = [
@@ -212,9 +213,11 @@ class _Outbox:
 
     def log(self, record: Any) -> None:
         fields = log_fields(record)
-        attributes = fields[7]
-        if type(attributes) is not dict:
-            fields = (*fields[:7], dict(attributes))
+        body, attributes = fields[6], fields[7]
+        if type(body) is not str or type(attributes) is not dict:  # the usual record is both
+            if not (body is None or type(body) in _PLAIN or type(body) is bytes):
+                body = body_text(body)  # a structure travels as its text: the message it is
+            fields = (*fields[:6], body, dict(attributes))
         self.messages.append(("L", fields))
 
     def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:

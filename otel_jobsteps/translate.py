@@ -39,11 +39,15 @@ from .vocabulary import MAX_ATTEMPT
 __all__ = [
     "DEFAULT_LOGS_MIN_SEVERITY",
     "DEFAULT_MAX_OPEN_SPANS",
+    "MAX_LOG_ATTRIBUTES",
+    "MAX_LOG_ATTRIBUTES_CHARS",
+    "MAX_LOG_ATTRIBUTE_CHARS",
     "MAX_LOG_MESSAGE_CHARS",
     "MAX_TAGS",
     "MAX_TAG_NAME_CHARS",
     "MAX_TAG_VALUE_CHARS",
     "SpanTranslator",
+    "body_text",
     "severity_name",
     "severity_number",
 ]
@@ -56,6 +60,10 @@ MAX_TAG_VALUE_CHARS = 256  # a longer value is cut
 
 DEFAULT_LOGS_MIN_SEVERITY = 9  # INFO: log records below it are not written
 MAX_LOG_MESSAGE_CHARS = 8192  # a log line's message is cut here, and says so
+MAX_LOG_ATTRIBUTES = 64  # attributes kept per log line (the first), within the detail's size
+MAX_LOG_ATTRIBUTE_CHARS = 4096  # a longer text attribute is cut (a stack trace keeps its end)
+MAX_LOG_ATTRIBUTES_CHARS = 32 * 1024  # all of a line's attributes: half the detail size limit
+_STACKTRACE = "exception.stacktrace"
 PROGRESS_EVENT = "progress"  # a log record's event_name that makes it a progress snapshot
 # SeverityNumber ranges by their short name (OTel logs data model): 1-4 TRACE ... 21-24 FATAL.
 _SEVERITY_NAMES = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
@@ -91,30 +99,83 @@ def _named_severity(text: str) -> int:
     return 0
 
 
-def severity_name(number: int) -> str:
-    """The short name of a SeverityNumber: INFO for 9, INFO2 for 10, ...; UNSPECIFIED for 0."""
-    if not 1 <= number <= 24:
-        return "UNSPECIFIED"
+def _short_name(number: int) -> str:
     name = _SEVERITY_NAMES[(number - 1) // 4]
     step = (number - 1) % 4 + 1
     return name if step == 1 else f"{name}{step}"
 
 
-def _log_text(body: object) -> str:
-    """A log record's body as the line's text: a string as it is, a structure as JSON."""
+_SHORT_NAMES = ("UNSPECIFIED", *(_short_name(number) for number in range(1, 25)))
+
+
+def severity_name(number: int) -> str:
+    """The short name of a SeverityNumber: INFO for 9, INFO2 for 10, ...; UNSPECIFIED for 0."""
+    return _SHORT_NAMES[number] if 0 <= number <= 24 else "UNSPECIFIED"
+
+
+def body_text(body: object) -> str:
+    """A log record's body as text, uncut: a string as it is, a structure as JSON."""
     if isinstance(body, str):
-        text = body
-    elif body is None:
-        text = ""
-    elif isinstance(body, bytes | bytearray):
-        text = bytes(body).decode("utf-8", "replace")
-    elif isinstance(body, Mapping | list | tuple):
+        return body
+    if body is None:
+        return ""
+    if isinstance(body, bytes | bytearray):
+        return bytes(body).decode("utf-8", "replace")
+    if isinstance(body, Mapping | list | tuple):
         try:
-            text = json.dumps(body, ensure_ascii=False, default=repr, allow_nan=True)
-        except (ValueError, TypeError, RecursionError):
-            text = "<log body nested too deep to show>"
-    else:
-        text = clean_text(body)
+            return json.dumps(body, ensure_ascii=False, default=repr, allow_nan=True)
+        except RecursionError:
+            return "<log body nested too deep to show>"
+        except Exception:  # noqa: BLE001 - a value's own repr may fail: the line is kept
+            return "<log body that cannot be shown>"
+    return clean_text(body)
+
+
+def _attribute_size(name: str, value: object) -> int:
+    """About how many characters an attribute takes in the detail's JSON (cheap to tell)."""
+    if type(value) is str:
+        return len(name) + len(value)
+    if isinstance(value, list | tuple | Mapping):
+        return len(name) + 16 * len(value)
+    return len(name) + 16
+
+
+def _log_attributes(attributes: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A log line's attributes within the caps, so that its detail (severity and all) stays
+    under the detail size limit: long texts cut and marked, then as many as the budget holds."""
+    total = 0
+    longest = 0
+    for name, value in attributes.items():
+        size = _attribute_size(name, value)
+        total += size
+        longest = max(longest, size)
+    if (
+        len(attributes) <= MAX_LOG_ATTRIBUTES
+        and total <= MAX_LOG_ATTRIBUTES_CHARS
+        and longest <= MAX_LOG_ATTRIBUTE_CHARS
+    ):
+        return attributes  # the usual line: as it is, not copied
+    kept: dict[str, Any] = {}
+    budget = MAX_LOG_ATTRIBUTES_CHARS
+    for name, value in attributes.items():
+        if type(value) is str and len(value) > MAX_LOG_ATTRIBUTE_CHARS:
+            cut = len(value) - MAX_LOG_ATTRIBUTE_CHARS
+            if name == _STACKTRACE:  # the innermost frames are at its end
+                value = f"[{cut} characters cut] ...{value[-MAX_LOG_ATTRIBUTE_CHARS:]}"
+            else:
+                value = f"{value[:MAX_LOG_ATTRIBUTE_CHARS]}... [{cut} more characters cut]"
+        budget -= _attribute_size(name, value)
+        if budget < 0 or len(kept) == MAX_LOG_ATTRIBUTES:
+            break
+        kept[name] = value
+    if len(kept) < len(attributes):
+        kept["_dropped_attributes"] = len(attributes) - len(kept)
+    return kept
+
+
+def _log_text(body: object) -> str:
+    """The LOG row's message: the body as text, cut at MAX_LOG_MESSAGE_CHARS and marked."""
+    text = body_text(body)
     if len(text) > MAX_LOG_MESSAGE_CHARS:
         cut = len(text) - MAX_LOG_MESSAGE_CHARS
         text = f"{text[:MAX_LOG_MESSAGE_CHARS]}... [{cut} more characters cut]"
@@ -270,7 +331,7 @@ class SpanTranslator:
                 clamp_ns(record.time_ns),
                 severity,
                 _log_text(record.body),
-                record.attributes,
+                _log_attributes(record.attributes),
                 record.trace_id,
                 record.span_id,
             )

@@ -4,9 +4,11 @@ events become LOG rows and step detail, the same with the writer thread and the 
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -130,3 +132,98 @@ def test_records_outside_a_job_scope_cost_no_database_work(
     assert data.get("commands", 0) == 0
     assert data.get("operations_written", 0) == 0
     assert rows(conn, "SELECT count(*) FROM job_event WHERE type = 'LOG'") == [(0,)]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_hostile_bodies_and_attributes_are_stored_safely(
+    logging_to: Callable[..., Logging], conn: psycopg.Connection[Any], writer: str
+) -> None:
+    tracer, _, logger_provider, processor = logging_to(writer=writer)
+    emit = logger_provider.get_logger("tests.hostile").emit
+    job_id = f"hostile-{writer}"
+    with (
+        job_attempt("render", job_id, "thumbnail", tracer=tracer),
+        step("R\x00\x1b", tracer=tracer),
+    ):
+        emit(body="red \x1b[31m\x00 bell \x07 \ud800", severity_text="INFO")
+        emit(body="y" * 1_000_000, severity_text="INFO")
+        emit(body=_nested(5_000), severity_text="INFO")  # beyond what JSON or marshal nest
+        emit(body=b"\xff\x00raw", severity_text="INFO")
+        emit(body="attributes", severity_text="WARN", attributes={"deep": _nested(100)})
+        emit(
+            body="many", severity_text="WARN", attributes={f"a{n}": "v" * 1000 for n in range(100)}
+        )
+    assert processor.force_flush(10_000)
+    found = rows(conn, LOG_ROWS, job_id)
+    messages = [r[3] for r in found]
+    assert messages[0] == "red \x1b[31m\ufffd bell \x07 \ufffd"  # readers escape what remains
+    assert messages[1].startswith("y" * 8192)
+    assert messages[1].endswith("... [991808 more characters cut]")
+    assert messages[2] == "<log body nested too deep to show>"
+    assert messages[3] == "\ufffd\ufffdraw"
+    assert [r[0] for r in found] == ["R\ufffd\x1b"] * 6
+    assert found[4][4]["attributes"]["deep"]["k"]["k"]["k"]  # kept, within the depth rules
+    assert len(found) == 6
+    assert found[5][4]["severity"] == "WARN"  # the attributes were cut to fit, not the detail
+    kept = found[5][4]["attributes"]
+    assert 0 < kept.pop("_dropped_attributes") < 100
+    assert kept == {f"a{n}": "v" * 1000 for n in range(len(kept))}
+
+
+def test_the_docs_example_records_its_line_and_progress(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    page = (Path(__file__).parents[2] / "docs" / "logs.md").read_text("utf-8")
+    (code,) = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    try:
+        with warnings.catch_warnings():  # the SDK's LoggingHandler is deprecated in 1.39+
+            warnings.simplefilter("ignore", DeprecationWarning)
+            exec(compile(code, "docs/logs.md", "exec"), {"DSN": dsn})  # the page's own code
+    finally:
+        for handler in set(root.handlers) - set(handlers):
+            root.removeHandler(handler)
+    assert rows(conn, LOG_ROWS, "42")[0][:4] == ("RENDER", None, None, "rendering 24 frames")
+    assert rows(conn, "SELECT detail FROM job_event WHERE type = 'STEP'") == [({"pct": 50},)]
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+@pytest.mark.parametrize(
+    ("log_last", "polled_between"),
+    [(True, True), (False, True), (True, False)],
+    ids=["log-event-last", "span-event-last", "log-event-last-span-event-unpolled"],
+)
+def test_span_event_and_log_event_progress_the_newest_wins(
+    logging_to: Callable[..., Logging],
+    conn: psycopg.Connection[Any],
+    writer: str,
+    log_last: bool,
+    polled_between: bool,
+) -> None:
+    """Unpolled: the older span event is read by the flush's poll after the newer log record."""
+    tracer, _, logger_provider, processor = logging_to(writer=writer)
+    events = logger_provider.get_logger("tests.events")
+    job_id = f"order-{writer}-{log_last}-{polled_between}"
+    with job_attempt("render", job_id, "thumbnail", tracer=tracer):
+        with step("RENDER", tracer=tracer) as span:
+            if log_last:
+                span.add_event("progress", {"from": "span"})
+                if polled_between:
+                    assert processor.force_flush(10_000)  # the poll has read the span event
+                events.emit(event_name="progress", attributes={"from": "log"})
+            else:
+                events.emit(event_name="progress", attributes={"from": "log"})
+                assert processor.force_flush(10_000)
+                span.add_event("progress", {"from": "span"})
+        assert processor.force_flush(10_000)
+    assert processor.force_flush(10_000)
+    detail = rows(conn, "SELECT detail FROM job_event WHERE job_id = %s AND type = 'STEP'", job_id)
+    assert detail == [({"from": "log" if log_last else "span"},)]

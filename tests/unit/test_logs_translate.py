@@ -175,3 +175,24 @@ def test_hostile_bodies_become_safe_text() -> None:
     assert messages[3] == "\ufffd\ufffdbytes"
     assert messages[4] == '{"n": 1, "l": [1, 2.5, null]}'
     rows(commands)  # the recorder takes them all
+
+
+def test_big_attributes_are_cut_to_fit_the_detail_and_a_stack_trace_keeps_its_end() -> None:
+    trace = "Traceback (most recent call last):\n" + "  frame\n" * 2000 + "OSError: disk full"
+    (line,) = [
+        c
+        for c in translated(record(2, 15, "failed", **{"exception.stacktrace": trace, "x": 1}))
+        if type(c) is LogRecorded
+    ]
+    kept = line.attributes["exception.stacktrace"]
+    assert kept.endswith("OSError: disk full")
+    assert kept.startswith(f"[{len(trace) - 4096} characters cut] ...")
+    assert line.attributes["x"] == 1
+    assert "_dropped_attributes" not in line.attributes
+    many = {f"a{n}": n for n in range(100)}
+    (line,) = [c for c in translated(record(2, 15, "many", **many)) if type(c) is LogRecorded]
+    assert len(line.attributes) == 65
+    assert line.attributes["_dropped_attributes"] == 36
+    small = {"code.line.number": 3}
+    (line,) = [c for c in translated(record(2, 15, "small", **small)) if type(c) is LogRecorded]
+    assert line.attributes == small

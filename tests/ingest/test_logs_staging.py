@@ -8,14 +8,17 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.trace import Tracer
 
-from otel_jobsteps import prune
+from otel_jobsteps import job_attempt, prune, step
 from otel_jobsteps.ingest.decode import decode_protobuf
 from otel_jobsteps.ingest.logs import decode_logs_protobuf
 from otel_jobsteps.ingest.settings import CollectSettings
 from otel_jobsteps.ingest.staging import Receipt, Staging
 from tests.ingest.collector import table_rows
 from tests.ingest.requests import logs_request_of, proto_logs, proto_spans, request_of
+from tests.ingest.stories import Recording
 from tests.ingest.test_logs_exporter import _recorded
 
 
@@ -76,3 +79,26 @@ def test_records_wait_for_their_span_bounded_then_are_dropped(dsn: str, second_d
         assert staging.stats.get("logs_orphaned") == 2
     finally:
         staging.close()
+
+
+def test_hostile_bodies_are_stored_as_the_processor_stores_them(
+    recording: Recording, staging: Staging, dsn: str, second_dsn: str
+) -> None:
+    deep: dict[str, object] = {"leaf": "\x1b[31mred\x00"}
+    for level in range(25):  # OTLP encoders stop near 30 (protobuf nesting limit of 100)
+        deep = {f"level{level}": deep}
+    bodies: list[object] = ["ctl \x00\x07\x1b[2J\u202e<script>", "x" * 1_000_000, deep, b"\xff\x00"]
+
+    def story(tracer: Tracer, _: str) -> None:
+        with job_attempt("hostile", "h-1", "t", tracer=tracer), step("S", tracer=tracer):
+            for body in bodies:
+                recording.logger.emit(severity_number=SeverityNumber.WARN, body=body)
+
+    decoded = decode_protobuf(request_of(recording.spans(story, "")).SerializeToString())
+    staging.receive(decoded.spans, decoded.wire)
+    _send_logs(staging, recording.logs())
+    live = table_rows(dsn, "h-1")
+    assert table_rows(second_dsn, "h-1") == live
+    messages = [row[8] for row in live[0] if row[4] == "LOG"]
+    assert len(messages) == len(bodies)
+    assert all("\x00" not in message and len(message) < 9_000 for message in messages)

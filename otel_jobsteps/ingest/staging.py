@@ -52,7 +52,7 @@ from ..translate import SpanTranslator
 from .decode import decode_span
 from .derive import job_commands
 from .logs import decode_log_record
-from .place import JOB, Attempt, Skeleton, place, skeleton
+from .place import EVENT, JOB, NAMING_EVENT, Attempt, Skeleton, place, skeleton
 from .settings import CollectSettings
 
 __all__ = ["Receipt", "Staging", "StagingUnavailable"]
@@ -266,11 +266,11 @@ class Staging:
                 )
             moved, places = self._place(staged)
             records = _Records(self, cur, traces, logs, places)
-            jobs = sorted(
-                {(p[0], p[1]) for span in staged.values() if span.new and (p := span.place)}
-                | {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
-                | records.jobs()
-            )
+            derived = {
+                (p[0], p[1]) for span in staged.values() if span.new and (p := span.place)
+            } | {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
+            records.choose_direct(derived)
+            jobs = sorted(derived | records.jobs())
             settled: set[Attempt] = set()
             attempts: set[Attempt] = set()
             new_jobs: set[_Job] = set()  # jobs new in this request
@@ -300,9 +300,25 @@ class Staging:
                 {"trace_id": traces, "added": [added[trace] for trace in traces]},
             )
             committed = Committed()
+            jobs = sorted(
+                {job for job in jobs if job not in records.direct}
+                | records.write_direct(store, staged)
+            )
             if jobs:
+                chosen = set(jobs)
                 committed = self._derive(
-                    store, cur, jobs, staged, attempts, started, new_jobs, records
+                    store,
+                    cur,
+                    jobs,
+                    staged,
+                    {a for a in attempts if a[:2] in chosen},
+                    [
+                        s
+                        for s in started
+                        if (s.attributes[JOB_DOMAIN], s.attributes[JOB_ID]) in chosen
+                    ],
+                    new_jobs,
+                    records,
                 )
             records.write_settled(store, staged)
         if logs:
@@ -683,6 +699,10 @@ class _Records:
         self.rejected = 0
         self._new: dict[tuple[str, int, bytes], LogFacts] = {}  # staged now, decoded already
         self._settled: list[tuple[LogFacts, Attempt]] = []
+        self._direct: list[tuple[LogFacts, Attempt]] = []  # written without a derivation
+        self._translators: dict[tuple[str, Attempt], SpanTranslator] = {}
+        self._rebuilt: set[tuple[str, Attempt, int]] = set()  # spans the translators started
+        self.direct: set[_Job] = set()
         cur.execute(self._queries["waiting_logs"], {"trace_id": traces})
         still: dict[str, int] = {}
         for trace, span_id, key, seq, body in cur.fetchall():
@@ -704,6 +724,13 @@ class _Records:
 
     def jobs(self) -> set[_Job]:
         return {p[:2] for _, p in self.placed} | {m[5][:2] for m in self.moved}
+
+    def choose_direct(self, derived: set[_Job]) -> None:
+        """The jobs whose only news are this request's records, none a progress event: their
+        LOG rows can be written as they come, without deriving the job again (a LOG row
+        depends only on its record and the step its span lies in), unless a cap says no."""
+        progress = {where[:2] for log, where in self.placed if log[4].event_name == "progress"}
+        self.direct = {where[:2] for _, where in self.placed} - progress - derived
 
     def stage(self, settled: set[Attempt]) -> Receipt:
         """Keep the new records (those of a settled attempt without a body: their LOG rows are
@@ -733,6 +760,8 @@ class _Records:
                     self._settled.append((log[4], where))
                 else:
                     self._new[log[:3]] = log[4]
+                    if where[:2] in self.direct:
+                        self._direct.append((log[4], where))
         if self.moved:
             moved = self.moved
             self._cur.execute(
@@ -766,44 +795,85 @@ class _Records:
             found.setdefault((domain, job_id), []).append((facts, (seq, key)))
         return found
 
+    def write_direct(self, store: StepStore, staged: dict[_Key, _Staged]) -> set[_Job]:
+        """The LOG rows of the direct jobs' new records, if every one of their steps stays
+        within its cap and each attempt has a row naming its execution; returns the jobs that
+        must be derived instead (nothing of theirs was written)."""
+        return self._write_lines(store, staged, self._direct, settled=False)
+
     def write_settled(self, store: StepStore, staged: dict[_Key, _Staged]) -> None:
         """The LOG rows of records whose attempt is settled: each in the step its context lies
-        in (found through the staged skeletons), under the per-step cap, without deriving the
+        in, under the per-step cap (the lines over it are counted), without deriving the
         attempt again."""
-        if not self._settled:
-            return
+        self._write_lines(store, staged, self._settled, settled=True)
+
+    def _write_lines(
+        self,
+        store: StepStore,
+        staged: dict[_Key, _Staged],
+        items: list[tuple[LogFacts, Attempt]],
+        *,
+        settled: bool,
+    ) -> set[_Job]:
+        """Records -> LOG rows without a derivation: each translated in its context rebuilt
+        from the staged skeletons (its attempt's job span, the step its span lies in)."""
+        if not items:
+            return set()
         settings = self._staging.settings
-        attempts = sorted({where for _, where in self._settled})
+        cap = settings.logs_max_per_step
+        attempts = sorted({where for _, where in items})
         columns = {
             "domain": [a[0] for a in attempts],
             "job_id": [a[1] for a in attempts],
             "attempt": [a[2] for a in attempts],
         }
-        self._cur.execute(self._queries["settled_attempt_names"], columns)
+        self._cur.execute(self._queries["attempt_names"], columns)
         names = {(d, j, a): (t, e) for d, j, a, t, e in self._cur.fetchall()}
-        self._cur.execute(self._queries["settled_log_counts"], columns)
+        self._cur.execute(self._queries["attempt_log_counts"], columns)
         counts = {(d, j, a, k): n for d, j, a, k, n in self._cur.fetchall()}
         nodes: dict[tuple[str, int], _Staged] = {}
         for (trace, span_id, phase), span in staged.items():
             if phase or (trace, span_id) not in nodes:
                 nodes[(trace, span_id)] = span
-        recorder = StepRecorder(debounce_ms=0, logs_max_per_step=settings.logs_max_per_step)
-        over = 0
-        for facts, where in sorted(self._settled, key=lambda item: item[0].time_ns):
-            for command in self._settled_commands(facts, where, nodes, names):
-                if not isinstance(command, LogRecorded):
-                    continue  # progress of a closed step changes nothing
+        lines: list[tuple[Attempt, LogRecorded]] = []
+        fallback: set[_Job] = set()
+        for facts, where in sorted(items, key=lambda item: item[0].time_ns):
+            if not settled and names.get(where, (None, None))[1] is None:
+                fallback.add(where[:2])  # no row names its execution yet: derive it
+                continue
+            commands = self._settled_commands(facts, where, nodes, names)
+            if commands is None:
+                if not settled:
+                    fallback.add(where[:2])
+                continue
+            for command in commands:
+                if isinstance(command, LogRecorded):  # progress of a closed step: nothing
+                    lines.append((where, command))
+        recorder = StepRecorder(debounce_ms=0, logs_max_per_step=cap)
+        if settled:  # the lines past the cap are dropped and counted
+            over = 0
+            for where, command in lines:
                 count = (*where, command.key)
-                if counts.get(count, 0) >= settings.logs_max_per_step:
+                if counts.get(count, 0) >= cap:
                     over += 1
                     continue
                 counts[count] = counts.get(count, 0) + 1
                 recorder.handle(command)
-        if over:
-            self._staging.stats.add("logs_over_cap", over)
+            if over:
+                self._staging.stats.add("logs_over_cap", over)
+        else:  # a step that would pass its cap is derived: the derivation counts what it drops
+            for where, command in lines:
+                count = (*where, command.key)
+                counts[count] = counts.get(count, 0) + 1
+                if counts[count] > cap:
+                    fallback.add(where[:2])
+            for where, command in lines:
+                if where[:2] not in fallback:
+                    recorder.handle(command)
         batch = recorder.take_batch()
         if batch is not None:
             self._staging._write(store, batch)
+        return fallback
 
     def _settled_commands(
         self,
@@ -811,10 +881,19 @@ class _Records:
         where: Attempt,
         nodes: dict[tuple[str, int], _Staged],
         names: dict[Attempt, tuple[str | None, str | None]],
-    ) -> list[Command]:
+    ) -> list[Command] | None:
         """The record translated in its context rebuilt from skeletons: its attempt's job span,
-        the step its span lies in, and its span."""
+        the step its span lies in, and its span (None: the context cannot be rebuilt so). One
+        translator per trace and attempt, its spans started once."""
         trace = format(facts.trace_id, "032x")
+        translator = self._translators.get((trace, where))
+        if translator is None:
+            translator = self._translators[(trace, where)] = SpanTranslator(
+                problem=self._staging.stats.problem,
+                logs_min_severity=self._staging.settings.logs_min_severity,
+            )
+        if (trace, where, facts.span_id) in self._rebuilt:
+            return translator.log(facts)
         chain: list[tuple[int, _Staged]] = []
         span_id = _signed(facts.span_id)
         while (trace, span_id) in nodes and len(chain) < 1000:
@@ -824,22 +903,21 @@ class _Records:
                 break
             span_id = _signed(node.skeleton.parent)
         if not chain or chain[-1][1].skeleton.kind != JOB:
-            return []
+            return None
+        if any(node.skeleton.kind in (EVENT, NAMING_EVENT) for _, node in chain):
+            return None  # an event span's context: the derivation decides
         job_type, execution = names.get(where, (None, None))
         job_span = chain[-1][0]
         attributes: dict[str, Any] = {JOB_DOMAIN: where[0], JOB_ID: where[1], JOB_ATTEMPT: where[2]}
         if job_type is not None:
             attributes[JOB_TYPE] = job_type
         attributes[JOB_EXECUTION] = execution or f"{trace}:{job_span:016x}"
-        translator = SpanTranslator(
-            problem=self._staging.stats.problem,
-            logs_min_severity=self._staging.settings.logs_min_severity,
-        )
         parent = 0
         for span_id, node in reversed(chain):
             names_of = attributes if span_id == job_span else {}
             if node.step_key is not None and span_id != job_span:
                 names_of = {JOB_STEP_KEY: node.step_key}
             translator.started(SpanFacts(facts.trace_id, span_id, parent, "", 1, 0, names_of))
+            self._rebuilt.add((trace, where, span_id))
             parent = span_id
         return translator.log(facts)

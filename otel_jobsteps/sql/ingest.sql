@@ -265,8 +265,8 @@ JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
   ON g.domain = t.domain AND g.job_id = t.job_id
 WHERE g.body IS NOT NULL;
 
--- name: settled_log_counts --
--- LOG rows already written per step of these settled attempts (their records' cap).
+-- name: attempt_log_counts --
+-- LOG rows already written per step of these attempts (their records' cap).
 SELECT e.domain, e.job_id, e.attempt, e.step_key, count(*)
 FROM {job_event} AS e
 JOIN unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
@@ -291,15 +291,17 @@ WITH old AS (
 )
 SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);
 
--- name: settled_attempt_names --
--- What a LOG row of these settled attempts repeats of them: the job type (from the final
--- row) and the execution (from the attempt's first row that names one).
-SELECT l.domain, l.job_id, l.attempt, l.job_type,
-       (SELECT e.execution_id FROM {job_event} AS e
-        WHERE e.domain = l.domain AND e.job_id = l.job_id AND e.attempt = l.attempt
-          AND e.execution_id IS NOT NULL
-        ORDER BY e.id LIMIT 1)
-FROM {job_log} AS l
-JOIN unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
+-- name: attempt_names --
+-- What a LOG row of these attempts repeats of them: the job type and the execution of the
+-- attempt's first row that names one (else its final row's type, and no execution).
+SELECT t.domain, t.job_id, t.attempt, coalesce(e.job_type, l.job_type), e.execution_id
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
      AS t (domain, job_id, attempt)
+LEFT JOIN LATERAL (
+    SELECT e.job_type, e.execution_id FROM {job_event} AS e
+    WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+      AND e.execution_id IS NOT NULL
+    ORDER BY e.id LIMIT 1
+) AS e ON true
+LEFT JOIN {job_log} AS l
   ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt;

@@ -30,8 +30,10 @@ import psycopg
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
@@ -477,11 +479,88 @@ def log_throughput(dbs: Databases, *, quick: bool) -> list[Row]:
     ]
 
 
+def _logged_attempts(prefix: str, rounds: int) -> tuple[bytes, list[bytes]]:
+    """A span body of ``HISTORY_ATTEMPTS`` finished attempts (a job span and one long step
+    each) and, per round, a log body of one INFO line in each attempt's step."""
+    spans: list[Span] = []
+    records: list[list[LogRecord]] = [[] for _ in range(rounds)]
+    for number in range(HISTORY_ATTEMPTS):
+        trace_id, job_span, step_span = os.urandom(16), os.urandom(8), os.urandom(8)
+        started = time.time_ns()
+        spans.append(_span(trace_id, job_span, b"", started, started + 10**10,
+                           job_attributes(f"{prefix}-{number}")))  # fmt: skip
+        spans.append(_span(trace_id, step_span, job_span, started + 1000, started + 9 * 10**9,
+                           {JOB_STEP_KEY: "S0"}))  # fmt: skip
+        for line in range(rounds):
+            records[line].append(
+                LogRecord(
+                    trace_id=trace_id,
+                    span_id=step_span,
+                    time_unix_nano=started + 2000 + line,
+                    severity_number=SeverityNumber.INFO.value,
+                    body=AnyValue(string_value=f"line {line} of {prefix}-{number}"),
+                )
+            )
+    return _body(spans), [_log_body(batch) for batch in records]
+
+
+def _log_body(records: list[LogRecord]) -> bytes:
+    request = ExportLogsServiceRequest(
+        resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=records)])]
+    )
+    return request.SerializeToString()
+
+
+def log_history_cost(dbs: Databases, *, quick: bool) -> list[Row]:
+    """A request of one log line to each of 20 attempts with 9,000 lines staged behind them,
+    against the same request to 20 fresh attempts, in one collect."""
+    behind = HISTORY_SPANS // HISTORY_ATTEMPTS
+    samples = 3 if quick else 7
+    dsn = dbs.fresh("ingest_log_history")
+    try:
+        with collect(dsn) as receiver, httpx.Client(timeout=300) as session:
+            url = receiver.url
+            logs_url = url.replace("/v1/traces", "/v1/logs")
+            span_body, rounds = _logged_attempts("oldlog", behind + samples)
+            session.post(url, content=span_body, headers=HEADERS)
+            per_body = SPANS_PER_REQUEST // HISTORY_ATTEMPTS
+            for start in range(0, behind, per_body):  # the history, 1,000 records a request
+                history = ExportLogsServiceRequest()
+                for body in rounds[start : start + per_body]:
+                    history.MergeFromString(body)
+                session.post(logs_url, content=history.SerializeToString(), headers=HEADERS)
+            old, fresh = [], []
+            for sample in range(samples):
+                new_spans, new_rounds = _logged_attempts(f"newlog{sample}", 1)
+                session.post(url, content=new_spans, headers=HEADERS)
+                for body, times in ((rounds[behind + sample], old), (new_rounds[0], fresh)):
+                    sent = time.perf_counter()
+                    if session.post(logs_url, content=body, headers=HEADERS).status_code != 200:
+                        raise RuntimeError("a log history request was refused")
+                    times.append(time.perf_counter() - sent)
+    finally:
+        dbs.drop(dsn)
+    ratio = median(old) / median(fresh)
+    return [
+        Row(
+            "I6",
+            f"collect: a request of {HISTORY_ATTEMPTS} log records to {HISTORY_ATTEMPTS} "
+            f"attempts with {HISTORY_SPANS:,} records staged behind them (median)",
+            f"{median(old) * 1000:.1f} ms",
+            f"same to fresh attempts {median(fresh) * 1000:.1f} ms",
+            fmt_ratio(ratio),
+            f"<= {TARGET_HISTORY_RATIO}x",
+            verdict(ratio <= TARGET_HISTORY_RATIO),
+        )
+    ]
+
+
 def run(dbs: Databases, *, quick: bool) -> list[Row]:
     return [
         *throughput(dbs, quick=quick),
         *log_throughput(dbs, quick=quick),
         *latency(dbs, quick=quick),
         *history_cost(dbs, quick=quick),
+        *log_history_cost(dbs, quick=quick),
         *memory_while_down(quick=quick),
     ]

@@ -69,10 +69,11 @@ def _exporters(collector: Collector, transport: str) -> Exporters:
     return spans.export, logs.export
 
 
-def _recorded(dsn: str) -> tuple[list[ReadableSpan], list[ReadableLogRecord], str]:
-    """Tell the story with the processor writing ``dsn``; what the exporters would send."""
+def _recorded(dsn: str, **options: Any) -> tuple[list[ReadableSpan], list[ReadableLogRecord], str]:
+    """Tell the story with the processor (``options``) writing ``dsn``; what the exporters
+    would send."""
     spans, records = InMemorySpanExporter(), InMemoryLogRecordExporter()
-    processor = JobStepsProcessor(dsn)
+    processor = JobStepsProcessor(dsn, **options)
     tracer_provider, logger_provider = TracerProvider(), LoggerProvider()
     tracer_provider.add_span_processor(processor)
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))

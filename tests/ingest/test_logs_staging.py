@@ -102,3 +102,21 @@ def test_hostile_bodies_are_stored_as_the_processor_stores_them(
     messages = [row[8] for row in live[0] if row[4] == "LOG"]
     assert len(messages) == len(bodies)
     assert all("\x00" not in message and len(message) < 9_000 for message in messages)
+
+
+def test_lines_over_the_cap_give_the_processors_dropped_count_rows(
+    dsn: str, second_dsn: str
+) -> None:
+    spans, records, job_id = _recorded(dsn, logs_max_per_step=1)
+    staging = Staging(CollectSettings(second_dsn, connections=1, logs_max_per_step=1))
+    try:
+        decoded = decode_protobuf(request_of(proto_spans(spans)).SerializeToString())
+        staging.receive(decoded.spans, decoded.wire)
+        wire = proto_logs(records)
+        for start in range(0, len(wire), 2):  # under the cap at first: written as they come
+            _send_logs(staging, wire[start : start + 2])
+    finally:
+        staging.close()
+    live = table_rows(dsn, job_id)
+    assert table_rows(second_dsn, job_id) == live
+    assert any(row[4] == "LOG" and (row[7] or {}).get("dropped") for row in live[0])

@@ -850,17 +850,20 @@ class _Records:
                 if isinstance(command, LogRecorded):  # progress of a closed step: nothing
                     lines.append((where, command))
         recorder = StepRecorder(debounce_ms=0, logs_max_per_step=cap)
-        if settled:  # the lines past the cap are dropped and counted
-            over = 0
+        if settled:  # the lines past the cap are dropped and counted, as live
+            over: dict[tuple[str, str, int, str | None], list[int]] = {}
             for where, command in lines:
                 count = (*where, command.key)
                 if counts.get(count, 0) >= cap:
-                    over += 1
+                    dropped = over.setdefault(count, [0, 0])
+                    dropped[0] += 1
+                    dropped[1] = max(dropped[1], command.time_ns // 1000)
                     continue
                 counts[count] = counts.get(count, 0) + 1
                 recorder.handle(command)
             if over:
-                self._staging.stats.add("logs_over_cap", over)
+                self._staging.stats.add("logs_over_cap", sum(n for n, _ in over.values()))
+                self._count_dropped(over, names, cap)
         else:  # a step that would pass its cap is derived: the derivation counts what it drops
             for where, command in lines:
                 count = (*where, command.key)
@@ -874,6 +877,28 @@ class _Records:
         if batch is not None:
             self._staging._write(store, batch)
         return fallback
+
+    def _count_dropped(
+        self,
+        over: dict[tuple[str, str, int, str | None], list[int]],
+        names: dict[Attempt, tuple[str | None, str | None]],
+        cap: int,
+    ) -> None:
+        """Settled attempts' late lines past the cap: in their step's dropped-count row."""
+        keys = sorted(over, key=lambda k: (k[0], k[1], k[2], k[3] or ""))
+        self._cur.execute(
+            self._queries["count_dropped_lines"],
+            {
+                "domain": [k[0] for k in keys],
+                "job_id": [k[1] for k in keys],
+                "attempt": [k[2] for k in keys],
+                "step_key": [k[3] for k in keys],
+                "dropped": [over[k][0] for k in keys],
+                "at_us": [over[k][1] for k in keys],
+                "execution": [names.get(k[:3], (None, None))[1] for k in keys],
+                "cap": cap,
+            },
+        )
 
     def _settled_commands(
         self,

@@ -305,3 +305,49 @@ LEFT JOIN LATERAL (
 ) AS e ON true
 LEFT JOIN {job_log} AS l
   ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt;
+
+-- name: count_dropped_lines --
+-- Late lines of settled attempts past their step's cap, counted as the processor counts them:
+-- added to the step's newest dropped-count row, or in a new one dated at the close of the step
+-- they lay in (the attempt's final row for lines between steps).
+WITH t AS (
+    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+                         %(step_key)b::text[], %(dropped)b::int[], %(at_us)b::bigint[],
+                         %(execution)b::text[])
+             AS t (domain, job_id, attempt, step_key, dropped, at_us, execution)
+), found AS (
+    SELECT t.*, (SELECT e.id FROM {job_event} AS e
+                 WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+                   AND e.type = 'LOG' AND e.step_key IS NOT DISTINCT FROM t.step_key
+                   AND e.detail ? 'dropped'
+                 ORDER BY e.created_at DESC, e.id DESC LIMIT 1) AS row_id
+    FROM t
+), updated AS (
+    UPDATE {job_event} AS e
+    SET detail = jsonb_set(e.detail, ARRAY['dropped'],
+                           to_jsonb((e.detail ->> 'dropped')::int + f.dropped)),
+        message = ((e.detail ->> 'dropped')::int + f.dropped)::text
+                  || ' log lines dropped (over the cap of ' || %(cap)s::text || ' per step)'
+    FROM found AS f
+    WHERE e.id = f.row_id
+)
+INSERT INTO {job_event} (domain, job_id, job_type, attempt, type, step_key, detail, message,
+                         trace_id, span_id, execution_id, created_at)
+SELECT f.domain, f.job_id, l.job_type, f.attempt, 'LOG', f.step_key,
+       jsonb_build_object('severity', 'WARN', 'dropped', f.dropped,
+                          'attributes', jsonb_build_object()),
+       f.dropped::text || ' log lines dropped (over the cap of ' || %(cap)s::text || ' per step)',
+       l.trace_id, lpad(to_hex(a.span_id), 16, '0'),
+       coalesce(f.execution, l.trace_id || ':' || lpad(to_hex(a.span_id), 16, '0')),
+       coalesce((SELECT e.ended_at FROM {job_event} AS e
+                 WHERE e.domain = f.domain AND e.job_id = f.job_id AND e.attempt = f.attempt
+                   AND e.type = 'STEP' AND e.step_key = f.step_key
+                   AND e.created_at <= timestamptz 'epoch' + f.at_us * interval '1 microsecond'
+                 ORDER BY e.created_at DESC, e.id DESC LIMIT 1),
+                l.created_at)
+FROM found AS f
+JOIN {job_log} AS l
+  ON l.domain = f.domain AND l.job_id = f.job_id AND l.attempt = f.attempt
+JOIN {otlp_attempt} AS a
+  ON a.domain = f.domain AND a.job_id = f.job_id AND a.attempt = f.attempt
+WHERE f.row_id IS NULL;

@@ -120,3 +120,25 @@ def test_lines_over_the_cap_give_the_processors_dropped_count_rows(
     live = table_rows(dsn, job_id)
     assert table_rows(second_dsn, job_id) == live
     assert any(row[4] == "LOG" and (row[7] or {}).get("dropped") for row in live[0])
+
+
+def test_late_lines_past_the_cap_of_a_settled_attempt_are_counted_as_live(
+    dsn: str, second_dsn: str
+) -> None:
+    spans, records, job_id = _recorded(dsn, logs_max_per_step=1)
+    settings = CollectSettings(second_dsn, settle_after_s=0.0, connections=1, logs_max_per_step=1)
+    staging = Staging(settings)
+    try:
+        decoded = decode_protobuf(request_of(proto_spans(spans)).SerializeToString())
+        staging.receive(decoded.spans, decoded.wire)
+        assert staging.settle()[0] == 1
+        wire = proto_logs(records)
+        for start in range(0, len(wire), 2):  # some rows past the cap come in a later request
+            _send_logs(staging, wire[start : start + 2])
+    finally:
+        staging.close()
+    live_events, _ = table_rows(dsn, job_id)
+    events, _ = table_rows(second_dsn, job_id)
+    lines = [row for row in events if row[4] == "LOG"]
+    assert lines == [row for row in live_events if row[4] == "LOG"]
+    assert any((row[7] or {}).get("dropped") for row in lines)

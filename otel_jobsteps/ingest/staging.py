@@ -679,8 +679,9 @@ _StagedLog = tuple[LogFacts, tuple[int, bytes]]  # a record and its tie (place i
 
 class _Records:
     """The log records of one request and those of its traces still waiting: each placed in
-    the attempt of the span its context names (or waiting, bounded per trace), staged, fed to
-    their attempts' derivation, or, in a settled attempt, written as LOG rows at once."""
+    the attempt of the span its context names (or waiting, bounded per trace), staged, and fed
+    to their attempts' derivation, or written as LOG rows at once (a settled attempt's, and
+    those that are all a job's news in this request)."""
 
     def __init__(
         self,
@@ -730,7 +731,8 @@ class _Records:
         LOG rows can be written as they come, without deriving the job again (a LOG row
         depends only on its record and the step its span lies in), unless a cap says no."""
         progress = {where[:2] for log, where in self.placed if log[4].event_name == "progress"}
-        self.direct = {where[:2] for _, where in self.placed} - progress - derived
+        waited = {m[5][:2] for m in self.moved}
+        self.direct = {where[:2] for _, where in self.placed} - progress - waited - derived
 
     def stage(self, settled: set[Attempt]) -> Receipt:
         """Keep the new records (those of a settled attempt without a body: their LOG rows are

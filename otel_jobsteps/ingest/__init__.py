@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ..listen import check_free, parse_listen
-from ..recorder import DEFAULT_LOGS_MAX_PER_STEP
-from ..translate import DEFAULT_LOGS_MIN_SEVERITY, severity_number
+from ..translate import logs_settings
 from .mapping import JobMapping
 from .settings import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -108,6 +107,7 @@ def serve_collect(
         if grpc_bind[1] == port:
             raise ConfigurationError("--grpc-listen and --listen need two ports")
         check_free(*grpc_bind, option="--grpc-listen")
+    logs_min, logs_max = logs_settings(logs_min_severity, logs_max_per_step)
     settings = CollectSettings(
         dsn,
         schema=schema,
@@ -120,12 +120,8 @@ def serve_collect(
         body_timeout_s=body_timeout_s,
         grpc_listen=grpc_target(*grpc_bind) if grpc_bind else None,
         access_log=access_log,
-        logs_min_severity=severity_number(
-            logs_min_severity
-            or os.environ.get("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY")
-            or DEFAULT_LOGS_MIN_SEVERITY
-        ),
-        logs_max_per_step=logs_max_per_step or _logs_max_from_environment(),
+        logs_min_severity=logs_min,
+        logs_max_per_step=logs_max,
     )
     metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))
@@ -153,14 +149,3 @@ def serve_collect(
             server_header=False,
             loop="asyncio",  # grpc.aio runs in the app's loop: the standard one, not uvloop
         )
-
-
-def _logs_max_from_environment() -> int:
-    text = os.environ.get("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", "").strip()
-    if not text:
-        return DEFAULT_LOGS_MAX_PER_STEP
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigurationError(
-            f"OTEL_JOBSTEPS_LOGS_MAX_PER_STEP must be a positive integer, got {text[:40]!r}"
-        )
-    return int(text)

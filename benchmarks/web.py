@@ -260,6 +260,11 @@ def later_page(self: explain.Parameters, name: str) -> Any:
     }.get(name, SEARCH_VALUES.get(name))
 
 
+Entries = list[tuple[str, str, str]]
+# The reads a log line could slow down, explained again with the log lines in the table.
+LOG_READS = ("job_log_lines", "jobs_page", "list_jobs", "list_jobs_in_domain", "job_rows")
+
+
 def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
     """EXPLAIN ANALYZE of every web.sql statement (custom and generic plans) on the table, and
     of the paged ones again with a cursor."""
@@ -270,6 +275,19 @@ def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
         if entry[0] == "web.sql" or entry[1] in ("list_tagged_jobs", "job_log_lines")
     ]
     paged = [(f, f"{name}_later_page", text) for f, name, text in ours if name in PAGED]
+    return explain_rows(dsn, big_rows, [(ours, False), (paged, True)], "", verbose=verbose)
+
+
+def explain_rows(
+    dsn: str,
+    big_rows: int,
+    groups: list[tuple[Entries, bool]],
+    label: str,
+    *,
+    verbose: bool = False,
+) -> list[Row]:
+    """EXPLAIN ANALYZE of each group of statements, with a later page's cursor or without, and
+    the verdict (no Seq Scan) as rows."""
     sampled = explain.Parameters._scalar
 
     def scalar(self: explain.Parameters, name: str) -> Any:
@@ -280,20 +298,23 @@ def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
         return found if found is not None else sampled(self, name)
 
     plans = []
-    for entries, values in ((ours, scalar), (paged, paged_scalar)):
+    for entries, on_later_page in groups:
         with (
             mock.patch.object(explain, "statements", return_value=entries),
-            mock.patch.object(explain.Parameters, "_scalar", values),
+            mock.patch.object(
+                explain.Parameters, "_scalar", paged_scalar if on_later_page else scalar
+            ),
         ):
             plans += explain.explain_all(dsn)
     if verbose:
         explain.print_plans(plans)
     print(explain.summary(plans))
     failing = {plan.name for plan in plans if plan.fails}
+    count = len({plan.name for plan in plans})
     rows = [
         Row(
             "11",
-            f"EXPLAIN web: {len({p.name for p in plans})} statements, custom + generic plans",
+            f"EXPLAIN web{label}: {count} statements, custom + generic plans",
             f"{len(failing)} with Seq Scan",
             f"{big_rows:,} rows in job_event",
             "",
@@ -313,11 +334,19 @@ def measure_all(dsn: str, big_rows: int, *, quick: bool, verbose: bool) -> list[
     """The pages and plans on a filled database, then /running after a sweep."""
     repeat = 3 if quick else 15
     add_long_jobs(dsn)
-    rows = measure(dsn, repeat)
-    add_log_lines(dsn)
-    rows += measure(dsn, repeat, PAGES_WITH_LOGS) + plan_rows(dsn, big_rows, verbose=verbose)
+    rows = measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
     sweep_and_start_live_steps(dsn)
-    return rows + measure(dsn, repeat, PAGES_AFTER_SWEEP)
+    # the log lines' pages last: beside "jobs page, first page, after sweep" in the same state
+    return rows + measure(dsn, repeat, PAGES_AFTER_SWEEP) + logged_rows(dsn, big_rows, repeat)
+
+
+def logged_rows(dsn: str, big_rows: int, repeat: int) -> list[Row]:
+    """The pages that read log lines and the jobs list behind a fleet's lines, then the plan
+    of the log lines' read with them in the table."""
+    add_log_lines(dsn)
+    rows = measure(dsn, repeat, PAGES_WITH_LOGS)
+    reads = [entry for entry in explain.statements() if entry[1] in LOG_READS]
+    return rows + explain_rows(dsn, big_rows, [(reads, False)], ", with the log lines")
 
 
 def run(dbs: Databases, *, big_rows: int, quick: bool = False, verbose: bool = False) -> list[Row]:

@@ -4,7 +4,9 @@ Fills job_event with ``rows`` rows (bigtable.py; 5 M by default), adds one job o
 over 5 attempts, one of 10,000 steps in one attempt and a customer tag on every 10th job, then
 requests each page through the ASGI app in process (connection, queries, template: everything
 but the network) and reports the median and slowest of 15 runs after two warm-up requests. The
-statements of ``sql/web.sql`` (and read.sql's list_tagged_jobs) are then explained on the same
+pages that read log lines, and the jobs list with a logging fleet's 200,000 lines the newest
+rows, are measured after they are added. The statements of ``sql/web.sql`` (and read.sql's
+list_tagged_jobs and job_log_lines) are then explained on the same
 table (EXPLAIN ANALYZE, custom and generic plans, as benchmarks.explain does for the read side);
 any Seq Scan on job_event or job_log fails. Last, `sweep` closes the filled table's never-closed
 steps (2 % of its jobs, 20,000 at 5 M rows, spread over the whole heap) and 500 live steps
@@ -60,6 +62,45 @@ PAGES = (
     ("steps page, last 24 h", "/steps", None),
     ("steps page, every row kept (window=all)", "/steps?window=all", None),
 )
+# After the log lines are added (add_log_lines): the pages that read them, and the jobs list
+# with a logging fleet's lines the newest rows of the table (side by side with the rows above).
+CHATTY_JOBS, CHATTY_LINES = 200, 1_000
+PAGES_WITH_LOGS = (
+    ("jobs page, first page, 200k log lines in the last 10 min", "/", 100.0),
+    ("jobs page, failed only, with those log lines", "/?status=failed", 100.0),
+    (
+        "job page, a step with 1,000 log lines selected",
+        f"/jobs/bench/{LONG_JOB}?attempt=3&step=PART-500",
+        200.0,
+    ),
+    ("JSON job_detail, attempt of 1,600 log lines", f"/api/jobs/bench/{LONG_JOB}?attempt=3", 200.0),
+)
+LOGS_SQL = """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, message, detail,
+                       created_at)
+SELECT 'bench', %(job_id)s, 'export', 3, 'LOG', 'PART-500', 'frame ' || n || ' of 1000',
+       jsonb_build_object('severity', CASE WHEN n %% 100 = 0 THEN 'WARN' ELSE 'INFO' END,
+                          'attributes', jsonb_build_object('frame', n)),
+       s.created_at + n * interval '1 ms'
+FROM generate_series(1, 1000) AS n,
+     (SELECT created_at FROM job_event WHERE job_id = %(job_id)s AND step_key = 'PART-500'
+      AND type = 'STEP') AS s;
+
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, message, detail,
+                       created_at)
+SELECT domain, job_id, job_type, attempt, 'LOG', CASE WHEN n = 1 THEN step_key END,
+       'line ' || n || ' of ' || step_key, '{"severity": "INFO", "attributes": {}}',
+       created_at + n * interval '10 ms'
+FROM job_event, generate_series(1, 3) AS n
+WHERE job_id = %(job_id)s AND type = 'STEP';
+
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, message, detail,
+                       created_at)
+SELECT 'bench', 'chatty-' || j, 'export', 1, 'LOG', 'WORK', 'working on item ' || n,
+       '{"severity": "INFO", "attributes": {}}',
+       now() - (n * %(jobs)s + j) * interval '3 ms'
+FROM generate_series(1, %(jobs)s) AS j, generate_series(1, %(lines)s) AS n
+"""
 LIVE_STEPS = 500
 # After `sweep` closed the table's 20,000 never-closed steps: a fleet with 500 steps running.
 PAGES_AFTER_SWEEP = (
@@ -140,6 +181,17 @@ def add_long_jobs(dsn: str) -> None:
         conn.execute("ANALYZE job_log")
 
 
+def add_log_lines(dsn: str) -> None:
+    """1,000 log lines in one step of the long job's attempt 3 and three in (or between) each
+    of its steps; a fleet of `CHATTY_JOBS` jobs logging `CHATTY_LINES` lines each over the last
+    ten minutes, the newest rows of the table."""
+    params = {"job_id": LONG_JOB, "jobs": CHATTY_JOBS, "lines": CHATTY_LINES}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in LOGS_SQL.split(";\n\n"):
+            conn.execute(statement, params)  # type: ignore[arg-type]
+        conn.execute("ANALYZE job_event")
+
+
 def sweep_and_start_live_steps(dsn: str) -> None:
     """Close the filled table's never-closed steps as `sweep` would, then open live ones."""
     sweep(dsn, timedelta(days=1))
@@ -208,6 +260,11 @@ def later_page(self: explain.Parameters, name: str) -> Any:
     }.get(name, SEARCH_VALUES.get(name))
 
 
+Entries = list[tuple[str, str, str]]
+# The reads a log line could slow down, explained again with the log lines in the table.
+LOG_READS = ("job_log_lines", "jobs_page", "list_jobs", "list_jobs_in_domain", "job_rows")
+
+
 def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
     """EXPLAIN ANALYZE of every web.sql statement (custom and generic plans) on the table, and
     of the paged ones again with a cursor."""
@@ -215,9 +272,22 @@ def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
     ours = [
         entry
         for entry in explain.statements()
-        if entry[0] == "web.sql" or entry[1] == "list_tagged_jobs"
+        if entry[0] == "web.sql" or entry[1] in ("list_tagged_jobs", "job_log_lines")
     ]
     paged = [(f, f"{name}_later_page", text) for f, name, text in ours if name in PAGED]
+    return explain_rows(dsn, big_rows, [(ours, False), (paged, True)], "", verbose=verbose)
+
+
+def explain_rows(
+    dsn: str,
+    big_rows: int,
+    groups: list[tuple[Entries, bool]],
+    label: str,
+    *,
+    verbose: bool = False,
+) -> list[Row]:
+    """EXPLAIN ANALYZE of each group of statements, with a later page's cursor or without, and
+    the verdict (no Seq Scan) as rows."""
     sampled = explain.Parameters._scalar
 
     def scalar(self: explain.Parameters, name: str) -> Any:
@@ -228,20 +298,23 @@ def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
         return found if found is not None else sampled(self, name)
 
     plans = []
-    for entries, values in ((ours, scalar), (paged, paged_scalar)):
+    for entries, on_later_page in groups:
         with (
             mock.patch.object(explain, "statements", return_value=entries),
-            mock.patch.object(explain.Parameters, "_scalar", values),
+            mock.patch.object(
+                explain.Parameters, "_scalar", paged_scalar if on_later_page else scalar
+            ),
         ):
             plans += explain.explain_all(dsn)
     if verbose:
         explain.print_plans(plans)
     print(explain.summary(plans))
     failing = {plan.name for plan in plans if plan.fails}
+    count = len({plan.name for plan in plans})
     rows = [
         Row(
             "11",
-            f"EXPLAIN web: {len({p.name for p in plans})} statements, custom + generic plans",
+            f"EXPLAIN web{label}: {count} statements, custom + generic plans",
             f"{len(failing)} with Seq Scan",
             f"{big_rows:,} rows in job_event",
             "",
@@ -264,7 +337,17 @@ def measure_all(dsn: str, big_rows: int, *, quick: bool, verbose: bool) -> list[
     rows = measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
     rows += metrics.scrape_rows(dsn, repeat)  # /metrics with the opt-in index, side by side
     sweep_and_start_live_steps(dsn)
-    return rows + measure(dsn, repeat, PAGES_AFTER_SWEEP)
+    # the log lines' pages last: beside "jobs page, first page, after sweep" in the same state
+    return rows + measure(dsn, repeat, PAGES_AFTER_SWEEP) + logged_rows(dsn, big_rows, repeat)
+
+
+def logged_rows(dsn: str, big_rows: int, repeat: int) -> list[Row]:
+    """The pages that read log lines and the jobs list behind a fleet's lines, then the plan
+    of the log lines' read with them in the table."""
+    add_log_lines(dsn)
+    rows = measure(dsn, repeat, PAGES_WITH_LOGS)
+    reads = [entry for entry in explain.statements() if entry[1] in LOG_READS]
+    return rows + explain_rows(dsn, big_rows, [(reads, False)], ", with the log lines")
 
 
 def run(dbs: Databases, *, big_rows: int, quick: bool = False, verbose: bool = False) -> list[Row]:

@@ -54,7 +54,7 @@ WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s;
 -- name: list_jobs --
 -- The latest attempt of jobs touched since the cutoff (no cutoff: every job), newest first.
 -- Candidates are read through indexes, bounded by the cutoff: rows written or closed since
--- (job_event_recent), open steps with a heartbeat since (job_event_one_open_step) and final rows
+-- (job_event_recent_change), open steps with a heartbeat since (job_event_one_open_step) and final rows
 -- since (job_log_ended_attempt); the filters then apply to each candidate's latest attempt. The
 -- cutoff is written out where an index reads it, so the planner estimates with its value. It is
 -- a timestamp (query.py turns "the last hour" into one with the server's clock) and the

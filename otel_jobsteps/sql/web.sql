@@ -7,7 +7,7 @@
 
 -- name: jobs_page --
 -- One page of jobs, the most recently active first, by their latest attempt. A job's activity
--- time ("at") is its newest recorded change: a row written or closed (job_event_recent) or a
+-- time ("at") is its newest recorded change: a row written or closed (job_event_recent_change: no log line) or a
 -- final row (job_log_ended_attempt). Heartbeats do not reorder the list (the silence column
 -- shows them): ordering by them would read every open step, a heap page each. Each branch walks
 -- its index newest first from the page cursor and stops after 8 rows per job asked for (data.py's

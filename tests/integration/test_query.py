@@ -467,9 +467,9 @@ def test_follower_pages_through_a_burst_in_id_order(
 
     polls = [[(a.change, a.message or a.step_key) for a in follower.poll()] for _ in range(4)]
     assert polls == [
-        [("event", "row 1"), ("event", "row 2")],
-        [("event", "row 3"), ("event", "row 4")],
-        [("event", "row 5"), ("started", "SAVE")],
+        [("log", "row 1"), ("log", "row 2")],  # LOG rows are log lines to the follower
+        [("log", "row 3"), ("log", "row 4")],
+        [("log", "row 5"), ("started", "SAVE")],
         [],
     ]
     conn.execute("UPDATE job_event SET ended_at = now(), step_status = 'COMPLETED'")

@@ -5,7 +5,6 @@ INSERTed as the recorder writes them (the row contract of the logs issue)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -23,7 +22,7 @@ from otel_jobsteps.web.app import job_url
 from otel_jobsteps.web.data import Reader
 from otel_jobsteps.web.layout import build_timeline, drawn_rows
 from tests.helpers import TracingFactory, finished_attempt, rows
-from tests.web.support import HOSTILE, tagged_job
+from tests.web.support import HOSTILE, add_line, tagged_job
 
 AS_OF = datetime.now(timezone.utc) + timedelta(days=1)
 TERMINAL_ATTACK = "\x1b]0;pwned\x07\x1b[2J\rforged line\n"
@@ -33,43 +32,6 @@ _inner = DEEP
 for _ in range(60):
     _inner["deeper"] = {}
     _inner = _inner["deeper"]
-
-ADD_LINE = """
-INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, message, detail,
-                       trace_id, span_id, created_at)
-SELECT domain, job_id, job_type, attempt, 'LOG', %(step_key)s, %(message)s, %(detail)s,
-       trace_id, span_id, {at}
-FROM job_event
-WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s AND type = 'STEP'
-ORDER BY created_at LIMIT 1
-"""
-
-
-def add_line(
-    conn: psycopg.Connection[Any],
-    job_id: str,
-    attempt: int,
-    step_key: str | None,
-    message: str,
-    *,
-    severity: str = "INFO",
-    at: str = "created_at + interval '1 ms'",
-    domain: str = "render",
-    **detail: Any,
-) -> None:
-    """A LOG row of an attempt, at ``at`` (SQL over its first step's row)."""
-    statement = ADD_LINE.replace("{at}", at)  # test-only SQL, fixed texts
-    conn.execute(
-        statement,  # type: ignore[arg-type]
-        {
-            "domain": domain,
-            "job_id": job_id,
-            "attempt": attempt,
-            "step_key": step_key,
-            "message": message,
-            "detail": json.dumps({"severity": severity, "attributes": {}, **detail}),
-        },
-    )
 
 
 def story(tracing: TracingFactory, job_id: str = "logged") -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import uvicorn
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
 from starlette.types import ASGIApp
@@ -214,3 +216,41 @@ def tagged_job(tracer: Tracer, job_id: str, attempt: int, **tags: object) -> Non
         "send", context=set_span_in_context(job), attributes={JOB_STEP_KEY: "SEND"}
     ).end()
     job.end()
+
+
+ADD_LINE = """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, message, detail,
+                       trace_id, span_id, created_at)
+SELECT domain, job_id, job_type, attempt, 'LOG', %(step_key)s, %(message)s, %(detail)s,
+       trace_id, span_id, {at}
+FROM job_event
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s AND type = 'STEP'
+ORDER BY created_at LIMIT 1
+"""
+
+
+def add_line(
+    conn: psycopg.Connection[Any],
+    job_id: str,
+    attempt: int,
+    step_key: str | None,
+    message: str,
+    *,
+    severity: str = "INFO",
+    at: str = "created_at + interval '1 ms'",
+    domain: str = "render",
+    **detail: Any,
+) -> None:
+    """A LOG row of an attempt, at ``at`` (SQL over its first step's row)."""
+    statement = ADD_LINE.replace("{at}", at)  # test-only SQL, fixed texts
+    conn.execute(
+        statement,  # type: ignore[arg-type]
+        {
+            "domain": domain,
+            "job_id": job_id,
+            "attempt": attempt,
+            "step_key": step_key,
+            "message": message,
+            "detail": json.dumps({"severity": severity, "attributes": {}, **detail}),
+        },
+    )

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 import pytest
 from opentelemetry.trace import set_span_in_context
 
@@ -28,6 +29,7 @@ from tests.web.support import (
     ODD_JOBS,
     TRACE_URL,
     S,
+    add_line,
     live_server,
     record_forty_steps,
     record_timed_story,
@@ -433,6 +435,43 @@ def test_phone_and_dark_views(
         for selector, (fg, bg) in colours(shown, CONTRASTED).items():
             assert contrast(fg, bg) >= 4.5, (selector, fg, bg)
     picture(dark, "web-job-dark.png")
+
+
+def test_a_steps_log_lines_are_in_its_panel_collapsed_coloured_and_escaped(
+    new_page: Callable[..., Page], base_url: str, tracing: TracingFactory, dsn: str
+) -> None:
+    tracer, processor = tracing()
+    record_timed_story(tracer)
+    assert processor.force_flush(10_000)
+    severities = ["DEBUG", "INFO", "WARN", "ERROR"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for n, severity in enumerate(severities):
+            at = f"created_at + interval '{n + 1} ms'"
+            add_line(conn, "7", 1, "RENDER", f"{severity} line", severity=severity, at=at)
+        add_line(conn, "7", 1, "RENDER", HOSTILE, severity="ERROR", at="created_at + '9 ms'")
+        add_line(conn, "7", 1, None, "between the steps")
+
+    for scheme in ("light", "dark"):
+        page = new_page(color_scheme=scheme)
+        page.goto(base_url + job_url("render", "7", 1))
+        assert page.locator(".between-lines summary").inner_text() == (
+            "Log lines between steps (1)"
+        )
+        select(page, 1, "RENDER")  # the panel is swapped in place, its lines with it
+        summary = page.locator("#panel details.log-lines summary")
+        assert summary.inner_text() == "Log lines of RENDER (5)"
+        assert not page.locator("#panel .log-line").first.is_visible()  # collapsed
+        summary.click()
+        lines = page.locator("#panel .log-line")
+        assert lines.first.is_visible()
+        shown = lines.evaluate_all("els => els.map(el => el.querySelector('.message').textContent)")
+        assert shown == [f"{s} line" for s in severities] + [HOSTILE]  # newest last, as text
+        assert page.evaluate("window.__pwned") is None
+        selectors = [f"#panel .severity.{s.lower()}" for s in severities]
+        found = colours(page, selectors)
+        for selector, (fg, bg) in found.items():
+            assert contrast(fg, bg) >= 4.5, (scheme, selector, fg, bg)
+        assert len({fg for fg, _ in found.values()}) == 4  # each severity its own colour
 
 
 CONTRASTED = [

@@ -91,6 +91,10 @@ def test_cursor_round_trips_through_the_url() -> None:
     assert Cursor.parse(exact.query()) == exact
     assert Cursor.parse(inclusive.query()) == inclusive
     assert Cursor.parse({}) is None
+    by_id = Cursor(None, "render", "job-7")  # an id search's: no time
+    assert Cursor.parse(by_id.query()) == by_id
+    assert Cursor.parse_trail([by_id.token(), exact.token()]) == [by_id, exact]
+    assert Cursor.parse({"before_domain": "render"}) is None  # half a job is none
     with pytest.raises(ConfigurationError):
         Cursor.parse({"before": "yesterday"})
     with pytest.raises(ConfigurationError):

@@ -9,6 +9,15 @@ CREATE INDEX IF NOT EXISTS job_event_log
     ON job_event (domain, job_id, attempt, created_at, id)
     WHERE type = 'LOG';
 
+-- job_event_recent without the log lines: the jobs list (web.sql jobs_page) and list_jobs walk
+-- the newest changes of the table, and a fleet logging a few hundred lines a second would put
+-- its lines in front of every other change (measured: the first jobs page twice as slow with
+-- 200k lines in the last ten minutes). Their walks name the predicate; job_event_recent stays
+-- for the partitioned layout's mover, which reads every row by that expression.
+CREATE INDEX IF NOT EXISTS job_event_recent_change
+    ON job_event ((COALESCE(ended_at, created_at)))
+    WHERE type <> 'LOG';
+
 -- job_attempt of 0002, same columns: a log line is neither the start of an attempt nor a change
 -- the jobs list orders by (the lines of a busy step would reorder it at every line).
 CREATE OR REPLACE VIEW job_attempt AS

@@ -8,11 +8,24 @@ import gc
 import weakref
 from typing import Any
 
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.trace import set_span_in_context
 
-from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE, JobStepsProcessor
+from otel_jobsteps import (
+    JOB_ATTEMPT,
+    JOB_DOMAIN,
+    JOB_ID,
+    JOB_STEP_KEY,
+    JOB_TYPE,
+    JobStepsProcessor,
+    job_attempt,
+    step,
+)
 from otel_jobsteps.testing import InMemoryStore
+from otel_jobsteps.vocabulary import LOG, STEP
+from otel_jobsteps.watch import LogEmitted
 from tests.unit.recorder_support import written
 
 # Tracked objects per queued span: its start, its end, the fields, their events and one event.
@@ -89,3 +102,39 @@ def test_a_running_span_stays_in_its_queued_start_for_the_writer_to_poll() -> No
     job.end()
     assert queued[0].span is None
     assert queued[0].fields == queued[1].fields
+
+
+def test_with_log_records_the_span_items_keep_no_sdk_object_and_the_rows_are_complete() -> None:
+    """Both branches at once: a step's log line is queued as the SDK's record (as the batch log
+    processor queues it; its context reaches the span until the writer reads it), its span's
+    start and end as fields; read in queue order they give the STEP and LOG rows."""
+    store = InMemoryStore()
+    processor = JobStepsProcessor(store=store)
+    submit, queued = processor._submit, list[Any]()
+    processor._submit = queued.append  # held unread until the span items are looked at
+    tracers, logs = TracerProvider(), LoggerProvider()
+    tracers.add_span_processor(processor)
+    logs.add_log_record_processor(processor)
+    tracer, logger = tracers.get_tracer("test"), logs.get_logger("test")
+    try:
+        with job_attempt("render", "42", "t", tracer=tracer):
+            for key in ("A", "B"):
+                with step(key, tracer=tracer):
+                    logger.emit(body=f"in {key}", severity_number=SeverityNumber.INFO)
+        kinds = [type(item).__name__ for item in queued]
+        assert kinds.count("LogEmitted") == 2
+        spans = [item for item in queued if not isinstance(item, LogEmitted)]
+        assert [o for o in _reachable(spans) if isinstance(o, ReadableSpan | Event)] == []
+        for item in queued:
+            submit(item)
+        assert processor.force_flush(5_000)
+        found = [(row.type, row.step_key, row.message) for row in store.events()]
+        assert found == [
+            (STEP, "A", None),
+            (LOG, "A", "in A"),
+            (STEP, "B", None),
+            (LOG, "B", "in B"),
+        ]
+    finally:
+        logs.shutdown()
+        tracers.shutdown()

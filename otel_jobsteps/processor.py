@@ -4,9 +4,10 @@ It is a span processor and a log record processor: one queue keeps spans and log
 the order the job made them.
 
 The SDK calls the hooks synchronously and does not catch what they raise. So a hook only asks
-"is this span in a job scope?" (a dict lookup), and if so appends the SDK's own span object to
-the writer's queue, as BatchSpanProcessor does. On the writer thread `watch` reads the queued
-spans as facts and `Interpretation` turns them into the recorder's commands through
+"is this span in a job scope?" (a dict lookup), and if so appends to the writer's queue the SDK's
+own span at its start, its plain fields at its end (the start then gives the span up), and a log
+record as the SDK's own object, as the batch processors do. On the writer thread `watch` reads
+the queued items as facts and `Interpretation` turns them into the recorder's commands through
 `translate`, the same translation the OTLP receiver uses.
 """
 

@@ -42,10 +42,12 @@ FLUSH_MS = 600_000
 
 
 class _GcClock:
-    """Seconds the collector ran in this process while ``running`` (gc.callbacks)."""
+    """Seconds the collector ran in this process while ``running``, and its full collections
+    (each walks every tracked object: the count does not depend on the machine's load)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.full = 0
         self.running = False
         self._started = 0.0
 
@@ -56,6 +58,7 @@ class _GcClock:
             self._started = time.perf_counter()
         else:
             self.seconds += time.perf_counter() - self._started
+            self.full += info["generation"] == 2
 
 
 def _hold(provider: TracerProvider, processor: JobStepsProcessor, held: int) -> list[Span]:
@@ -99,7 +102,7 @@ def once(dsn: str, writer: str, held: int, jobs: int, gc_clock: _GcClock) -> dic
         tracer = provider.get_tracer("benchmarks.open_spans")
         prefix = f"{writer}-{held}"
         gc.collect()
-        gc_clock.seconds, gc_clock.running = 0.0, True
+        gc_clock.seconds, gc_clock.full, gc_clock.running = 0.0, 0, True
         started, cpu = time.perf_counter(), _cpu_s()
         run_jobs(tracer, prefix, jobs, steps=2, events=1)
         flushed = processor.force_flush(FLUSH_MS)
@@ -111,6 +114,7 @@ def once(dsn: str, writer: str, held: int, jobs: int, gc_clock: _GcClock) -> dic
             "per_job": elapsed / jobs,
             "cpu_per_job": cpu / jobs,
             "gc_s": gc_clock.seconds,
+            "full_gcs": gc_clock.full,
             "verified": ready and flushed and (steps, logs) == (2 * jobs, jobs),
         }
     finally:
@@ -137,12 +141,12 @@ def measure(dbs: Databases, *, jobs: int, repetitions: int) -> dict[str, dict[in
     return results
 
 
-def _medians(runs: list[dict[str, Any]]) -> tuple[float, float, float]:
-    """Median CPU and wall seconds per job, and gc seconds, of ``runs``."""
-    cpu, wall, gc_s = (
-        median([run[key] for run in runs]) for key in ("cpu_per_job", "per_job", "gc_s")
+def _medians(runs: list[dict[str, Any]]) -> tuple[float, float, float, float]:
+    """Median CPU and wall seconds per job, gc seconds and full collections, of ``runs``."""
+    cpu, wall, gc_s, full = (
+        median([run[key] for run in runs]) for key in ("cpu_per_job", "per_job", "gc_s", "full_gcs")
     )
-    return cpu, wall, gc_s
+    return cpu, wall, gc_s, full
 
 
 def rows(results: dict[str, dict[int, Any]]) -> list[Row]:
@@ -151,14 +155,15 @@ def rows(results: dict[str, dict[int, Any]]) -> list[Row]:
         base = _medians(by_held[0])
         for held in HELD[1:]:
             runs = by_held[held]
-            cpu, wall, gc_s = _medians(runs)
+            cpu, wall, gc_s, full = _medians(runs)
             ratio = cpu / base[0]
             ok = ratio <= TARGET_RATIO and all(run["verified"] for run in runs)
             out.append(
                 Row(
                     "22",
                     f"CPU per two-step job beside {held:,} attempts holding open spans"
-                    f" ({writer} writer; wall {wall / base[1]:.2f}x, gc {gc_s:.2f} s)",
+                    f" ({writer} writer; wall {wall / base[1]:.2f}x, gc {gc_s:.2f} s,"
+                    f" {full:g} full collections vs {base[3]:g})",
                     f"{cpu * 1e6:.0f} us",
                     f"{base[0] * 1e6:.0f} us beside none",
                     fmt_ratio(ratio),

@@ -4,9 +4,10 @@ It is a span processor and a log record processor: one queue keeps spans and log
 the order the job made them.
 
 The SDK calls the hooks synchronously and does not catch what they raise. So a hook only asks
-"is this span in a job scope?" (a dict lookup), and if so appends the SDK's own span object to
-the writer's queue, as BatchSpanProcessor does. On the writer thread `watch` reads the queued
-spans as facts and `Interpretation` turns them into the recorder's commands through
+"is this span in a job scope?" (a dict lookup), and if so appends to the writer's queue the SDK's
+own span at its start, its plain fields at its end (the start then gives the span up), and a log
+record as the SDK's own object, as the batch processors do. On the writer thread `watch` reads
+the queued items as facts and `Interpretation` turns them into the recorder's commands through
 `translate`, the same translation the OTLP receiver uses.
 """
 
@@ -30,7 +31,7 @@ from .batch import Batch
 from .db import check_dsn
 from .detail import DEFAULT_MAX_DETAIL_BYTES
 from .errors import ConfigurationError
-from .facts import LogFacts, SpanFacts, ended_facts, log_facts, started_facts
+from .facts import LogFacts, SpanFacts, log_facts
 from .metrics import StepMetrics
 from .recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
 from .relay import Relay, WriterSettings
@@ -46,14 +47,23 @@ from .translate import (
     SpanTranslator,
     logs_settings,
 )
-from .watch import LogEmitted, SpanEnded, SpanReader, SpanStarted, SpanWatch
+from .watch import (
+    LogEmitted,
+    SpanEnded,
+    SpanReader,
+    SpanStarted,
+    SpanWatch,
+    ended_fields,
+    fields_facts,
+)
 from .writer import RowStore, Writer
 
 __all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "SpanStarted"]
 
-# Queue items are built with tuple.__new__: 0.08 instead of 0.25 us a NamedTuple call costs on
-# the job's thread (benchmarks/hot_path.py); tests/unit/test_processor.py checks their arity.
+# Queue items are built without their constructor: 0.08 instead of 0.25 us a NamedTuple call
+# costs on the job's thread (benchmarks/hot_path.py); tests/unit/test_processor.py checks them.
 _new = tuple.__new__
+_new_started = object.__new__
 
 # A running step's events are looked at this often: the first progress is written this soon.
 PROGRESS_POLL_S = 0.05
@@ -176,14 +186,14 @@ class _SpanFacts:
         self._interpretation = interpretation
         self.progress = interpretation.progress
 
-    def started(self, span: ReadableSpan) -> None:
-        self._interpretation.started(started_facts(span))
+    def started(self, fields: tuple[Any, ...]) -> None:
+        self._interpretation.started(SpanFacts(*fields))
 
-    def whole(self, span: ReadableSpan) -> None:
-        self._interpretation.whole(ended_facts(span))
+    def whole(self, fields: tuple[Any, ...]) -> None:
+        self._interpretation.whole(fields_facts(fields))
 
-    def ended(self, span: ReadableSpan) -> None:
-        self._interpretation.ended(ended_facts(span))
+    def ended(self, fields: tuple[Any, ...]) -> None:
+        self._interpretation.ended(fields_facts(fields))
 
     def log(self, record: Any) -> None:
         self._interpretation.log(log_facts(record))
@@ -368,8 +378,9 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             self._live.shed_progress_when(self._writer.backlogged)
             self._submit = self._writer.submit
             self._queued = self._writer.queue_length
-        # Span id -> True for every queued span not yet ended (job thread; bounded, oldest out).
-        self._in_scope: OrderedDict[int, bool] = OrderedDict()
+        # Span id -> its queued start, for every queued span not yet ended (job thread; bounded,
+        # oldest out): its end swaps the span there for its fields (`watch.SpanStarted`).
+        self._in_scope: OrderedDict[int, SpanStarted] = OrderedDict()
         self._shut_down = False
         child_hook = weakref.WeakMethod(self._after_fork_in_child)
         os.register_at_fork(after_in_child=lambda: (hook := child_hook()) and hook())
@@ -388,20 +399,25 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 or JOB_EVENT_TYPE in attributes
             ):
                 return  # outside any job scope: nothing else happens, ever
+            started = _new_started(SpanStarted)
+            started.span = span
             if JOB_EVENT_TYPE not in attributes:  # an event is whole at its start
-                span_id = span.context.span_id
-                in_scope[span_id] = True
+                in_scope[span.context.span_id] = started
                 if len(in_scope) > self._max_open_spans:
                     # The translation forgets (and counts) the same oldest span.
                     in_scope.popitem(last=False)
-            self._submit(_new(SpanStarted, (span,)))
+            self._submit(started)
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            if self._in_scope.pop(span.context.span_id, False):
-                self._submit(_new(SpanEnded, (span,)))
+            started = self._in_scope.pop(span.context.span_id, None)
+            if started is not None:
+                # Plain fields, not the span: the queue keeps no SDK object past the span's end.
+                fields = started.fields = ended_fields(span)
+                started.span = None
+                self._submit(_new(SpanEnded, (fields,)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
 

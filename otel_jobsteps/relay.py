@@ -34,15 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-
 from .attributes import JOB_EVENT_TYPE
-from .facts import LogFacts, SpanEvent, SpanFacts, log_fields, span_fields
+from .facts import LogFacts, SpanFacts, log_fields
 from .metrics import ClosedStep, Committed, FinishedAttempt
-from .spans import ended_events, events_read, plain_attributes
 from .stats import Stats, logger
 from .translate import body_text
-from .watch import SpanWatch
+from .watch import SpanWatch, fields_facts, plain_dict
 
 __all__ = [
     "Relay",
@@ -140,28 +137,9 @@ def _text(value: object) -> str:
         return "<unprintable>"
 
 
-def _plain_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    plain = plain_attributes(attributes)
-    return plain if type(plain) is dict else dict(plain)
-
-
-def _events(span: ReadableSpan) -> tuple[tuple[str, int, dict[str, Any]], ...]:
-    return tuple(
-        (event.name, event.timestamp, _plain_dict(event.attributes))
-        for event in events_read(ended_events(span))
-    )
-
-
 def decode_facts(message: tuple[Any, ...]) -> SpanFacts:
     """The facts of an ``s``/``w``/``e`` message, as the relay read them."""
-    fields: tuple[Any, ...] = message[1]
-    if len(fields) == 7:  # as at its start
-        return SpanFacts(*fields)
-    trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status = fields
-    decoded = [SpanEvent(*event) for event in events]
-    return SpanFacts(
-        trace_id, span_id, parent, name, start_ns, end_ns, attributes, decoded, error, status
-    )
+    return fields_facts(message[1])
 
 
 def decode_log(message: tuple[Any, ...]) -> LogFacts:
@@ -183,21 +161,20 @@ class _Outbox:
         self._max_open = max_open
         self._ending: list[int] = []  # ends among the messages: still open until sent
 
-    def started(self, span: ReadableSpan) -> None:
-        fields = span_fields(span, ended=False)
+    def started(self, fields: tuple[Any, ...]) -> None:
         self.messages.append(("s", fields))
         if JOB_EVENT_TYPE not in fields[6]:  # its attributes; an event is whole at its start
             opened = self._open
-            opened[span.context.span_id] = fields
+            opened[fields[1]] = fields
             if len(opened) > self._max_open:
                 opened.popitem(last=False)
 
-    def whole(self, span: ReadableSpan) -> None:
-        self.messages.append(("w", span_fields(span, ended=True, events=_events(span))))
+    def whole(self, fields: tuple[Any, ...]) -> None:
+        self.messages.append(("w", fields))
 
-    def ended(self, span: ReadableSpan) -> None:
-        self.messages.append(("e", span_fields(span, ended=True, events=_events(span))))
-        self._ending.append(span.context.span_id)
+    def ended(self, fields: tuple[Any, ...]) -> None:
+        self.messages.append(("e", fields))
+        self._ending.append(fields[1])
 
     def take(self) -> list[Any]:
         """The messages of the next frame; the spans they end are no longer open."""
@@ -221,7 +198,7 @@ class _Outbox:
         self.messages.append(("L", fields))
 
     def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
-        self.messages.append(("p", span_id, _plain_dict(attributes), time_ns))
+        self.messages.append(("p", span_id, plain_dict(attributes), time_ns))
         return True
 
 

@@ -7,36 +7,95 @@ their event counts are polled in turn, at most ``POLL_BUDGET`` steps every ``pol
 and the newest progress event is passed on when it changed, so the job's ``add_event`` stays the
 SDK's own. What reads the spans (`SpanReader`) hands their facts to the translation on this
 thread, or to the writer process (`relay`) when interpretation runs outside the job's
-interpreter.
+interpreter. A span's end is queued as plain fields, and its queued start gives up the span
+then: the queue never keeps the SDK's objects alive for the collector to promote and walk.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
 from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
-from .spans import attribute_dict, events_added, newest_progress_event, plain_attributes
+from .facts import SpanEvent, SpanFacts, span_fields
+from .spans import (
+    ended_events,
+    events_added,
+    events_read,
+    newest_progress_event,
+    plain_attributes,
+)
 
-__all__ = ["POLL_BUDGET", "LogEmitted", "SpanEnded", "SpanReader", "SpanStarted", "SpanWatch"]
+__all__ = [
+    "POLL_BUDGET",
+    "LogEmitted",
+    "SpanEnded",
+    "SpanReader",
+    "SpanStarted",
+    "SpanWatch",
+    "ended_fields",
+    "fields_facts",
+    "plain_dict",
+]
 
 # Running steps looked at per poll: about 1 ms of the writer's time, however many are open.
 POLL_BUDGET = 1000
 
 
-class SpanStarted(NamedTuple):
-    """Queued by on_start: a span in a job scope (or one that may open a scope) started."""
+class SpanStarted:
+    """Queued by on_start: a span in a job scope (or one that may open a scope) started.
 
-    span: Span
+    It holds the live span until the span ends; on_end then sets ``fields`` and drops ``span``,
+    so a queue the writer has not read yet keeps none of the SDK's objects (about 17 tracked
+    ones per span, which the garbage collector would otherwise promote and walk).
+    """
+
+    __slots__ = ("fields", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span: Span | None = span
+        self.fields: tuple[Any, ...] = ()  # the ended fields, set before ``span`` is dropped
 
 
 class SpanEnded(NamedTuple):
-    """Queued by on_end: a span that was queued at its start has ended."""
+    """Queued by on_end: the ended fields (`ended_fields`) of a span queued at its start."""
 
-    span: ReadableSpan
+    fields: tuple[Any, ...]
+
+
+def plain_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The attributes as a dict (the SDK's own, not copied, when it is one)."""
+    plain = plain_attributes(attributes)
+    return plain if type(plain) is dict else dict(plain)
+
+
+def ended_fields(span: ReadableSpan) -> tuple[Any, ...]:
+    """An ended span's `SpanFacts` fields as plain values, its events (those the translation
+    reads) as (name, time, attributes): untracked by the collector, unlike the SDK's objects."""
+    events = tuple(
+        (event.name, event.timestamp, plain_dict(event.attributes))
+        for event in events_read(ended_events(span))
+    )
+    return span_fields(span, ended=True, events=events)
+
+
+def fields_facts(fields: tuple[Any, ...]) -> SpanFacts:
+    """The facts of a span's fields, as at its start (7) or ended (10, plain events)."""
+    if len(fields) == 7:
+        return SpanFacts(*fields)
+    trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status = fields
+    decoded = [SpanEvent(*event) for event in events]
+    return SpanFacts(
+        trace_id, span_id, parent, name, start_ns, end_ns, attributes, decoded, error, status
+    )
+
+
+def _start_part(fields: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The fields as at the span's start (what on_start could know) of ended ``fields``."""
+    return fields if len(fields) == 7 else (*fields[:5], 0, fields[6])
 
 
 class LogEmitted(NamedTuple):
@@ -46,13 +105,13 @@ class LogEmitted(NamedTuple):
 
 
 class SpanReader(Protocol):
-    """What reads door one's spans, in queue order, as facts (`facts.span_fields`): a span at
+    """What reads door one's spans, in queue order, as fields (`facts.span_fields`): a span at
     its start, whole (start and end at once), at its end; a running step's newest progress;
-    a log record (`facts.log_fields`)."""
+    a log record (the SDK's own, read by `facts.log_fields`)."""
 
-    def started(self, span: ReadableSpan) -> None: ...
-    def whole(self, span: ReadableSpan) -> None: ...
-    def ended(self, span: ReadableSpan) -> None: ...
+    def started(self, fields: tuple[Any, ...]) -> None: ...
+    def whole(self, fields: tuple[Any, ...]) -> None: ...
+    def ended(self, fields: tuple[Any, ...]) -> None: ...
     def log(self, record: Any) -> None: ...
     def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
         """Pass on a running step's newest progress (its event's time); False if it was shed
@@ -98,7 +157,8 @@ class SpanWatch:
         self._rotation: deque[int] = deque()
         self._max_steps, self._poll_interval, self._next_poll = max_steps, poll_interval_s, 0.0
         self._poll_budget = poll_budget
-        self._deferred: ReadableSpan | None = None  # a start that waits one item for its end
+        # The fields of a start that waits one item for its end.
+        self._deferred: tuple[Any, ...] | None = None
         # True while the writer holds as many operations as it may: progress is shed first.
         self.backlogged: Callable[[], bool] = lambda: False
 
@@ -106,39 +166,43 @@ class SpanWatch:
         deferred = self._deferred
         if deferred is not None:
             self._deferred = None
-            if type(item) is SpanEnded and item.span.context is deferred.context:
-                self.reader.whole(item.span)
+            if type(item) is SpanEnded and item.fields[1] == deferred[1]:
+                self.reader.whole(item.fields)
                 return
             try:
-                self._start(deferred)
+                self.reader.started(_start_part(deferred))
             except Exception as error:  # noqa: BLE001 - it must not take this item down with it
                 self._problem("internal_error", error)
-        if type(item) is SpanEnded:
-            self._end(item.span)
-        elif type(item) is LogEmitted:  # after the start held back: its span may be that one
+        if isinstance(item, SpanEnded):
+            self._end(item.fields)
+            return
+        if isinstance(item, LogEmitted):  # after the start held back: its span may be that one
             self.reader.log(item.record)
+            return
+        span = item.span  # read before ``fields``: on_end sets those first, then drops the span
+        if span is None:
+            # Ended already: its end is most likely the next item, and the two are read as one.
+            self._deferred = item.fields
+        elif span.end_time is not None:
+            self._deferred = span_fields(span, ended=False)
         else:
-            span = cast(SpanStarted, item).span
-            if span.end_time is not None:
-                # Ended already: its end is most likely the next item; the two read as one.
-                self._deferred = span
-            else:
-                self._start(span)
+            self._start(span)
 
     def settle(self) -> None:
         """Pass on a start held back to meet its end: whatever comes next must see it."""
         deferred = self._deferred
         if deferred is not None:
             self._deferred = None
-            self._start(deferred)
+            self.reader.started(_start_part(deferred))
 
     def _start(self, span: ReadableSpan) -> None:
-        self.reader.started(span)
-        if _is_step(attribute_dict(span)):
+        fields = span_fields(span, ended=False)
+        self.reader.started(fields)
+        if _is_step(fields[6]):
             steps = self._steps
             if not steps:
                 self._next_poll = self.clock() + self._poll_interval
-            span_id = span.context.span_id
+            span_id = fields[1]
             steps[span_id] = _WatchedStep(span)
             rotation = self._rotation
             rotation.append(span_id)
@@ -147,13 +211,13 @@ class SpanWatch:
             if len(rotation) > 2 * len(steps) + self._poll_budget:  # mostly ended: rebuilt
                 self._rotation = deque(steps)
 
-    def _end(self, span: ReadableSpan) -> None:
-        watched = self._steps.pop(span.context.span_id, None)
+    def _end(self, fields: tuple[Any, ...]) -> None:
+        watched = self._steps.pop(fields[1], None)
         if watched is not None and watched.newest is not None:
             # Polled before: events since then ride with the close. Never polled: the
             # translation takes the newest progress from the ended span's events.
-            self._poll(watched, span)
-        self.reader.ended(span)
+            self._poll(watched, watched.span)
+        self.reader.ended(fields)
 
     def _poll(self, watched: _WatchedStep, span: ReadableSpan) -> None:
         added = events_added(span)

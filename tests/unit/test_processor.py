@@ -29,7 +29,7 @@ from otel_jobsteps import (
     step,
 )
 from otel_jobsteps.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
-from otel_jobsteps.processor import SpanEnded, SpanStarted
+from otel_jobsteps.processor import LogEmitted, SpanEnded, SpanStarted
 from otel_jobsteps.testing import InMemoryStore
 from tests.helpers import wait_until
 from tests.unit.recorder_support import written
@@ -354,10 +354,11 @@ def test_the_writer_reads_progress_while_the_step_runs_without_a_flush(
 
 
 def test_queue_items_built_without_their_constructor_have_their_arity() -> None:
-    """The hooks build SpanStarted / SpanEnded with tuple.__new__ (speed): a new field would
-    otherwise surface as an IndexError on the writer thread."""
-    assert SpanStarted._fields == ("span",)
-    assert SpanEnded._fields == ("span",)
+    """The hooks build SpanStarted / SpanEnded / LogEmitted without their constructor (speed):
+    a new field would otherwise surface as an AttributeError or IndexError on the writer thread."""
+    assert SpanStarted.__slots__ == ("fields", "span")
+    assert SpanEnded._fields == ("fields",)
+    assert LogEmitted._fields == ("record",)
 
 
 def test_job_spans_that_never_end_are_bounded_and_counted() -> None:

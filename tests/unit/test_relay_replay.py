@@ -9,7 +9,9 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
+from otel_jobsteps.facts import span_fields
 from otel_jobsteps.relay import _Outbox
+from otel_jobsteps.watch import ended_fields
 
 
 def _told(messages: list[Any]) -> list[tuple[str, str]]:
@@ -23,10 +25,10 @@ def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_
     event = tracer.start_span("event", attributes={JOB_EVENT_TYPE: "STALLED"})
     fetch = tracer.start_span("FETCH", attributes={JOB_STEP_KEY: "FETCH"})
     for span in (job, event, fetch):
-        outbox.started(span)
+        outbox.started(span_fields(span, ended=False))
     outbox.take()
     fetch.end()
-    outbox.ended(fetch)
+    outbox.ended(ended_fields(fetch))
 
     outbox.replay()  # FETCH's end is not sent yet: the new writer process must know FETCH
     assert _told(outbox.messages) == [("r", "job"), ("r", "FETCH"), ("e", "FETCH")]
@@ -35,7 +37,7 @@ def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_
     assert _told(outbox.take()) == [("r", "job")]
 
     for name in ("A", "B", "C"):
-        outbox.started(tracer.start_span(name))
+        outbox.started(span_fields(tracer.start_span(name), ended=False))
     outbox.take()
     outbox.replay()
     assert _told(outbox.take()) == [("r", "A"), ("r", "B"), ("r", "C")]  # job: the oldest out

@@ -7,13 +7,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
 from otel_jobsteps.facts import SpanEvent, SpanFacts
 from otel_jobsteps.recorder import ProgressReported, StepEnded
 from otel_jobsteps.translate import SpanTranslator
-from otel_jobsteps.watch import SpanEnded, SpanStarted, SpanWatch
+from otel_jobsteps.watch import SpanEnded, SpanStarted, SpanWatch, ended_fields
 
 
 class _Reader:
@@ -23,13 +23,13 @@ class _Reader:
         self.taking = True
         self.offered: list[Mapping[str, Any]] = []
 
-    def started(self, span: ReadableSpan) -> None:
+    def started(self, fields: tuple[Any, ...]) -> None:
         pass
 
-    def whole(self, span: ReadableSpan) -> None:
+    def whole(self, fields: tuple[Any, ...]) -> None:
         pass
 
-    def ended(self, span: ReadableSpan) -> None:
+    def ended(self, fields: tuple[Any, ...]) -> None:
         pass
 
     def log(self, record: Any) -> None:
@@ -125,7 +125,8 @@ def test_a_poll_looks_at_its_budget_of_steps_in_turn_and_a_flush_at_all() -> Non
         watch.handle(SpanStarted(span))  # type: ignore[arg-type]  # a live SDK span
     for number, span in enumerate(spans):
         span.add_event("progress", {"n": number})
-    watch.handle(SpanEnded(spans[1]))  # ended: polls skip it from now on
+    spans[1].end()
+    watch.handle(SpanEnded(ended_fields(spans[1])))  # ended: polls skip it from now on
 
     watch.poll_due(now[0])  # not due yet
     for _ in range(3):

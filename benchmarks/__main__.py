@@ -3,12 +3,11 @@
 Measures, side by side in one run, what the processor adds to a job's span, how many steps per
 second reach PostgreSQL, how long a step end takes to become a row, how throughput holds on a big
 table, how many writes progress debouncing saves, memory while the database is down, a fleet
-of worker processes and what the step metrics cost the writer; one table, each row with its
-ratio and its target. Without --dsn an embedded
-PostgreSQL is started (and deleted after). --quick: the same measurements, smaller, in minutes.
-A missed target is reported (FAIL in its row) and the exit code stays 0; --strict exits 1 on a
-miss. A benchmark that crashes always exits 1. --markdown PATH writes this server's section of
-a results page.
+of worker processes, what the step metrics cost the writer and what log records cost; one
+table, each row with its ratio and its target. Without --dsn an embedded PostgreSQL is started
+(and deleted after). --quick: the same measurements, smaller, in minutes. A missed target is
+reported (FAIL in its row) and the exit code stays 0; --strict exits 1 on a miss. A benchmark
+that crashes always exits 1. --markdown PATH writes this server's section of a results page.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from . import (
     hot_path,
     ingest,
     latency,
+    logs,
     memory,
     metrics,
     open_spans,
@@ -55,6 +55,7 @@ SECTIONS = (
     "web",
     "ingest",
     "metrics",
+    "logs",
 )
 CRASHED = "CRASHED"
 DEFAULT_BIG_ROWS = 5_000_000
@@ -207,6 +208,8 @@ def main() -> int:
                 _section("OTLP ingest", lambda: ingest.run(dbs, quick=args.quick), rows)
             if "metrics" in chosen:
                 _section("step metrics", lambda: metrics.run(dbs, quick=args.quick), rows)
+            if "logs" in chosen:
+                _section("log records", lambda: logs.run(dbs, quick=args.quick), rows)
         finally:
             dbs.close()
         if "memory" in chosen:

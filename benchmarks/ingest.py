@@ -7,7 +7,9 @@ of one job span and nine step spans (three progress events each), whole traces, 
 request; the same bodies go over OTLP/HTTP and over OTLP/gRPC (as the message of a unary
 ``TraceService/Export`` call). "Decode alone" parses the same bodies into span facts in this
 process, in the same run: the ceiling the receiver's database work is compared with. Rows are
-counted afterwards: a span that did not become its row does not count.
+counted afterwards: a span that did not become its row does not count. Log records (I5) go the
+same way: 1,000-record ``ExportLogsServiceRequest`` bodies of jobs whose spans were sent first,
+each record an INFO line in a step's context, counted as LOG rows afterwards.
 """
 
 from __future__ import annotations
@@ -24,16 +26,25 @@ from typing import Any, NamedTuple
 
 import grpc
 import httpx
+import psycopg
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import set_span_in_context
 
 from otel_jobsteps.attributes import JOB_STEP_KEY
 from otel_jobsteps.ingest.decode import decode_protobuf
+from otel_jobsteps.ingest.logs import decode_logs_protobuf
 
 from .common import (
     Databases,
@@ -63,6 +74,9 @@ HISTORY_ATTEMPTS = 20
 HISTORY_SPANS = 9_000  # staged behind those attempts
 TARGET_HISTORY_RATIO = 2.0
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+LOGS_PER_STEP = 11  # with 9 steps: 99 log records a job, ~1,000 (10 jobs) a request
+LOG_JOBS_PER_REQUEST = 10
+TARGET_LOGS_S = 10_000  # issue 23's end-to-end figure for log lines into rows
 
 
 def encoded_requests(prefix: str, requests: int, spans_per_request: int) -> list[bytes]:
@@ -385,10 +399,168 @@ def memory_while_down(*, quick: bool) -> list[Row]:
     ]
 
 
+def encoded_logged_jobs(prefix: str, requests: int) -> tuple[list[bytes], list[bytes]]:
+    """(span bodies, log bodies): ``requests`` of each, the log records of the jobs of the span
+    request of the same number (INFO lines in their steps' contexts)."""
+    spans, records = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    provider, logger_provider = TracerProvider(), LoggerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(records))
+    tracer, logger = provider.get_tracer("bench"), logger_provider.get_logger("bench")
+    span_bodies, log_bodies = [], []
+    for number in range(requests):
+        spans.clear()
+        records.clear()
+        for job_number in range(LOG_JOBS_PER_REQUEST):
+            job_id = f"{prefix}-{number}-{job_number}"
+            job = tracer.start_span("job", attributes=job_attributes(job_id))
+            for index in range(STEPS_PER_JOB):
+                key = f"S{index}"
+                step = tracer.start_span(
+                    key, context=set_span_in_context(job), attributes={JOB_STEP_KEY: key}
+                )
+                context = set_span_in_context(step)
+                for line in range(LOGS_PER_STEP):
+                    logger.emit(
+                        timestamp=time.time_ns(),
+                        context=context,
+                        severity_number=SeverityNumber.INFO,
+                        body=f"{key}: line {line} of {job_id}",
+                        attributes={"line": line},
+                    )
+                step.end()
+            job.end()
+        span_bodies.append(encode_spans(spans.get_finished_spans()).SerializeToString())
+        log_bodies.append(encode_logs(records.get_finished_logs()).SerializeToString())
+    logger_provider.shutdown()
+    provider.shutdown()
+    return span_bodies, log_bodies
+
+
+def log_throughput(dbs: Databases, *, quick: bool) -> list[Row]:
+    """Log records/s into verified LOG rows over OTLP/HTTP, one worker, 4 clients, the jobs'
+    spans received before; beside decoding the same log bodies alone."""
+    requests = 4 if quick else 20
+    span_bodies, log_bodies = encoded_logged_jobs("logs", requests)
+    records = requests * LOG_JOBS_PER_REQUEST * STEPS_PER_JOB * LOGS_PER_STEP
+    started = time.perf_counter()
+    for body in log_bodies:
+        decode_logs_protobuf(body)
+    decode_rate = records / (time.perf_counter() - started)
+    dsn = dbs.fresh("ingest_logs")
+    try:
+        with collect(dsn) as receiver:
+            if set(_post_all(receiver, span_bodies, 4)) != {200}:
+                raise RuntimeError("a span request was refused")
+            logs = receiver._replace(url=receiver.url.replace("/v1/traces", "/v1/logs"))
+            started = time.perf_counter()
+            statuses = _post_all(logs, log_bodies, 4)
+            elapsed = time.perf_counter() - started
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM job_event WHERE type = 'LOG' AND job_id LIKE 'logs-%'"
+            ).fetchone()
+    finally:
+        dbs.drop(dsn)
+    complete = set(statuses) == {200} and found == (records,)
+    rate = records / elapsed if complete else 0.0
+    ratio = rate / decode_rate
+    return [
+        Row(
+            "I5",
+            "collect: log records/s into verified LOG rows over OTLP/HTTP (1,000-record "
+            "protobuf requests after their jobs' spans, 4 clients, 1 worker)",
+            fmt_rate(rate, "records/s"),
+            f"decode alone {fmt_rate(decode_rate, 'records/s')}",
+            fmt_ratio(ratio),
+            f">= {TARGET_LOGS_S:,}",
+            verdict(rate >= TARGET_LOGS_S),
+        )
+    ]
+
+
+def _logged_attempts(prefix: str, rounds: int) -> tuple[bytes, list[bytes]]:
+    """A span body of ``HISTORY_ATTEMPTS`` finished attempts (a job span and one long step
+    each) and, per round, a log body of one INFO line in each attempt's step."""
+    spans: list[Span] = []
+    records: list[list[LogRecord]] = [[] for _ in range(rounds)]
+    for number in range(HISTORY_ATTEMPTS):
+        trace_id, job_span, step_span = os.urandom(16), os.urandom(8), os.urandom(8)
+        started = time.time_ns()
+        spans.append(_span(trace_id, job_span, b"", started, started + 10**10,
+                           job_attributes(f"{prefix}-{number}")))  # fmt: skip
+        spans.append(_span(trace_id, step_span, job_span, started + 1000, started + 9 * 10**9,
+                           {JOB_STEP_KEY: "S0"}))  # fmt: skip
+        for line in range(rounds):
+            records[line].append(
+                LogRecord(
+                    trace_id=trace_id,
+                    span_id=step_span,
+                    time_unix_nano=started + 2000 + line,
+                    severity_number=SeverityNumber.INFO.value,
+                    body=AnyValue(string_value=f"line {line} of {prefix}-{number}"),
+                )
+            )
+    return _body(spans), [_log_body(batch) for batch in records]
+
+
+def _log_body(records: list[LogRecord]) -> bytes:
+    request = ExportLogsServiceRequest(
+        resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=records)])]
+    )
+    return request.SerializeToString()
+
+
+def log_history_cost(dbs: Databases, *, quick: bool) -> list[Row]:
+    """A request of one log line to each of 20 attempts with 9,000 lines staged behind them,
+    against the same request to 20 fresh attempts, in one collect."""
+    behind = HISTORY_SPANS // HISTORY_ATTEMPTS
+    samples = 3 if quick else 7
+    dsn = dbs.fresh("ingest_log_history")
+    try:
+        with collect(dsn) as receiver, httpx.Client(timeout=300) as session:
+            url = receiver.url
+            logs_url = url.replace("/v1/traces", "/v1/logs")
+            span_body, rounds = _logged_attempts("oldlog", behind + samples)
+            session.post(url, content=span_body, headers=HEADERS)
+            per_body = SPANS_PER_REQUEST // HISTORY_ATTEMPTS
+            for start in range(0, behind, per_body):  # the history, 1,000 records a request
+                history = ExportLogsServiceRequest()
+                for body in rounds[start : start + per_body]:
+                    history.MergeFromString(body)
+                session.post(logs_url, content=history.SerializeToString(), headers=HEADERS)
+            old, fresh = [], []
+            for sample in range(samples):
+                new_spans, new_rounds = _logged_attempts(f"newlog{sample}", 1)
+                session.post(url, content=new_spans, headers=HEADERS)
+                for body, times in ((rounds[behind + sample], old), (new_rounds[0], fresh)):
+                    sent = time.perf_counter()
+                    if session.post(logs_url, content=body, headers=HEADERS).status_code != 200:
+                        raise RuntimeError("a log history request was refused")
+                    times.append(time.perf_counter() - sent)
+    finally:
+        dbs.drop(dsn)
+    ratio = median(old) / median(fresh)
+    return [
+        Row(
+            "I6",
+            f"collect: a request of {HISTORY_ATTEMPTS} log records to {HISTORY_ATTEMPTS} "
+            f"attempts with {HISTORY_SPANS:,} records staged behind them (median)",
+            f"{median(old) * 1000:.1f} ms",
+            f"same to fresh attempts {median(fresh) * 1000:.1f} ms",
+            fmt_ratio(ratio),
+            f"<= {TARGET_HISTORY_RATIO}x",
+            verdict(ratio <= TARGET_HISTORY_RATIO),
+        )
+    ]
+
+
 def run(dbs: Databases, *, quick: bool) -> list[Row]:
     return [
         *throughput(dbs, quick=quick),
+        *log_throughput(dbs, quick=quick),
         *latency(dbs, quick=quick),
         *history_cost(dbs, quick=quick),
+        *log_history_cost(dbs, quick=quick),
         *memory_while_down(quick=quick),
     ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from unittest import mock
 
@@ -191,24 +191,49 @@ SEARCH_VALUES: dict[str, Any] = {
 }
 
 
+# The jobs list's statements that take a page cursor: explained again on a later page.
+PAGED = ("jobs_page", "tagged_jobs", "find_jobs")
+
+
+def later_page(self: explain.Parameters, name: str) -> Any:
+    """A cursor below the newest rows: ten minutes back, the sampled job as the last one shown
+    (an id search continues after a fill- id)."""
+    domain, job_id, _ = self.job
+    return {
+        "before_at": datetime.now(timezone.utc) - timedelta(minutes=10),
+        "before_domain": domain,
+        "before_job_id": job_id,
+        "after_domain": domain,
+        "after_job": "fill-42420",
+    }.get(name, SEARCH_VALUES.get(name))
+
+
 def plan_rows(dsn: str, big_rows: int, *, verbose: bool = False) -> list[Row]:
-    """EXPLAIN ANALYZE of every web.sql statement (custom and generic plans) on the table."""
+    """EXPLAIN ANALYZE of every web.sql statement (custom and generic plans) on the table, and
+    of the paged ones again with a cursor."""
     # explain_all plans every SQL file of the package; only web.sql's statements matter here.
     ours = [
         entry
         for entry in explain.statements()
         if entry[0] == "web.sql" or entry[1] == "list_tagged_jobs"
     ]
+    paged = [(f, f"{name}_later_page", text) for f, name, text in ours if name in PAGED]
     sampled = explain.Parameters._scalar
 
     def scalar(self: explain.Parameters, name: str) -> Any:
         return SEARCH_VALUES[name] if name in SEARCH_VALUES else sampled(self, name)
 
-    with (
-        mock.patch.object(explain, "statements", return_value=ours),
-        mock.patch.object(explain.Parameters, "_scalar", scalar),
-    ):
-        plans = explain.explain_all(dsn)
+    def paged_scalar(self: explain.Parameters, name: str) -> Any:
+        found = later_page(self, name)
+        return found if found is not None else sampled(self, name)
+
+    plans = []
+    for entries, values in ((ours, scalar), (paged, paged_scalar)):
+        with (
+            mock.patch.object(explain, "statements", return_value=entries),
+            mock.patch.object(explain.Parameters, "_scalar", values),
+        ):
+            plans += explain.explain_all(dsn)
     if verbose:
         explain.print_plans(plans)
     print(explain.summary(plans))

@@ -3,7 +3,9 @@
 Used where no code of the user's sets a provider up: under ``opentelemetry-instrument`` (the
 ``opentelemetry_post_instrument`` entry point, after the SDK configurator built the provider)
 and by the queue adapters at their first job. Nothing here replaces a provider, exporter or
-sampler someone configured: the processor is added beside them, once.
+sampler someone configured: the processor is added beside them, once. The same processor is
+added to the global LoggerProvider when that is an SDK one (log records in job scopes become
+progress and LOG rows), beside the exporters configured there.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import threading
 from collections.abc import Iterator
 
 from opentelemetry import trace
+from opentelemetry._logs import get_logger_provider
+from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from .errors import JobStepsError
@@ -25,6 +29,7 @@ __all__ = [
     "attach_from_environment",
     "ensure_processor",
     "feeds_job_steps",
+    "log_into",
 ]
 
 logger = logging.getLogger("otel_jobsteps")
@@ -56,6 +61,19 @@ def feeds_job_steps(owner: object) -> bool | None:
     return any(isinstance(p, JobStepsProcessor) for p in _span_processors(active))
 
 
+def log_into(processor: JobStepsProcessor, provider: object | None = None) -> bool:
+    """Add ``processor`` to ``provider`` (default: the global LoggerProvider) when that is an
+    SDK one not fed by a `JobStepsProcessor` yet; True if it is fed by one now."""
+    target = get_logger_provider() if provider is None else provider
+    if not isinstance(target, LoggerProvider):
+        return False  # no logs SDK configured (the API's no-op or proxy): nothing to add to
+    multi = getattr(target, "_multi_log_record_processor", None)
+    present = getattr(multi, "_log_record_processors", ())
+    if not any(isinstance(p, JobStepsProcessor) for p in present):
+        target.add_log_record_processor(processor)
+    return True
+
+
 def ensure_processor(provider: trace.TracerProvider | None = None) -> bool:
     """Make ``provider`` (default: the global one) feed a `JobStepsProcessor`; True if it does.
 
@@ -85,6 +103,7 @@ def ensure_processor(provider: trace.TracerProvider | None = None) -> bool:
         except JobStepsError as error:
             logger.error("%s: job steps are not recorded: %s", DSN_VARIABLE, error)
             return False
+        log_into(processor)
         if isinstance(target, TracerProvider):
             target.add_span_processor(processor)
             return True

@@ -26,9 +26,17 @@ from .errors import ConfigurationError, JobStepsError, describe, printable
 from .extras import install_hint
 from .formatting import format_duration, format_time
 from .maintenance import prune, sweep
-from .query import STATUSES, ActivityFollower, JobActivity, job_detail, list_jobs, parse_tag
+from .query import (
+    STATUSES,
+    ActivityFollower,
+    JobActivity,
+    LogLine,
+    job_detail,
+    list_jobs,
+    parse_tag,
+)
 from .schema import migrate
-from .timeline import Style, render_detail, render_jobs
+from .timeline import Style, render_detail, render_jobs, render_log_line
 from .vocabulary import MAX_ATTEMPT
 
 __all__ = ["main", "parse_duration"]
@@ -197,7 +205,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(detail.to_dict())
     else:
-        print(render_detail(detail, Style.for_stream(sys.stdout)))
+        print(render_detail(detail, Style.for_stream(sys.stdout), logs=args.logs))
     return 0
 
 
@@ -222,6 +230,13 @@ def _jobs(args: argparse.Namespace) -> int:
 def _activity_line(activity: JobActivity, style: Style) -> str:
     where = f"{printable(activity.domain)} / {printable(activity.job_id)} #{activity.attempt}"
     key = printable(activity.step_key or "")
+    if activity.change == "log":
+        line = LogLine.from_row(
+            {name: getattr(activity, name) for name in ("attempt", "step_key", "message")},
+            time=activity.at,
+            detail=activity.detail,
+        )
+        return render_log_line(line, style, where)
     if activity.change == "event":
         what = f"{printable(activity.type)} {printable(activity.message or '')}"
     elif activity.change == "started":
@@ -359,6 +374,8 @@ def _collect(args: argparse.Namespace) -> int:
         body_timeout_s=args.body_timeout.total_seconds(),
         workers=args.workers,
         access_log=args.access_log,
+        logs_min_severity=args.logs_min_severity,
+        logs_max_per_step=args.logs_max_per_step,
         announce=lambda line: print(line, flush=True),
     )
     return 0
@@ -464,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--attempt", type=int_between(1, MAX_ATTEMPT), help="attempt to detail (default: latest)"
     )
     show.add_argument("--json", action="store_true", help="print the job as JSON")
+    show.add_argument(
+        "--logs", action="store_true", help="also print the attempt's log lines (LOG rows)"
+    )
     _read_option(show)
 
     jobs = command("jobs", _jobs, "recent jobs by their latest attempt, most recent first")
@@ -551,9 +571,9 @@ def build_parser() -> argparse.ArgumentParser:
     collect = command(
         "collect",
         _collect,
-        "OTLP trace receiver, HTTP (POST /v1/traces, protobuf or JSON, gzip) and gRPC "
-        "(TraceService/Export): received spans become job_event and job_log rows, as the "
-        "processor writes them",
+        "OTLP receiver, HTTP (POST /v1/traces and /v1/logs, protobuf or JSON, gzip) and gRPC "
+        "(TraceService and LogsService Export): received spans and log records become "
+        "job_event and job_log rows, as the processor writes them",
     )
     collect.add_argument(
         "--listen", default="127.0.0.1:4318", help="OTLP/HTTP's HOST:PORT (127.0.0.1:4318)"
@@ -614,6 +634,19 @@ def build_parser() -> argparse.ArgumentParser:
         2,
         "Retry-After of 503 answers while the database is away (2)",
         metavar="SECONDS",
+    )
+    collect.add_argument(
+        "--logs-min-severity",
+        metavar="SEVERITY",
+        help="log records below it are not written: a name (INFO, WARN...) or 0..24 "
+        "(OTEL_JOBSTEPS_LOGS_MIN_SEVERITY, else INFO)",
+    )
+    collect.add_argument(
+        "--logs-max-per-step",
+        type=int_between(1, 1_000_000),
+        metavar="N",
+        help="LOG rows kept per attempt and step; one more row counts the rest "
+        "(OTEL_JOBSTEPS_LOGS_MAX_PER_STEP, else 1000)",
     )
     _integer_option(
         collect,

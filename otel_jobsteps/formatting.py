@@ -7,7 +7,30 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["format_ago", "format_duration", "format_time", "format_utc"]
+__all__ = [
+    "LINE_CHARS",
+    "format_ago",
+    "format_duration",
+    "format_time",
+    "format_utc",
+    "severity_word",
+    "shorten",
+]
+
+LINE_CHARS = 2_000  # a log line's message as shown (its body may be a megabyte)
+SEVERITIES = ("WARN", "ERROR", "FATAL", "DEBUG", "TRACE")
+
+
+def shorten(text: str, most: int = LINE_CHARS) -> str:
+    """``text`` cut after ``most`` characters, saying how many more there were."""
+    return text if len(text) <= most else f"{text[:most]}… ({len(text) - most:,} more characters)"
+
+
+def severity_word(severity: str | None) -> str:
+    """The family of a severity text, for its colour: WARN for WARNING or WARN3, ERROR for
+    ERROR2; INFO for anything else."""
+    text = (severity or "").upper()
+    return next((word for word in SEVERITIES if text.startswith(word)), "INFO")
 
 
 def format_duration(value: timedelta | None) -> str:

@@ -1,5 +1,8 @@
 """JobStepsProcessor: door one. The job thread records facts; the writer interprets them.
 
+It is a span processor and a log record processor: one queue keeps spans and log records in
+the order the job made them.
+
 The SDK calls the hooks synchronously and does not catch what they raise. So a hook only asks
 "is this span in a job scope?" (a dict lookup), and if so appends the SDK's own span object to
 the writer's queue, as BatchSpanProcessor does. On the writer thread `watch` reads the queued
@@ -19,6 +22,7 @@ from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .attributes import JOB_EVENT_TYPE, JOB_ID
@@ -26,20 +30,26 @@ from .batch import Batch
 from .db import check_dsn
 from .detail import DEFAULT_MAX_DETAIL_BYTES
 from .errors import ConfigurationError
-from .facts import SpanFacts, ended_facts, started_facts
+from .facts import LogFacts, SpanFacts, ended_facts, log_facts, started_facts
 from .metrics import StepMetrics
-from .recorder import StepRecorder
+from .recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
 from .relay import Relay, WriterSettings
 from .schema import check_writable_tables, migrate
 from .spans import attribute_dict
 from .stats import Stats, logger
 from .store import StepStore
 from .telemetry import register_metrics
-from .translate import DEFAULT_MAX_OPEN_SPANS, SpanTranslator
-from .watch import SpanEnded, SpanReader, SpanStarted, SpanWatch
+from .translate import (
+    DEFAULT_LOGS_MIN_SEVERITY,
+    DEFAULT_MAX_OPEN_SPANS,
+    PROGRESS_EVENT,
+    SpanTranslator,
+    severity_number,
+)
+from .watch import LogEmitted, SpanEnded, SpanReader, SpanStarted, SpanWatch
 from .writer import RowStore, Writer
 
-__all__ = ["Interpretation", "JobStepsProcessor", "SpanEnded", "SpanStarted"]
+__all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "SpanStarted"]
 
 # Queue items are built with tuple.__new__: 0.08 instead of 0.25 us a NamedTuple call costs on
 # the job's thread (benchmarks/hot_path.py); tests/unit/test_processor.py checks their arity.
@@ -104,12 +114,17 @@ class Interpretation:
         for command in self.translator.ended(facts):
             self._record(command)
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
+    def log(self, facts: LogFacts) -> None:
+        """A log record: its progress or log line (never shed: nothing reads it again)."""
+        for command in self.translator.log(facts):
+            self._record(command)
+
+    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
         """Record a running step's progress; False when shed (the writer is backlogged)."""
         if self.backlogged():
             self._problem("dropped_ProgressReported", "backlog: progress not read")
             return False
-        progress = self.translator.progress(span_id, attributes)
+        progress = self.translator.progress(span_id, attributes, time_ns)
         if progress is not None:
             self._count("commands", 1)
             self._record(progress)
@@ -133,6 +148,8 @@ def build_interpretation(
     debounce_ms: float,
     max_open_spans: int,
     clock: Callable[[], float] = time.monotonic,
+    logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
+    logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
 ) -> Interpretation:
     """The translation and the recorder for live spans, counting into ``stats``."""
     recorder = StepRecorder(
@@ -141,9 +158,13 @@ def build_interpretation(
         on_evict=lambda scope: stats.problem(
             "evicted_attempts", "a job span never ended: its attempt is forgotten"
         ),
+        logs_max_per_step=logs_max_per_step,
     )
     translator = SpanTranslator(
-        problem=stats.problem, received=False, max_open_spans=max_open_spans
+        problem=stats.problem,
+        received=False,
+        max_open_spans=max_open_spans,
+        logs_min_severity=logs_min_severity,
     )
     return Interpretation(recorder, translator, count=stats.add, problem=stats.problem)
 
@@ -163,6 +184,9 @@ class _SpanFacts:
 
     def ended(self, span: ReadableSpan) -> None:
         self._interpretation.ended(ended_facts(span))
+
+    def log(self, record: Any) -> None:
+        self._interpretation.log(log_facts(record))
 
 
 class _LiveSpans:
@@ -208,13 +232,14 @@ class _LiveSpans:
         return self.interpretation.open_steps()
 
 
-class JobStepsProcessor(SpanProcessor):
+class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
     """Records job attempts and their steps from spans into PostgreSQL.
 
-    Add it to a TracerProvider. Spans outside a job scope cost a dictionary lookup and nothing
-    else; inside one, each hook appends a command to an in-memory queue that one background
-    thread writes in batches. Database problems are counted (see `stats`), logged at most once
-    a minute per kind, and never raised into the job.
+    Add it to a TracerProvider (and the same instance to a LoggerProvider for progress log
+    events and step log lines). Spans and log records outside a job scope cost a dictionary
+    lookup and nothing else; inside one, each hook appends a command to an in-memory queue that
+    one background thread writes in batches. Database problems are counted (see `stats`),
+    logged at most once a minute per kind, and never raised into the job.
     """
 
     def __init__(
@@ -236,6 +261,8 @@ class JobStepsProcessor(SpanProcessor):
         meter_provider: MeterProvider | None = None,
         max_step_keys: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        logs_min_severity: str | int | None = None,
+        logs_max_per_step: int | None = None,
     ) -> None:
         dsn = dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
         if store is None and not dsn:
@@ -266,7 +293,19 @@ class JobStepsProcessor(SpanProcessor):
             if max_open_spans is not None
             else _env_int("OTEL_JOBSTEPS_MAX_OPEN_SPANS", DEFAULT_MAX_OPEN_SPANS)
         )
+        severity = logs_min_severity
+        if severity is None:
+            severity = (
+                os.environ.get("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY") or DEFAULT_LOGS_MIN_SEVERITY
+            )
+        self._logs_min = severity_number(severity)
+        self._logs_max = (
+            logs_max_per_step
+            if logs_max_per_step is not None
+            else _env_int("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", DEFAULT_LOGS_MAX_PER_STEP)
+        )
         for name, value in (
+            ("logs_max_per_step", self._logs_max),
             ("debounce_ms", self._debounce_ms),
             ("max_queue_size", queue_size),
             ("shutdown_timeout_ms", shutdown_ms),
@@ -302,6 +341,8 @@ class JobStepsProcessor(SpanProcessor):
                 max_detail_bytes,
                 self._max_open_spans,
                 auto_migrate,
+                self._logs_min,
+                self._logs_max,
             )
             self._relay = Relay(
                 self._watch,
@@ -371,6 +412,33 @@ class JobStepsProcessor(SpanProcessor):
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
 
+    # -- log record hook (application threads) ------------------------------------------------
+
+    def on_emit(self, log_data: Any) -> None:
+        """A log record (``ReadWriteLogRecord``; ``LogData`` before SDK 1.39): queued as it is
+        when its span is in a job scope and it is a progress event or severe enough."""
+        try:
+            record = getattr(log_data, "log_record", log_data)
+            if record.span_id not in self._in_scope:
+                return  # outside any job scope (or no span context): nothing else happens
+            severity = record.severity_number
+            if (
+                severity is None or getattr(severity, "_value_", 0) < self._logs_min
+            ) and not self._worth_reading(record):
+                return  # below the minimum severity, and not a progress event
+            self._submit(_new(LogEmitted, (log_data,)))
+        except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
+            self._stats.problem("internal_error", error)
+
+    def _worth_reading(self, record: Any) -> bool:
+        """A record under the minimum severity the writer still reads: a progress event, or
+        one with no severity number (its text may name one; no minimum: any record)."""
+        if getattr(record, "event_name", None) == PROGRESS_EVENT:  # the SDK has it since 1.31
+            return True
+        return record.severity_number is None and (
+            self._logs_min == 0 or bool(record.severity_text)
+        )
+
     # -- SpanProcessor lifecycle --------------------------------------------------------------
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -427,6 +495,8 @@ class JobStepsProcessor(SpanProcessor):
             debounce_ms=self._debounce_ms,
             max_open_spans=self._max_open_spans,
             clock=self._clock,
+            logs_min_severity=self._logs_min,
+            logs_max_per_step=self._logs_max,
         )
         return _LiveSpans(self._watch(_SpanFacts(interpretation)), interpretation)
 

@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 from .db import Record, Target, fetch, session
 from .errors import ConfigurationError
 from .sql import qualified_queries
-from .vocabulary import STATUSES  # public from here too (the CLI and web filter by them)
+from .vocabulary import LOG, STATUSES  # STATUSES public from here too (CLI and web filter)
 
 __all__ = [
+    "MAX_LOG_LINES",
     "STATUSES",
     "TAG_SCAN_PER_JOB",
     "ActivityFollower",
@@ -36,6 +37,7 @@ __all__ = [
     "JobDetail",
     "JobLogEntry",
     "JobSummary",
+    "LogLine",
     "StepRecord",
     "job_detail",
     "list_jobs",
@@ -45,6 +47,9 @@ __all__ = [
 ]
 
 TAG_SCAN_PER_JOB = 8  # tagged attempts a tag search reads per job asked for
+MAX_LOG_LINES = 5_000
+"""The most log lines `job_detail` returns for an attempt (its newest): 1,000 per step is
+the writer's default cap."""
 
 
 def parse_tag(text: str, separator: str) -> tuple[str, str]:
@@ -128,13 +133,52 @@ class JobLogEntry(AttemptRow):
 
 
 @dataclass(frozen=True, slots=True)
+class LogLine(Record):
+    """A LOG row: a log record of the attempt, in ``step_key``'s step (None: between steps or in
+    the job span's own context), at ``time``; ``message`` is its body as text. A line saying
+    how many lines the step's cap dropped has ``dropped`` set."""
+
+    attempt: int
+    step_key: str | None
+    time: datetime
+    severity: str | None
+    message: str | None
+    attributes: dict[str, Any] | None
+    dropped: int | None
+    trace_id: str | None
+    span_id: str | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], *, time: datetime, detail: Any) -> LogLine:
+        """A line from a row's columns and its ``detail`` (``{"severity": ..., "attributes":
+        {...}, "dropped": N}``; anything else there is ignored)."""
+        found = detail if isinstance(detail, dict) else {}
+        severity, attributes, dropped = (
+            found.get(k) for k in ("severity", "attributes", "dropped")
+        )
+        return cls(
+            attempt=row["attempt"],
+            step_key=row.get("step_key"),
+            time=time,
+            severity=severity if isinstance(severity, str) else None,
+            message=row.get("message"),
+            attributes=attributes if isinstance(attributes, dict) else None,
+            dropped=dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else None,
+            trace_id=row.get("trace_id"),
+            span_id=row.get("span_id"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class JobDetail(Record):
     """What `job_detail` returns: one job, its attempts, and one attempt in detail.
 
     ``current_attempt`` is the attempt described by ``steps``, ``processing_started_at``
     (start of its first step) and ``log``; ``events`` and ``stalled_count`` cover every
-    attempt, and only ordinary events (STEP rows are never counted). ``as_of`` is the
-    server's time of the read, the end of the bar of a step still running.
+    attempt, and only ordinary events (STEP rows are never counted). ``logs`` are the log
+    lines (LOG rows) of ``current_attempt`` in time order, the newest `MAX_LOG_LINES`; they are
+    never steps or events. ``as_of`` is the server's time of the read, the end of the bar of a
+    step still running.
     """
 
     domain: str
@@ -148,6 +192,7 @@ class JobDetail(Record):
     processing_started_at: datetime | None
     log: JobLogEntry | None
     as_of: datetime
+    logs: tuple[LogLine, ...] = ()
 
     @property
     def attempt(self) -> AttemptSummary:
@@ -202,6 +247,8 @@ def job_detail(
         steps = fetch(conn, queries["job_steps"], scope, StepRecord)
         events = fetch(conn, queries["job_events"], key, EventRecord)
         logs = fetch(conn, queries["job_log_entry"], scope, JobLogEntry)
+        every = {"every": True, "step_key": None, "limit": MAX_LOG_LINES}
+        lines = read_log_lines(conn, queries, {**scope, **every})
     return JobDetail(
         domain=domain,
         job_id=str(job_id),
@@ -214,7 +261,18 @@ def job_detail(
         processing_started_at=summary.processing_started_at,
         log=logs[0] if logs else None,
         as_of=rows[0]["as_of"],
+        logs=tuple(lines),
     )
+
+
+def read_log_lines(
+    conn: psycopg.Connection[Any], queries: dict[str, sql.Composed], params: dict[str, Any]
+) -> list[LogLine]:
+    """The newest ``limit`` LOG rows of one attempt (all if ``every``, else those between steps
+    and ``step_key``'s), oldest first."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(queries["job_log_lines"], params).fetchall()
+    return [LogLine.from_row(r, time=r["time"], detail=r["detail"]) for r in reversed(rows)]
 
 
 def list_jobs(
@@ -278,8 +336,8 @@ def window_start(conn: psycopg.Connection[Any], ago: timedelta | None) -> dateti
 
 @dataclass(frozen=True, slots=True)
 class JobActivity(Record):
-    """A change `ActivityFollower` saw: ``change`` is ``started`` or ``ended`` (a step) or
-    ``event`` (an ordinary event), ``at`` when it happened."""
+    """A change `ActivityFollower` saw: ``change`` is ``started`` or ``ended`` (a step),
+    ``event`` (an ordinary event) or ``log`` (a log line), ``at`` when it happened."""
 
     change: str
     at: datetime
@@ -358,7 +416,8 @@ class ActivityFollower:
         created_at, ended_at = row.pop("created_at"), row.pop("ended_at")
         changes = []
         if row["type"] != "STEP":
-            return [JobActivity("event", created_at, **row)] if new else []
+            change = "log" if row["type"] == LOG else "event"
+            return [JobActivity(change, created_at, **row)] if new else []
         if new:
             changes.append(JobActivity("started", created_at, **row))
         if ended_at is not None:

@@ -29,6 +29,7 @@ from .vocabulary import (
     COMPLETED,
     ERROR,
     FAILED,
+    LOG,
     OUTCOME_COMPLETED,
     RUNNING,
     STEP,
@@ -40,6 +41,7 @@ __all__ = [
     "EventRecorded",
     "JobEnded",
     "JobStarted",
+    "LogRecorded",
     "ProgressReported",
     "Scope",
     "StepEnded",
@@ -51,6 +53,7 @@ __all__ = [
 MAX_STEP_KEY_CHARS = 256
 MAX_REASON_CHARS = 64
 DEFAULT_MAX_OPEN_ATTEMPTS = 10_000
+DEFAULT_LOGS_MAX_PER_STEP = 1000  # LOG rows kept per attempt and step key; the rest counted
 
 
 class Scope(NamedTuple):
@@ -125,8 +128,28 @@ class EventRecorded(NamedTuple):
     time_ns: int
 
 
+class LogRecorded(NamedTuple):
+    """A log line of an attempt: the translation made its text and severity name already."""
+
+    scope: Scope
+    key: str | None  # the step open in the record's context; None between steps
+    time_ns: int
+    severity: str
+    message: str
+    attributes: Mapping[str, Any]
+    trace_id: int
+    span_id: int
+
+
 Command = (
-    JobStarted | StepStarted | ProgressReported | StepEnded | StepRan | JobEnded | EventRecorded
+    JobStarted
+    | StepStarted
+    | ProgressReported
+    | StepEnded
+    | StepRan
+    | JobEnded
+    | EventRecorded
+    | LogRecorded
 )
 
 
@@ -153,6 +176,9 @@ class _Attempt:
     start_us: int = 0
     # Forgotten once (evicted) and seen again: the step it may hold open is not known here.
     forgotten: bool = False
+    # LOG rows written per step key (None: between steps) and lines dropped over the cap since
+    # the last dropped-count row; None until the attempt's first log line (most have none).
+    logs: dict[str | None, list[int]] | None = None
 
 
 def _job_columns(scope: Scope) -> tuple[str, str, str | None, int]:
@@ -187,6 +213,7 @@ class StepRecorder:
         clock: Callable[[], float] = time.monotonic,
         max_open_attempts: int = DEFAULT_MAX_OPEN_ATTEMPTS,
         on_evict: Callable[[Scope], None] | None = None,
+        logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
     ):
         """``max_open_attempts`` bounds the attempts kept in memory (job spans started and not
         yet ended); beyond it the oldest is forgotten and ``on_evict`` called with its scope.
@@ -202,6 +229,8 @@ class StepRecorder:
         )
         self._batch = BatchBuilder()
         self._max_attempts = max_open_attempts
+        self._logs_max = logs_max_per_step
+        self._last_span = (0, "")  # the span id of the latest log line, and its hex
         self._on_evict = on_evict
         # By job span (trace, span id); ordered, so the oldest goes in O(1) (a plain dict's
         # first key is found by walking the slots of every key deleted before it).
@@ -216,6 +245,7 @@ class StepRecorder:
             StepRan: self._step_ran,
             JobEnded: self._job_ended,
             EventRecorded: self._event,
+            LogRecorded: self._log,
         }
 
     # -- the writer's interface ---------------------------------------------------------------
@@ -444,6 +474,9 @@ class StepRecorder:
                 detail["error"] = clean_text(command.error)
         # Never dated before the attempt's start or the step close it follows.
         created_us = max(end_us, state.last_close_us, state.start_us)
+        if state.logs is not None:
+            for key in list(state.logs):
+                self._logs_dropped(state, key, created_us)
         self._batch.add_job_log(
             JobLogRow(*_job_columns(scope), status, reason, detail, state.trace_hex, created_us)
         )
@@ -459,6 +492,58 @@ class StepRecorder:
         row = EventRow(
             *_job_columns(scope), kind, None, None, detail, message, trace_id, span_id,
             scope.execution, created_us, None,
+        )  # fmt: skip
+        self._batch.add_event(row)
+
+    def _log(self, command: LogRecorded) -> None:
+        """A LOG row, within the per-step cap (lines over it are counted for one later row)."""
+        scope = command.scope
+        state = self._attempts.get((scope.trace_id, scope.span_id))
+        key = None if command.key is None else clean_text(command.key, MAX_STEP_KEY_CHARS)
+        execution = scope.execution
+        if state is not None:
+            execution = state.execution_id
+            logs = state.logs
+            if logs is None:
+                logs = state.logs = {}
+            counts = logs.get(key)
+            if counts is None:
+                counts = logs[key] = [0, 0]
+            if counts[0] >= self._logs_max:
+                counts[1] += 1
+                return
+            counts[0] += 1
+        detail: Detail = {"severity": command.severity, "attributes": command.attributes}
+        trace_id = None
+        if state is not None and command.trace_id == scope.trace_id:
+            trace_id = state.trace_hex  # the attempt's trace, as its other rows have it
+        elif command.trace_id:
+            trace_id = format(command.trace_id, "032x")
+        span_id = self._span_hex(command.span_id) if command.span_id else None
+        row = EventRow(
+            *_job_columns(scope), LOG, key, None, detail, command.message, trace_id, span_id,
+            execution, command.time_ns // 1000, None,
+        )  # fmt: skip
+        self._batch.add_event(row)
+
+    def _span_hex(self, span_id: int) -> str:
+        """A span id's hex, remembered for the next line (a step's lines share their span)."""
+        if span_id != self._last_span[0]:
+            self._last_span = (span_id, format(span_id, "016x"))
+        return self._last_span[1]
+
+    def _logs_dropped(self, state: _Attempt, key: str | None, at_us: int) -> None:
+        """One LOG row saying how many lines of ``key`` the cap dropped since the last such row."""
+        counts = state.logs.get(key) if state.logs is not None else None
+        if counts is None or counts[1] == 0:
+            return
+        dropped, counts[1] = counts[1], 0
+        scope = state.scope
+        row = EventRow(
+            *_job_columns(scope), LOG, key, None,
+            {"severity": "WARN", "dropped": dropped, "attributes": {}},
+            f"{dropped} log lines dropped (over the cap of {self._logs_max} per step)",
+            state.trace_hex, format(scope.span_id, "016x"), state.execution_id, at_us, None,
         )  # fmt: skip
         self._batch.add_event(row)
 
@@ -500,6 +585,8 @@ class StepRecorder:
         state.open = None
         row = step.row
         ended_us, message = _closing(state, row, ended_us, message)
+        if state.logs is not None:
+            self._logs_dropped(state, step.key, ended_us)
         if self._batch.is_unwritten(row):
             row.step_status = status
             row.ended_us = ended_us

@@ -10,7 +10,8 @@ and psycopg run on another core, with their own garbage collector.
 Frames in both directions: a 4-byte big-endian length, then a `marshal`-encoded list of
 messages. Relay -> writer: ``("s"|"w"|"e", fields)`` a span started, whole, ended (its
 `SpanFacts` fields; of its events only those the translation reads);
-``("p", span_id, attributes)`` a running step's newest progress; ``("f", n)`` flush number n;
+``("p", span_id, attributes, time_ns)`` a running step's newest progress; ``("L", fields)``
+a log record (its `LogFacts` fields); ``("f", n)`` flush number n;
 ``("r", fields)`` a span still open when a new writer process starts (replayed, as at its
 start: the spans the dead one knew are told again, so their later ends close their rows).
 Writer -> relay: ``("a", n, ok, stats)`` flush n done (committed if ok); ``("t", stats)``.
@@ -36,13 +37,21 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from .attributes import JOB_EVENT_TYPE
-from .facts import SpanEvent, SpanFacts, span_fields
+from .facts import LogFacts, SpanEvent, SpanFacts, log_fields, span_fields
 from .metrics import ClosedStep, Committed, FinishedAttempt
 from .spans import ended_events, events_read, plain_attributes
 from .stats import Stats, logger
+from .translate import body_text
 from .watch import SpanWatch
 
-__all__ = ["Relay", "WriterSettings", "decode_facts", "read_frames", "write_frame"]
+__all__ = [
+    "Relay",
+    "WriterSettings",
+    "decode_facts",
+    "decode_log",
+    "read_frames",
+    "write_frame",
+]
 
 _LENGTH = struct.Struct(">I")
 _MARSHAL_VERSION = 4
@@ -73,6 +82,8 @@ class WriterSettings:
     max_detail_bytes: int
     max_open_spans: int
     auto_migrate: bool
+    logs_min_severity: int = 9  # translate.DEFAULT_LOGS_MIN_SEVERITY
+    logs_max_per_step: int = 1000  # recorder.DEFAULT_LOGS_MAX_PER_STEP
 
 
 # -- the wire --------------------------------------------------------------------------------
@@ -153,6 +164,11 @@ def decode_facts(message: tuple[Any, ...]) -> SpanFacts:
     )
 
 
+def decode_log(message: tuple[Any, ...]) -> LogFacts:
+    """The facts of an ``L`` message (a log record), as the relay read them."""
+    return LogFacts(*message[1])
+
+
 class _Outbox:
     """The watch's reader on the relay thread: span facts become messages for the next frame.
 
@@ -195,8 +211,17 @@ class _Outbox:
         """Tell a new writer process first what is still open, in start order."""
         self.messages[:0] = [("r", fields) for fields in self._open.values()]
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
-        self.messages.append(("p", span_id, _plain_dict(attributes)))
+    def log(self, record: Any) -> None:
+        fields = log_fields(record)
+        body, attributes = fields[6], fields[7]
+        if type(body) is not str or type(attributes) is not dict:  # the usual record is both
+            if not (body is None or type(body) in _PLAIN or type(body) is bytes):
+                body = body_text(body)  # a structure travels as its text: the message it is
+            fields = (*fields[:6], body, dict(attributes))
+        self.messages.append(("L", fields))
+
+    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
+        self.messages.append(("p", span_id, _plain_dict(attributes), time_ns))
         return True
 
 

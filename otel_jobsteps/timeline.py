@@ -15,19 +15,21 @@ from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from .errors import printable
-from .formatting import format_duration, format_time
-from .query import AttemptSummary, JobDetail, JobSummary, StepRecord
+from .formatting import format_duration, format_time, severity_word, shorten
+from .query import AttemptSummary, JobDetail, JobSummary, LogLine, StepRecord
 
 __all__ = [
     "BAR_WIDTH",
     "Style",
     "render_detail",
     "render_jobs",
+    "render_log_line",
 ]
 
 BAR_WIDTH = 40
 _STATUS_COLORS = {"COMPLETED": "32", "FAILED": "1;31", "RUNNING": "33"}
 _DETAIL_CHARS = 60
+_SEVERITY_COLORS = {"WARN": "33", "ERROR": "1;31", "FATAL": "1;31", "DEBUG": "2", "TRACE": "2"}
 
 
 class Style:
@@ -131,8 +133,28 @@ def _steps_section(detail: JobDetail, style: Style) -> list[str]:
     return lines
 
 
-def render_detail(detail: JobDetail, style: Style) -> str:
-    """The `show` page: attempts with outcomes, the chosen attempt's timeline, events."""
+def render_log_line(line: LogLine, style: Style, where: str = "") -> str:
+    """One log line for a terminal: time, ``where`` (already printable), severity, step (``-``
+    between steps), message; every part from job code through `printable`, the message cut at
+    `formatting.LINE_CHARS`."""
+    severity = printable(shorten(line.severity or "-", 12))
+    painted = style.paint(f"{severity:<5}", _SEVERITY_COLORS.get(severity_word(line.severity)))
+    step = printable(line.step_key) if line.step_key is not None else "-"
+    message = printable(shorten(line.message or ""))
+    parts = (format_time(line.time), where, painted, step, message)
+    return "  ".join(part for part in parts if part).rstrip()
+
+
+def _logs_section(detail: JobDetail, style: Style) -> list[str]:
+    lines = [f"log lines of attempt {detail.current_attempt}:"]
+    if not detail.logs:
+        return [*lines, "  (no log lines)"]
+    return lines + ["  " + render_log_line(line, style) for line in detail.logs]
+
+
+def render_detail(detail: JobDetail, style: Style, *, logs: bool = False) -> str:
+    """The `show` page: attempts with outcomes, the chosen attempt's timeline, events; with
+    ``logs``, that attempt's log lines after them."""
     kind = f" ({printable(detail.job_type)})" if detail.job_type else ""
     lines = [
         f"job {printable(detail.domain)} / {printable(detail.job_id)}{kind}: "
@@ -159,6 +181,8 @@ def render_detail(detail: JobDetail, style: Style) -> str:
             when = format_time(event.created_at)
             kind = printable(event.type)
             lines.append(f"  #{event.attempt:<3} {when}  {kind:<16} {text}".rstrip())
+    if logs:
+        lines += ["", *_logs_section(detail, style)]
     return "\n".join(lines)
 
 

@@ -1,13 +1,16 @@
-"""The one place where a span becomes the model's commands, for live and received spans alike.
+"""The one place where a span or a log record becomes the model's commands, for live and
+received ones alike.
 
 `SpanTranslator` reads span facts and decides what they mean: a job span opens an attempt's
 scope, a span with ``job.step.key`` inside a scope is a step, an ordinary-event span is a
 ``job_event`` row, everything else in a scope only passes the scope on to its children. It keeps
-the scope of every open span (bounded) and emits the recorder's commands; it does no I/O.
+the scope of every open span (bounded) and emits the recorder's commands; it does no I/O. A log
+record in an open span's context is a step's progress (``event_name`` "progress") or a log line.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -15,12 +18,14 @@ from typing import Any
 
 from . import attributes as attr
 from .detail import clean_text, parse_detail
-from .facts import SpanFacts
+from .errors import ConfigurationError
+from .facts import LogFacts, SpanFacts
 from .recorder import (
     Command,
     EventRecorded,
     JobEnded,
     JobStarted,
+    LogRecorded,
     ProgressReported,
     Scope,
     StepEnded,
@@ -32,11 +37,19 @@ from .times import EARLIEST_NS, LATEST_NS, clamp_ns
 from .vocabulary import MAX_ATTEMPT
 
 __all__ = [
+    "DEFAULT_LOGS_MIN_SEVERITY",
     "DEFAULT_MAX_OPEN_SPANS",
+    "MAX_LOG_ATTRIBUTES",
+    "MAX_LOG_ATTRIBUTES_CHARS",
+    "MAX_LOG_ATTRIBUTE_CHARS",
+    "MAX_LOG_MESSAGE_CHARS",
     "MAX_TAGS",
     "MAX_TAG_NAME_CHARS",
     "MAX_TAG_VALUE_CHARS",
     "SpanTranslator",
+    "body_text",
+    "severity_name",
+    "severity_number",
 ]
 
 MAX_ID_CHARS = 512
@@ -45,7 +58,128 @@ MAX_TAGS = 20  # tags kept per attempt: the first by name
 MAX_TAG_NAME_CHARS = 64  # a longer name is dropped (cut, two names could become one)
 MAX_TAG_VALUE_CHARS = 256  # a longer value is cut
 
+DEFAULT_LOGS_MIN_SEVERITY = 9  # INFO: log records below it are not written
+MAX_LOG_MESSAGE_CHARS = 8192  # a log line's message is cut here, and says so
+MAX_LOG_ATTRIBUTES = 64  # attributes kept per log line (the first), within the detail's size
+MAX_LOG_ATTRIBUTE_CHARS = 4096  # a longer text attribute is cut (a stack trace keeps its end)
+MAX_LOG_ATTRIBUTES_CHARS = 32 * 1024  # all of a line's attributes: half the detail size limit
+_STACKTRACE = "exception.stacktrace"
+PROGRESS_EVENT = "progress"  # a log record's event_name that makes it a progress snapshot
+# SeverityNumber ranges by their short name (OTel logs data model): 1-4 TRACE ... 21-24 FATAL.
+_SEVERITY_NAMES = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
+_SEVERITY_ALIASES = {"WARNING": 13, "CRITICAL": 21, "ERR": 17}
+
 Problem = Callable[[str, object], None]
+
+
+def severity_number(value: object) -> int:
+    """A severity setting as a SeverityNumber: a name (INFO, warn, WARNING, ERROR2) or 0..24."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 24:
+        return value
+    if isinstance(value, str):
+        text = value.strip().upper()
+        if text.isdigit() and int(text) <= 24:
+            return int(text)
+        found = _named_severity(text)
+        if found:
+            return found
+    raise ConfigurationError(
+        f"a log severity must be a name (TRACE, DEBUG, INFO, WARN, ERROR, FATAL) or a number "
+        f"0..24, got {value!r}"
+    )
+
+
+def _named_severity(text: str) -> int:
+    """The SeverityNumber a severity text names (INFO, INFO2, WARNING...), 0 if none."""
+    if text in _SEVERITY_ALIASES:
+        return _SEVERITY_ALIASES[text]
+    base, step = (text[:-1], text[-1]) if text[-1:] in ("2", "3", "4") else (text, "1")
+    if base in _SEVERITY_NAMES:
+        return _SEVERITY_NAMES.index(base) * 4 + int(step)
+    return 0
+
+
+def _short_name(number: int) -> str:
+    name = _SEVERITY_NAMES[(number - 1) // 4]
+    step = (number - 1) % 4 + 1
+    return name if step == 1 else f"{name}{step}"
+
+
+_SHORT_NAMES = ("UNSPECIFIED", *(_short_name(number) for number in range(1, 25)))
+
+
+def severity_name(number: int) -> str:
+    """The short name of a SeverityNumber: INFO for 9, INFO2 for 10, ...; UNSPECIFIED for 0."""
+    return _SHORT_NAMES[number] if 0 <= number <= 24 else "UNSPECIFIED"
+
+
+def body_text(body: object) -> str:
+    """A log record's body as text, uncut: a string as it is, a structure as JSON."""
+    if isinstance(body, str):
+        return body
+    if body is None:
+        return ""
+    if isinstance(body, bytes | bytearray):
+        return bytes(body).decode("utf-8", "replace")
+    if isinstance(body, Mapping | list | tuple):
+        try:
+            return json.dumps(body, ensure_ascii=False, default=repr, allow_nan=True)
+        except RecursionError:
+            return "<log body nested too deep to show>"
+        except Exception:  # noqa: BLE001 - a value's own repr may fail: the line is kept
+            return "<log body that cannot be shown>"
+    return clean_text(body)
+
+
+def _attribute_size(name: str, value: object) -> int:
+    """About how many characters an attribute takes in the detail's JSON (cheap to tell)."""
+    if type(value) is str:
+        return len(name) + len(value)
+    if isinstance(value, list | tuple | Mapping):
+        return len(name) + 16 * len(value)
+    return len(name) + 16
+
+
+def _log_attributes(attributes: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A log line's attributes within the caps, so that its detail (severity and all) stays
+    under the detail size limit: long texts cut and marked, then as many as the budget holds."""
+    total = 0
+    longest = 0
+    for name, value in attributes.items():
+        size = _attribute_size(name, value)
+        total += size
+        longest = max(longest, size)
+    if (
+        len(attributes) <= MAX_LOG_ATTRIBUTES
+        and total <= MAX_LOG_ATTRIBUTES_CHARS
+        and longest <= MAX_LOG_ATTRIBUTE_CHARS
+    ):
+        return attributes  # the usual line: as it is, not copied
+    kept: dict[str, Any] = {}
+    budget = MAX_LOG_ATTRIBUTES_CHARS
+    for name, value in attributes.items():
+        if type(value) is str and len(value) > MAX_LOG_ATTRIBUTE_CHARS:
+            cut = len(value) - MAX_LOG_ATTRIBUTE_CHARS
+            if name == _STACKTRACE:  # the innermost frames are at its end
+                value = f"[{cut} characters cut] ...{value[-MAX_LOG_ATTRIBUTE_CHARS:]}"
+            else:
+                value = f"{value[:MAX_LOG_ATTRIBUTE_CHARS]}... [{cut} more characters cut]"
+        budget -= _attribute_size(name, value)
+        if budget < 0 or len(kept) == MAX_LOG_ATTRIBUTES:
+            break
+        kept[name] = value
+    if len(kept) < len(attributes):
+        kept["_dropped_attributes"] = len(attributes) - len(kept)
+    return kept
+
+
+def _log_text(body: object) -> str:
+    """The LOG row's message: the body as text, cut at MAX_LOG_MESSAGE_CHARS and marked."""
+    text = body_text(body)
+    if len(text) > MAX_LOG_MESSAGE_CHARS:
+        cut = len(text) - MAX_LOG_MESSAGE_CHARS
+        text = f"{text[:MAX_LOG_MESSAGE_CHARS]}... [{cut} more characters cut]"
+    return clean_text(text)
 
 
 def _attempt_number(value: object) -> int | None:
@@ -90,6 +224,10 @@ class _OpenSpan:
     key: str | None  # the step key; None for the job span and for plain spans in its scope
     # The progress attributes last passed on while the step ran (None: none was).
     reported: Mapping[str, Any] | None = None
+    # The step span a plain span lies in (0: none), and the time of the newest progress log
+    # record passed on for a step (span events older than it do not replace it).
+    step_id: int = 0
+    progress_ns: int = 0
 
 
 class SpanTranslator:
@@ -109,8 +247,10 @@ class SpanTranslator:
         problem: Problem,
         received: bool = True,
         max_open_spans: int = DEFAULT_MAX_OPEN_SPANS,
+        logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
     ) -> None:
         self._problem = problem
+        self._logs_min = logs_min_severity
         self._received = received
         self._max_open_spans = max_open_spans
         self._open: OrderedDict[int, _OpenSpan] = OrderedDict()  # oldest out in O(1)
@@ -139,19 +279,63 @@ class SpanTranslator:
         scope = parent.scope
         key = attributes.get(attr.JOB_STEP_KEY)
         if key is None:
-            self._remember(span_id, _OpenSpan(scope, None))  # not a step; its children are
+            # Not a step; its children are in the scope, and in the step it lies in if any.
+            step_id = span.parent_span_id if parent.key is not None else parent.step_id
+            self._remember(span_id, _OpenSpan(scope, None, step_id=step_id))
             return []
         key = _step_key(key)
         self._remember(span_id, _OpenSpan(scope, key))
         return [StepStarted(scope, key, span_id, span.start_ns)]
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> ProgressReported | None:
-        """A live step's newest progress event (its attributes), seen while the step runs."""
+    def progress(
+        self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0
+    ) -> ProgressReported | None:
+        """A live step's newest progress event (its attributes), seen while the step runs;
+        nothing if a progress log record newer than its ``time_ns`` was passed on."""
         found = self._open.get(span_id)
         if found is None or found.key is None:
             return None
+        if found.progress_ns:
+            if time_ns < found.progress_ns:
+                return None
+            found.progress_ns = time_ns
         found.reported = attributes
         return ProgressReported(found.scope, found.key, attributes)
+
+    def log(self, record: LogFacts) -> list[Command]:
+        """The commands a log record implies: a step's progress, a log line, or nothing (its
+        span is not open here: outside any job scope; below the minimum severity)."""
+        found = self._open.get(record.span_id) if record.span_id else None
+        if found is None:
+            return []
+        step = found if found.key is not None else None
+        if step is None and found.step_id:
+            step = self._open.get(found.step_id)
+        if record.event_name == PROGRESS_EVENT:
+            if step is None or step.key is None or record.time_ns < step.progress_ns:
+                return []  # outside a step, or older than the snapshot passed on already
+            attributes = record.attributes
+            step.reported, step.progress_ns = attributes, record.time_ns
+            return [ProgressReported(step.scope, step.key, attributes)]
+        number = record.severity_number
+        text = record.severity_text
+        if number == 0 and text:
+            number = _named_severity(text.strip().upper())
+        if number < self._logs_min:
+            return []
+        severity = clean_text(text, 32) if text else severity_name(number)
+        return [
+            LogRecorded(
+                found.scope,
+                None if step is None else step.key,
+                clamp_ns(record.time_ns),
+                severity,
+                _log_text(record.body),
+                _log_attributes(record.attributes),
+                record.trace_id,
+                record.span_id,
+            )
+        ]
 
     def ended(self, span: SpanFacts) -> list[Command]:
         """The commands a span's end implies: a step's close, or the attempt's end."""
@@ -184,6 +368,8 @@ class SpanTranslator:
         # shed while the writer's backlog was at its bound.
         latest = latest_progress(reversed(span.events))
         reported = found.reported
+        if found.progress_ns and _newest_event_ns(span) < found.progress_ns:
+            latest = {}  # a progress log record newer than the span's events was passed on
         if latest and (reported is None or not _same(latest, reported)):
             commands.append(ProgressReported(scope, key, latest))
         explicit = attributes.get(attr.JOB_STEP_DETAIL)
@@ -316,6 +502,15 @@ class SpanTranslator:
             span_id,
             deadline,
         )
+
+
+def _newest_event_ns(span: SpanFacts) -> int:
+    """The time of the span's newest event that is not an ``exception`` (0 if unknown)."""
+    for event in reversed(span.events):
+        if event.name != "exception":
+            time_ns = getattr(event, "timestamp", None) or getattr(event, "time_ns", 0)
+            return time_ns if type(time_ns) is int else 0
+    return 0
 
 
 def _text_length(value: object) -> int:

@@ -14,6 +14,7 @@ __all__ = [
     "EVENT_RETRY_SCHEDULED",
     "EVENT_STALLED",
     "FAILED",
+    "LOG",
     "MAX_ATTEMPT",
     "OUTCOME_COMPLETED",
     "OUTCOME_RECLAIMED",
@@ -34,6 +35,9 @@ STEP = "STEP"
 # job_event.type of a tag of an attempt (job.tag.<name>): step_key is its name, message its
 # value; written once, at the attempt's start. Not an ordinary event: the reads leave it out.
 TAG = "TAG"
+# job_event.type of a log line of an attempt (a log record in its scope): step_key is the step
+# open in the record's context, message its body; never a step, never counted as an event.
+LOG = "LOG"
 EVENT_STALLED = "STALLED"
 """Ordinary event of an attempt whose worker the queue reported lost."""
 EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
 from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 from .spans import attribute_dict, events_added, newest_progress_event, plain_attributes
 
-__all__ = ["POLL_BUDGET", "SpanEnded", "SpanReader", "SpanStarted", "SpanWatch"]
+__all__ = ["POLL_BUDGET", "LogEmitted", "SpanEnded", "SpanReader", "SpanStarted", "SpanWatch"]
 
 # Running steps looked at per poll: about 1 ms of the writer's time, however many are open.
 POLL_BUDGET = 1000
@@ -39,15 +39,24 @@ class SpanEnded(NamedTuple):
     span: ReadableSpan
 
 
+class LogEmitted(NamedTuple):
+    """Queued by on_emit: a log record in a job scope (the SDK's object, read by the writer)."""
+
+    record: Any
+
+
 class SpanReader(Protocol):
     """What reads door one's spans, in queue order, as facts (`facts.span_fields`): a span at
-    its start, whole (start and end at once), at its end; a running step's newest progress."""
+    its start, whole (start and end at once), at its end; a running step's newest progress;
+    a log record (`facts.log_fields`)."""
 
     def started(self, span: ReadableSpan) -> None: ...
     def whole(self, span: ReadableSpan) -> None: ...
     def ended(self, span: ReadableSpan) -> None: ...
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
-        """Pass on a running step's newest progress; False if it was shed (read it again)."""
+    def log(self, record: Any) -> None: ...
+    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
+        """Pass on a running step's newest progress (its event's time); False if it was shed
+        (read it again)."""
         ...
 
 
@@ -93,7 +102,7 @@ class SpanWatch:
         # True while the writer holds as many operations as it may: progress is shed first.
         self.backlogged: Callable[[], bool] = lambda: False
 
-    def handle(self, item: SpanStarted | SpanEnded) -> None:
+    def handle(self, item: SpanStarted | SpanEnded | LogEmitted) -> None:
         deferred = self._deferred
         if deferred is not None:
             self._deferred = None
@@ -106,11 +115,15 @@ class SpanWatch:
                 self._problem("internal_error", error)
         if type(item) is SpanEnded:
             self._end(item.span)
-        elif item.span.end_time is not None:
-            # Ended already: its end is most likely the next item, and the two are read as one.
-            self._deferred = item.span
+        elif type(item) is LogEmitted:  # after the start held back: its span may be that one
+            self.reader.log(item.record)
         else:
-            self._start(item.span)
+            span = cast(SpanStarted, item).span
+            if span.end_time is not None:
+                # Ended already: its end is most likely the next item; the two read as one.
+                self._deferred = span
+            else:
+                self._start(span)
 
     def settle(self) -> None:
         """Pass on a start held back to meet its end: whatever comes next must see it."""
@@ -150,7 +163,8 @@ class SpanWatch:
         if event is None or event is watched.newest:
             watched.added = added  # only exceptions were added
             return
-        if self.reader.progress(span.context.span_id, plain_attributes(event.attributes)):
+        attributes = plain_attributes(event.attributes)
+        if self.reader.progress(span.context.span_id, attributes, event.timestamp or 0):
             watched.added, watched.newest = added, event
 
     def offer_progress_again(self) -> None:

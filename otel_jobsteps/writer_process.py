@@ -22,7 +22,7 @@ from typing import Any
 
 from .metrics import Committed
 from .processor import Interpretation, build_interpretation
-from .relay import WriterSettings, decode_facts, read_frames, write_frame
+from .relay import WriterSettings, decode_facts, decode_log, read_frames, write_frame
 from .schema import check_writable_tables, migrate
 from .stats import Stats, logger
 from .store import StepStore
@@ -39,6 +39,7 @@ _KINDS = {
     "w": "SpanEnded",
     "e": "SpanEnded",
     "p": "ProgressReported",
+    "L": "LogEmitted",
 }
 _FLUSH_WAIT_S = 3600.0  # the relay's caller decides how long it waits
 
@@ -59,8 +60,10 @@ class _ReceivedFacts:
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         reader = self.interpretation
-        if kind == "p":
-            reader.progress(message[1], message[2])
+        if kind == "L":
+            reader.log(decode_log(message))
+        elif kind == "p":
+            reader.progress(*message[1:])
         elif kind == "s":
             reader.started(decode_facts(message))
         elif kind == "w":
@@ -105,7 +108,11 @@ def main(argv: list[str]) -> int:
     settings = WriterSettings(**json.loads(first[0]))
     stats = Stats()
     interpretation = build_interpretation(
-        stats, debounce_ms=settings.debounce_ms, max_open_spans=settings.max_open_spans
+        stats,
+        debounce_ms=settings.debounce_ms,
+        max_open_spans=settings.max_open_spans,
+        logs_min_severity=settings.logs_min_severity,
+        logs_max_per_step=settings.logs_max_per_step,
     )
 
     def prepare(conn: Any) -> None:

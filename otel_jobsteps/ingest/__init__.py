@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ..listen import check_free, parse_listen
+from ..recorder import DEFAULT_LOGS_MAX_PER_STEP
+from ..translate import DEFAULT_LOGS_MIN_SEVERITY, severity_number
 from .mapping import JobMapping
 from .settings import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -78,13 +80,17 @@ def serve_collect(
     connections: int = 4,
     workers: int = 1,
     access_log: bool = False,
+    logs_min_severity: str | int | None = None,
+    logs_max_per_step: int | None = None,
     announce: Callable[[str], None] = lambda line: None,
 ) -> None:
     """Run the receiver until SIGTERM or SIGINT: then stop accepting, finish the requests in
     flight (their spans are committed before they are answered) and return.
 
     ``workers`` processes share the ports (they lock per trace, as separate receivers do);
-    ``grpc_listen`` ``off``: no gRPC listener.
+    ``grpc_listen`` ``off``: no gRPC listener. ``logs_min_severity`` (a name or 0..24) and
+    ``logs_max_per_step`` default to ``OTEL_JOBSTEPS_LOGS_MIN_SEVERITY`` and
+    ``OTEL_JOBSTEPS_LOGS_MAX_PER_STEP``, as the processor's.
     """
     import uvicorn
 
@@ -114,6 +120,12 @@ def serve_collect(
         body_timeout_s=body_timeout_s,
         grpc_listen=grpc_target(*grpc_bind) if grpc_bind else None,
         access_log=access_log,
+        logs_min_severity=severity_number(
+            logs_min_severity
+            or os.environ.get("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY")
+            or DEFAULT_LOGS_MIN_SEVERITY
+        ),
+        logs_max_per_step=logs_max_per_step or _logs_max_from_environment(),
     )
     metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))
@@ -125,7 +137,7 @@ def serve_collect(
     grpc_line = f", gRPC {grpc_listen}" if grpc_bind else ""
     layout = Readiness(dsn, schema=schema, rights=COLLECT_RIGHTS).layout()
     announce(
-        f"collect: http://{listen}/v1/traces{grpc_line} -> {redact(dsn)}"
+        f"collect: http://{listen}/v1/traces and /v1/logs{grpc_line} -> {redact(dsn)}"
         f" (schema {schema}, layout {layout})"
     )
     with shared_across_workers(workers):
@@ -141,3 +153,14 @@ def serve_collect(
             server_header=False,
             loop="asyncio",  # grpc.aio runs in the app's loop: the standard one, not uvloop
         )
+
+
+def _logs_max_from_environment() -> int:
+    text = os.environ.get("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", "").strip()
+    if not text:
+        return DEFAULT_LOGS_MAX_PER_STEP
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigurationError(
+            f"OTEL_JOBSTEPS_LOGS_MAX_PER_STEP must be a positive integer, got {text[:40]!r}"
+        )
+    return int(text)

@@ -1,7 +1,8 @@
-"""The ASGI app of ``otel-jobsteps collect``: OTLP/HTTP ``POST /v1/traces``.
+"""The ASGI app of ``otel-jobsteps collect``: OTLP/HTTP ``POST /v1/traces`` and ``/v1/logs``.
 
-Answers follow the OTLP/HTTP specification: 200 with an ``ExportTraceServiceResponse`` once
-the spans are durable (``partial_success`` counts the spans it rejected); 400 with a
+Answers follow the OTLP/HTTP specification: 200 with an ``ExportTraceServiceResponse`` (an
+``ExportLogsServiceResponse``) once the spans (records) are durable (``partial_success`` counts
+the ones it rejected); 400 with a
 ``google.rpc.Status`` for a body it cannot decode (clients do not retry it); 413 over the size
 limit; 415 for another content type; 429 when too many requests are in flight or their bodies
 hold too many bytes, 503 while the database cannot take them, both with ``Retry-After``
@@ -22,7 +23,6 @@ import anyio
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -34,7 +34,8 @@ from ..health import COLLECT_RIGHTS, HealthMiddleware, Readiness
 from ..requestlog import RequestLog
 from ..stats import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
-from .intake import Answer, Intake, Outcome
+from .intake import Answer, Intake, Outcome, accepted
+from .logs import decode_logs_json, decode_logs_protobuf
 from .settings import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, SHUTDOWN_GRACE_S
 from .staging import Staging
 
@@ -43,6 +44,10 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _DECODERS: dict[str, Callable[[bytes], Decoded]] = {PROTOBUF: decode_protobuf, JSON: decode_json}
+_LOG_DECODERS: dict[str, Callable[[bytes], Decoded]] = {
+    PROTOBUF: decode_logs_protobuf,
+    JSON: decode_logs_json,
+}
 _INVALID_ARGUMENT = 3  # google.rpc.Code
 _DEADLINE_EXCEEDED = 4
 _RESOURCE_EXHAUSTED = 8
@@ -167,8 +172,14 @@ def create_app(
     retry_after = {"Retry-After": str(retry_after_s)}
 
     async def traces(request: Request) -> Response:
+        return await export(request, _DECODERS)
+
+    async def logs(request: Request) -> Response:
+        return await export(request, _LOG_DECODERS)
+
+    async def export(request: Request, decoders: dict[str, Callable[[bytes], Decoded]]) -> Response:
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        decode = _DECODERS.get(media_type)
+        decode = decoders.get(media_type)
         if decode is None:
             return _status(
                 _INVALID_ARGUMENT,
@@ -194,15 +205,15 @@ def create_app(
             except _Busy:  # the rest of its body is not read: its connection is closed
                 staging.stats.add("busy_answers")
                 busy = Outcome(Answer.BUSY, "too many request bytes held")
-                return answer(busy, media_type, Connection="close")
+                return answer(busy, media_type, logs=False, Connection="close")
             except BadRequest as error:
                 staging.stats.add("bad_requests")
                 return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
             outcome = await intake.export(body, decode)
         request.state.spans_staged = outcome.staged  # for the access log
-        return answer(outcome, media_type)
+        return answer(outcome, media_type, logs=decoders is _LOG_DECODERS)
 
-    def answer(outcome: Outcome, media_type: str, **headers: str) -> Response:
+    def answer(outcome: Outcome, media_type: str, *, logs: bool, **headers: str) -> Response:
         if outcome.answer is Answer.BAD_REQUEST:
             return _status(_INVALID_ARGUMENT, outcome.message, media_type, 400)
         if outcome.answer is Answer.BUSY:
@@ -210,10 +221,7 @@ def create_app(
             return _status(_RESOURCE_EXHAUSTED, outcome.message, media_type, 429, **headers)
         if outcome.answer is Answer.UNAVAILABLE:
             return _status(_UNAVAILABLE, outcome.message, media_type, 503, **retry_after)
-        response = ExportTraceServiceResponse()
-        if outcome.rejected:
-            response.partial_success.rejected_spans = outcome.rejected
-            response.partial_success.error_message = outcome.message
+        response = accepted(outcome, logs=logs)
         return Response(_encoded(response, media_type), media_type=media_type)
 
     async def settle_forever() -> None:
@@ -245,7 +253,10 @@ def create_app(
             staging.close()
             logger.info("collect stopped: %s", staging.stats.snapshot())
 
-    routes = [Route("/v1/traces", traces, methods=["POST"])]
+    routes = [
+        Route("/v1/traces", traces, methods=["POST"]),
+        Route("/v1/logs", logs, methods=["POST"]),
+    ]
     readiness = Readiness(
         staging.settings.dsn, schema=staging.settings.schema, rights=COLLECT_RIGHTS
     )

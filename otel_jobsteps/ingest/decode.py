@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from ..facts import SpanEvent, SpanFacts
+from ..facts import LogFacts, SpanEvent, SpanFacts
 from .mapping import BULLMQ_FAILED_EVENT
 
 __all__ = [
@@ -35,6 +35,8 @@ __all__ = [
     "decode_json",
     "decode_protobuf",
     "decode_span",
+    "parse_json",
+    "parse_protobuf",
 ]
 
 PARTIAL = "$span.partial"
@@ -51,12 +53,17 @@ class BadRequest(ValueError):
 
 @dataclass(slots=True)
 class Decoded:
-    """The usable spans of one request, and how many were rejected and why (the first reason)."""
+    """The usable spans (or log records) of one request, and how many were rejected and why
+    (the first reason)."""
 
     spans: list[SpanFacts] = field(default_factory=list)
-    wire: list[bytes] = field(default_factory=list)  # each span as received (protobuf Span)
+    wire: list[bytes] = field(default_factory=list)  # each span (record) as received
     rejected: int = 0
     reason: str = ""
+    signal: str = "spans"  # or "logs": `logs` and `keys` hold the request's records
+    logs: list[LogFacts] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)  # each record's staging key (`logs`)
+    outside: int = 0  # records without a span context: outside any job scope
 
     def reject(self, reason: str) -> None:
         self.rejected += 1
@@ -67,28 +74,39 @@ class Decoded:
 def decode_protobuf(body: bytes) -> Decoded:
     """A binary ``ExportTraceServiceRequest``."""
     request = ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except (DecodeError, ValueError, RuntimeError) as error:
-        raise BadRequest(f"not a protobuf ExportTraceServiceRequest: {error}") from None
+    parse_protobuf(body, request)
     return _facts(request)
 
 
 def decode_json(body: bytes) -> Decoded:
     """The OTLP JSON mapping: ids in hex, 64-bit integers as strings or numbers, enums as ints."""
+    request = ExportTraceServiceRequest()
+    parse_json(body, request)
+    return _facts(request)
+
+
+def parse_json(body: bytes, request: Message) -> None:
+    """Fill ``request`` (an OTLP export request) from its OTLP JSON mapping; `BadRequest`."""
+    name = type(request).__name__
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as error:
         raise BadRequest(f"not JSON: {error}") from None
     if not isinstance(document, dict):
-        raise BadRequest("not an ExportTraceServiceRequest: the JSON body must be an object")
+        raise BadRequest(f"not an {name}: the JSON body must be an object")
     _hex_ids_to_base64(document)
-    request = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except (json_format.ParseError, ValueError, TypeError, RecursionError) as error:
-        raise BadRequest(f"not an ExportTraceServiceRequest: {error}") from None
-    return _facts(request)
+        raise BadRequest(f"not an {name}: {error}") from None
+
+
+def parse_protobuf(body: bytes, request: Message) -> None:
+    """Fill ``request`` (an OTLP export request) from its binary protobuf; `BadRequest`."""
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, ValueError, RuntimeError) as error:
+        raise BadRequest(f"not a protobuf {type(request).__name__}: {error}") from None
 
 
 def _hex_ids_to_base64(node: Any) -> None:

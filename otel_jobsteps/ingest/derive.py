@@ -10,21 +10,27 @@ ends of spans that began earlier come first (inner before outer), then starts, o
 inner; of spans starting together, those that lasted no time first, each ending right after its
 own descendants of that instant. So a step ending in the tick the next one starts is closed by
 its own end, with its status and error, at any clock resolution; span ids break what is left.
+
+Log records join that order at their time, as live: after their span's start (right after it
+if earlier), before its end (right before it if later); records at one place go by time, then
+by their place in their request, then by span and key.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 from typing import Any
 
 from ..attributes import JOB_EVENT_TYPE
-from ..facts import SpanFacts
+from ..facts import LogFacts, SpanFacts
 from ..recorder import Command
-from ..translate import Problem, SpanTranslator
+from ..translate import DEFAULT_LOGS_MIN_SEVERITY, Problem, SpanTranslator
 from .mapping import JobMapping, map_trace
 
-__all__ = ["job_commands", "latest_copies"]
+__all__ = ["job_commands", "latest_copies", "with_logs"]
 
 _Node = tuple[int, int]  # trace id, span id
 _Key = tuple[int, int, tuple[Any, ...]]
@@ -43,10 +49,16 @@ def latest_copies(spans: Iterable[SpanFacts]) -> dict[_Node, SpanFacts]:
 
 
 def job_commands(
-    spans: Iterable[SpanFacts], *, problem: Problem, mappings: Sequence[JobMapping] = ()
+    spans: Iterable[SpanFacts],
+    *,
+    problem: Problem,
+    mappings: Sequence[JobMapping] = (),
+    logs: Iterable[tuple[LogFacts, Any]] = (),
+    logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
 ) -> list[Command]:
-    """The commands of the spans in span order (see the module docstring); each trace has its
-    own translator (span ids are unique within a trace only)."""
+    """The commands of the spans in span order and of the log records (each with its tie)
+    in it (see the module docstring); each trace has its own translator (span ids are unique
+    within a trace only)."""
     by_trace: dict[int, list[SpanFacts]] = {}
     for span in latest_copies(spans).values():
         by_trace.setdefault(span.trace_id, []).append(span)
@@ -57,15 +69,54 @@ def job_commands(
     }
     translators: dict[int, SpanTranslator] = {}
     commands: list[Command] = []
-    for is_start, span in _in_span_order(nodes):
+    for is_start, item in with_logs(_in_span_order(nodes), logs):
+        if isinstance(item, LogFacts):
+            found = translators.get(item.trace_id)
+            if found is not None:
+                commands.extend(found.log(item))
+            continue
+        span = item
         translator = translators.get(span.trace_id)
         if translator is None:
-            translator = translators[span.trace_id] = SpanTranslator(problem=problem)
+            translator = translators[span.trace_id] = SpanTranslator(
+                problem=problem, logs_min_severity=logs_min_severity
+            )
         if is_start:
             commands.extend(translator.started(span))
         elif JOB_EVENT_TYPE not in span.attributes:  # an event span is complete at its start
             commands.extend(translator.ended(span))
     return commands
+
+
+def with_logs(
+    order: list[tuple[bool, SpanFacts]], logs: Iterable[tuple[LogFacts, Any]]
+) -> list[tuple[bool, SpanFacts | LogFacts]]:
+    """``order`` with each record placed at its time within its span's start and end (a
+    record whose span is not in ``order`` is outside these spans: left out)."""
+    starts: dict[_Node, int] = {}
+    ends: dict[_Node, int] = {}
+    for index, (is_start, span) in enumerate(order):
+        (starts if is_start else ends)[(span.trace_id, span.span_id)] = index
+    # The latest time reached by each place (the order's times may step back: tie rules).
+    reached = list(accumulate((s.start_ns if st else s.end_ns for st, s in order), max))
+    slots: dict[int, list[tuple[Any, LogFacts]]] = {}
+    for record, tie in logs:
+        node = (record.trace_id, record.span_id)
+        start = starts.get(node)
+        if start is None:
+            continue
+        end = ends.get(node, len(order))
+        at = bisect_right(reached, record.time_ns, start + 1, end)  # before the first later
+        slots.setdefault(at, []).append(((record.time_ns, tie, record.span_id), record))
+    if not slots:
+        return list(order)
+    merged: list[tuple[bool, SpanFacts | LogFacts]] = []
+    for index in range(len(order) + 1):
+        for _, record in sorted(slots.get(index, ()), key=lambda item: item[0]):
+            merged.append((False, record))
+        if index < len(order):
+            merged.append(order[index])
+    return merged
 
 
 def _parent(nodes: dict[_Node, SpanFacts], node: _Node) -> _Node | None:

@@ -1,7 +1,7 @@
-"""OTLP/gRPC ``TraceService/Export`` on ``grpcio``'s asyncio server, in the event loop of the
-HTTP app and on its `Intake` (one budget per process).
+"""OTLP/gRPC ``TraceService/Export`` and ``LogsService/Export`` on ``grpcio``'s asyncio
+server, in the event loop of the HTTP app and on its `Intake` (one budget per process).
 
-The service is opentelemetry-proto's (its servicer, service name and messages), registered with
+The services are opentelemetry-proto's (their service names and messages), registered with
 the request kept as bytes: an Export that does not decode then goes through `decode_protobuf`
 and is answered INVALID_ARGUMENT (grpcio answers UNKNOWN for a request its deserializer
 rejects), and it is decoded in a thread under the intake's bound, not on the event loop.
@@ -12,23 +12,24 @@ Python exporter reads).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 from google.protobuf.any_pb2 import Any as AnyMessage
 from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    DESCRIPTOR,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from .decode import decode_protobuf
-from .intake import Answer, Intake
+from .decode import Decoded, decode_protobuf
+from .intake import Answer, Intake, accepted
+from .logs import decode_logs_protobuf
 
 __all__ = ["grpc_target", "start_grpc"]
 
-_SERVICE = DESCRIPTOR.services_by_name["TraceService"]
+_TRACES = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"]
+_LOGS = logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"]
 _CODES = {
     Answer.BAD_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     Answer.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -41,21 +42,23 @@ def grpc_target(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, intake: Intake, retry_after_s: int) -> None:
+class _ExportService:
+    """One OTLP service's ``Export``: traces, or logs."""
+
+    def __init__(
+        self, intake: Intake, retry_after_s: int, decode: Callable[[bytes], Decoded], *, logs: bool
+    ) -> None:
         self._intake = intake
         self._retry_after = {Answer.BUSY: 1, Answer.UNAVAILABLE: retry_after_s}
+        self._decode = decode
+        self._logs = logs
 
     async def Export(  # the rpc's name
         self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
     ) -> bytes:
-        outcome = await self._intake.export(request, decode_protobuf)
+        outcome = await self._intake.export(request, self._decode)
         if outcome.answer is Answer.ACCEPTED:
-            response = ExportTraceServiceResponse()
-            if outcome.rejected:
-                response.partial_success.rejected_spans = outcome.rejected
-                response.partial_success.error_message = outcome.message
-            return response.SerializeToString()
+            return accepted(outcome, logs=self._logs).SerializeToString()
         code = _CODES[outcome.answer]
         trailers: tuple[tuple[str, bytes], ...] = ()
         if outcome.answer in self._retry_after:
@@ -82,13 +85,19 @@ async def start_grpc(
             ("grpc.max_receive_message_length", max_message_bytes),  # after gunzip
         ]
     )
-    service = _TraceService(intake, retry_after_s)
-    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(
-        service.Export  # bytes in, bytes out
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(_SERVICE.full_name, {"Export": handler}),)
-    )
+    handlers = []
+    for descriptor, decode, logs in (
+        (_TRACES, decode_protobuf, False),
+        (_LOGS, decode_logs_protobuf, True),
+    ):
+        service = _ExportService(intake, retry_after_s, decode, logs=logs)
+        handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(
+            service.Export  # bytes in, bytes out
+        )
+        handlers.append(
+            grpc.method_handlers_generic_handler(descriptor.full_name, {"Export": handler})
+        )
+    server.add_generic_rpc_handlers(tuple(handlers))
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError as error:  # grpcio raises where older versions returned 0

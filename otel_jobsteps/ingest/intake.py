@@ -12,19 +12,22 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.concurrency import run_in_threadpool
 
 from .decode import BadRequest, Decoded
 from .staging import Staging, StagingUnavailable
 
-__all__ = ["Answer", "Intake", "Outcome"]
+__all__ = ["Answer", "Intake", "Outcome", "accepted"]
 
 _UNAVAILABLE = "the database cannot take spans now"
 
 
 class Answer(enum.Enum):
     ACCEPTED = "accepted"  # durable; ``rejected`` spans were not taken
-    BAD_REQUEST = "bad request"  # not an OTLP trace request: the client must not retry it
+    BAD_REQUEST = "bad request"  # not an OTLP export request: the client must not retry it
     BUSY = "busy"  # too many requests in flight: retry soon
     UNAVAILABLE = "unavailable"  # the database cannot take spans now: retry later
 
@@ -34,7 +37,7 @@ class Outcome:
     answer: Answer
     message: str = ""  # why it was refused, or why spans were rejected
     rejected: int = 0
-    staged: int = 0  # spans new to the staging table (the access log shows it)
+    staged: int = 0  # spans (log records) new to the staging table (the access log shows it)
 
 
 class Intake:
@@ -79,10 +82,36 @@ class Intake:
             return Outcome(Answer.UNAVAILABLE, _UNAVAILABLE)
         async with self._staging_slots:
             decoded = await run_in_threadpool(decode, body)
-            receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
+            if decoded.signal == "logs":
+                staging.stats.add("logs_outside", decoded.outside)
+                receipt = await run_in_threadpool(
+                    staging.receive_logs, decoded.logs, decoded.wire, decoded.keys
+                )
+            else:
+                receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
         rejected = decoded.rejected + receipt.rejected
         if not rejected:
             return Outcome(Answer.ACCEPTED, staged=receipt.staged)
-        staging.stats.add("rejected_spans", rejected)
-        reason = decoded.reason or "a trace over its span limit"
+        if decoded.signal == "logs":
+            staging.stats.add("rejected_logs", rejected)
+            reason = decoded.reason or "too many log records of a trace wait for their span"
+        else:
+            staging.stats.add("rejected_spans", rejected)
+            reason = decoded.reason or "a trace over its span limit"
         return Outcome(Answer.ACCEPTED, reason, rejected, receipt.staged)
+
+
+def accepted(outcome: Outcome, *, logs: bool) -> Message:
+    """The Export response for an accepted request: ``partial_success`` counts what was
+    rejected (spans, or log records)."""
+    if logs:
+        answer_logs = ExportLogsServiceResponse()
+        if outcome.rejected:
+            answer_logs.partial_success.rejected_log_records = outcome.rejected
+            answer_logs.partial_success.error_message = outcome.message
+        return answer_logs
+    response = ExportTraceServiceResponse()
+    if outcome.rejected:
+        response.partial_success.rejected_spans = outcome.rejected
+        response.partial_success.error_message = outcome.message
+    return response

@@ -2,7 +2,8 @@
 ``OTEL_METRICS_EXPORTER`` names one, pushed by that exporter (``OTEL_EXPORTER_OTLP_*`` apply).
 
 It holds the step metrics of what collect commits and collect's own: requests by outcome and
-status code with their duration, spans by outcome, and how long ago a settle pass ended.
+status code with their duration, spans and log records by outcome, and how long ago a settle
+pass ended.
 
 With ``--workers N`` a scrape reaches one worker process: each worker publishes its numbers
 every second to a directory of the run (`shared_across_workers`), and ``GET /metrics`` of any
@@ -63,6 +64,10 @@ _OUTCOMES = {200: "ok", 400: "bad_request", 408: "timeout", 413: "too_large",
              415: "unsupported_media_type", 429: "busy", 503: "unavailable"}  # fmt: skip
 _SPAN_OUTCOMES = {"staged": "spans_staged", "duplicate": "spans_duplicate",
                   "late": "spans_late", "rejected": "rejected_spans"}  # fmt: skip
+_LOG_OUTCOMES = {"staged": "logs_staged", "duplicate": "logs_duplicate",
+                 "waiting": "logs_waiting", "rejected": "rejected_logs",
+                 "outside": "logs_outside", "over_cap": "logs_over_cap",
+                 "orphaned": "logs_orphaned"}  # fmt: skip
 _REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -128,19 +133,30 @@ class CollectMetrics:
             explicit_bucket_boundaries_advisory=_REQUEST_BUCKETS_S,
         )
 
-        def spans(_options: CallbackOptions) -> Iterable[Observation]:
-            counts = stats.snapshot()
-            return [Observation(counts.get(key, 0), {"outcome": outcome})
-                    for outcome, key in _SPAN_OUTCOMES.items()]  # fmt: skip
+        def outcomes(names: Mapping[str, str]) -> Callable[[CallbackOptions], list[Observation]]:
+            def observe(_options: CallbackOptions) -> list[Observation]:
+                counts = stats.snapshot()
+                return [Observation(counts.get(key, 0), {"outcome": outcome})
+                        for outcome, key in names.items()]  # fmt: skip
+
+            return observe
 
         def settle_lag(_options: CallbackOptions) -> Iterable[Observation]:
             return [Observation(time.monotonic() - settled_at())]
 
         meter.create_observable_counter(
             "otel_jobsteps.collect.spans",
-            [spans],
+            [outcomes(_SPAN_OUTCOMES)],
             unit="{span}",
             description="Received spans: staged, duplicate copies, late copies, rejected",
+        )
+        meter.create_observable_counter(
+            "otel_jobsteps.collect.log_records",
+            [outcomes(_LOG_OUTCOMES)],
+            unit="{record}",
+            description="Received log records: staged (of them waiting for their span),"
+            " duplicate copies, rejected, outside any span, over a settled step's cap, dropped"
+            " after waiting for their span",
         )
         meter.create_observable_gauge(
             "otel_jobsteps.collect.settle.lag",

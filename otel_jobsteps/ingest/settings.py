@@ -11,12 +11,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..recorder import DEFAULT_LOGS_MAX_PER_STEP
+from ..translate import DEFAULT_LOGS_MIN_SEVERITY
 from .mapping import JobMapping
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_SPANS_PER_TRACE",
+    "DEFAULT_MAX_WAITING_LOGS_PER_TRACE",
     "SHUTDOWN_GRACE_S",
     "CollectSettings",
 ]
@@ -25,6 +28,7 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # after decompression
 DEFAULT_BODY_TIMEOUT_S = 10.0  # a body slower than this is answered 408: it holds a connection
 SHUTDOWN_GRACE_S = 30  # how long requests in flight may take to finish once told to stop
 DEFAULT_MAX_SPANS_PER_TRACE = 10_000
+DEFAULT_MAX_WAITING_LOGS_PER_TRACE = 10_000  # log records waiting for their span, per trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +37,9 @@ class CollectSettings:
     parallel; traces untouched for ``settle_after_s`` are settled, or for
     ``settle_open_after_s`` while a span still waits (a long step, a job still running);
     ``mappings`` turn other conventions' spans into jobs; ``grpc_listen``: gRPC's ``HOST:PORT``
-    as grpc spells it, or None for no gRPC listener."""
+    as grpc spells it, or None for no gRPC listener; log records below ``logs_min_severity``
+    are not written, at most ``logs_max_per_step`` per attempt and step are, and at most
+    ``max_waiting_logs_per_trace`` wait for their span."""
 
     dsn: str
     schema: str = "public"
@@ -48,6 +54,9 @@ class CollectSettings:
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     grpc_listen: str | None = None
     access_log: bool = False
+    logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY
+    logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP
+    max_waiting_logs_per_trace: int = DEFAULT_MAX_WAITING_LOGS_PER_TRACE
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

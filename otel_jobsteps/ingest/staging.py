@@ -25,19 +25,34 @@ from typing import Any
 
 import psycopg
 
-from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID
+from ..attributes import (
+    JOB_ATTEMPT,
+    JOB_DOMAIN,
+    JOB_EXECUTION,
+    JOB_ID,
+    JOB_STEP_KEY,
+    JOB_TYPE,
+)
 from ..batch import Batch
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
-from ..facts import SpanFacts
+from ..facts import LogFacts, SpanFacts
 from ..metrics import Committed
-from ..recorder import DEFAULT_MAX_OPEN_ATTEMPTS, JobStarted, StepRecorder
+from ..recorder import (
+    DEFAULT_MAX_OPEN_ATTEMPTS,
+    Command,
+    JobStarted,
+    LogRecorded,
+    StepRecorder,
+)
 from ..schema import check_writable_tables
 from ..sql import qualified_queries
 from ..stats import Stats
 from ..store import StepStore, rejects_row
+from ..translate import SpanTranslator
 from .decode import decode_span
 from .derive import job_commands
-from .place import JOB, Attempt, Skeleton, place, skeleton
+from .logs import decode_log_record
+from .place import EVENT, JOB, NAMING_EVENT, Attempt, Skeleton, place, skeleton
 from .settings import CollectSettings
 
 __all__ = ["Receipt", "Staging", "StagingUnavailable"]
@@ -52,18 +67,23 @@ class StagingUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """What a request changed: spans new to the staging table, copies of spans staged before,
-    late copies of settled traces (dropped), and spans over their trace's limit (rejected)."""
+    """What a request changed: spans (log records) new to the staging table, copies of ones
+    staged before, late copies of settled traces (dropped), and spans over their trace's limit
+    (rejected); of log records, how many wait for their span."""
 
     staged: int
     duplicates: int
     late: int
     rejected: int = 0
+    waiting: int = 0
 
 
 _Key = tuple[str, int, int]  # trace, signed span id, phase
 _Row = tuple[str, int, int, SpanFacts, bytes]  # the key, facts, as received
 _Job = tuple[str, str]  # domain, job id
+# A log record: its trace, signed span id, key, place in its request, facts, as received.
+_LogRow = tuple[str, int, bytes, int, LogFacts, bytes]
+_Places = dict[str, dict[int, Attempt | None]]  # per trace, per span id: its attempt
 
 
 _ID_MASK = (1 << 64) - 1  # a signed bigint's bits as the span id
@@ -81,6 +101,7 @@ class _Staged:
     place: Attempt | None
     gone: bool = False  # its attempt is settled: only the row is kept
     new: _Row | None = None
+    step_key: str | None = None  # a step span's job.step.key (settled records find it)
 
 
 def _job_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> SpanFacts:
@@ -150,10 +171,41 @@ class Staging:
             ),
             key=lambda row: row[:3],
         )
+        receipt = self._transact(rows, [])
+        self.stats.add("spans_staged", receipt.staged)
+        self.stats.add("spans_duplicate", receipt.duplicates)
+        self.stats.add("spans_late", receipt.late)
+        return receipt
+
+    def receive_logs(
+        self, records: Sequence[LogFacts], wire: Sequence[bytes], keys: Sequence[bytes]
+    ) -> Receipt:
+        """Stage log ``records`` (``wire``: each as received, ``keys``: `logs.log_key`) and
+        derive their jobs' rows; durable when this returns. `StagingUnavailable` as `receive`."""
+        if not records:
+            return Receipt(0, 0, 0)
+        if self.resting():
+            raise StagingUnavailable("the database was unreachable a moment ago")
+        logs = sorted(
+            (
+                (format(r.trace_id, "032x"), _signed(r.span_id), key, seq, r, body)
+                for seq, (r, body, key) in enumerate(zip(records, wire, keys, strict=True))
+            ),
+            key=lambda row: row[:3],
+        )
+        receipt = self._transact([], logs)
+        self.stats.add("logs_staged", receipt.staged)
+        self.stats.add("logs_duplicate", receipt.duplicates)
+        self.stats.add("logs_waiting", receipt.waiting)
+        return receipt
+
+    def _transact(self, rows: list[_Row], logs: list[_LogRow]) -> Receipt:
+        """`_receive` in a transaction, retried where PostgreSQL ended it as a deadlock's
+        victim; `StagingUnavailable` when it cannot be done now."""
         with self._store() as store:
             for attempt in range(_TRANSACTION_ATTEMPTS):
                 try:
-                    receipt, committed = self._receive(store, rows)
+                    receipt, committed = self._receive(store, rows, logs)
                 except _RETRIED as error:
                     if attempt + 1 == _TRANSACTION_ATTEMPTS:
                         raise StagingUnavailable(
@@ -167,9 +219,6 @@ class Staging:
                     self.stats.problem("database_error", error)
                     raise StagingUnavailable(describe(error)) from None
                 else:
-                    self.stats.add("spans_staged", receipt.staged)
-                    self.stats.add("spans_duplicate", receipt.duplicates)
-                    self.stats.add("spans_late", receipt.late)
                     self._on_committed(committed)
                     return receipt
         raise AssertionError("unreachable")
@@ -190,14 +239,16 @@ class Staging:
         self._down_until = time.monotonic() + self._pause_s
         return StagingUnavailable(describe(error))
 
-    def _receive(self, store: StepStore, rows: list[_Row]) -> tuple[Receipt, Committed]:
+    def _receive(
+        self, store: StepStore, rows: list[_Row], logs: list[_LogRow]
+    ) -> tuple[Receipt, Committed]:
         """Stage and derive in one transaction; what it closed and finished that no earlier
         derivation had (the metrics count each step and attempt once)."""
         conn = store.connection()
         queries = self._queries
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(queries["share_move_lock"], {"schema": self.settings.schema})
-            traces = sorted({row[0] for row in rows})
+            traces = sorted({row[0] for row in rows} | {log[0] for log in logs})
             cur.execute(queries["lock_traces"], {"trace_id": traces})
             counts: dict[str, int] = dict(cur.fetchall())
             cur.execute(queries["trace_skeletons"], {"trace_id": traces})
@@ -210,12 +261,16 @@ class Staging:
             kept = self._within_limit(fresh, counts)
             over, fresh = len(fresh) - len(kept), kept
             for row in fresh:
-                staged[row[:3]] = _Staged(skeleton(row[3], self.settings.mappings), None, new=row)
-            moved = self._place(staged)
-            jobs = sorted(
-                {(p[0], p[1]) for span in staged.values() if span.new and (p := span.place)}
-                | {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
-            )
+                staged[row[:3]] = _Staged(
+                    skeleton(row[3], self.settings.mappings), None, new=row, step_key=_key_of(row)
+                )
+            moved, places = self._place(staged)
+            records = _Records(self, cur, traces, logs, places)
+            derived = {
+                (p[0], p[1]) for span in staged.values() if span.new and (p := span.place)
+            } | {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
+            records.choose_direct(derived)
+            jobs = sorted(derived | records.jobs())
             settled: set[Attempt] = set()
             attempts: set[Attempt] = set()
             new_jobs: set[_Job] = set()  # jobs new in this request
@@ -232,6 +287,7 @@ class Staging:
                             _job_start((domain, job_id, attempt), trace, span_id, start_ns)
                         )
             dropped = self._stage(cur, staged, moved, settled)
+            log_receipt = records.stage(settled)
             late += dropped
             if late:
                 self.stats.problem("late_spans", f"{late} spans of settled attempts dropped")
@@ -244,23 +300,48 @@ class Staging:
                 {"trace_id": traces, "added": [added[trace] for trace in traces]},
             )
             committed = Committed()
+            jobs = sorted(
+                {job for job in jobs if job not in records.direct}
+                | records.write_direct(store, staged)
+            )
             if jobs:
-                committed = self._derive(store, cur, jobs, staged, attempts, started, new_jobs)
+                chosen = set(jobs)
+                committed = self._derive(
+                    store,
+                    cur,
+                    jobs,
+                    staged,
+                    {a for a in attempts if a[:2] in chosen},
+                    [
+                        s
+                        for s in started
+                        if (s.attributes[JOB_DOMAIN], s.attributes[JOB_ID]) in chosen
+                    ],
+                    new_jobs,
+                    records,
+                )
+            records.write_settled(store, staged)
+        if logs:
+            return log_receipt, committed
         return Receipt(len(fresh) - dropped, duplicates, late, over), committed
 
     @staticmethod
     def _skeletons(found: list[tuple[Any, ...]]) -> dict[_Key, _Staged]:
         staged = {}
-        for trace, span_id, phase, parent, kind, own, domain, job_id, attempt, gone in found:
+        for row in found:
+            trace, span_id, phase, parent, kind, own, domain, job_id, attempt, gone, key = row
             where = None if domain is None else (domain, job_id, attempt)
             shape = Skeleton(parent & _ID_MASK, kind, None if own is None else tuple(own))
-            staged[(trace, span_id, phase)] = _Staged(shape, where, gone)
+            staged[(trace, span_id, phase)] = _Staged(shape, where, gone, step_key=key)
         return staged
 
     @staticmethod
-    def _place(staged: dict[_Key, _Staged]) -> dict[_Key, tuple[Attempt | None, Attempt | None]]:
+    def _place(
+        staged: dict[_Key, _Staged],
+    ) -> tuple[dict[_Key, tuple[Attempt | None, Attempt | None]], _Places]:
         """Place every span of the locked traces; returns the staged ones whose place changed
-        (old, new). The ended copy of a span speaks for it (a marker may not name its job)."""
+        (old, new), and every span's place. The ended copy of a span speaks for it (a marker
+        may not name its job)."""
         by_trace: dict[str, dict[int, Skeleton]] = {}
         for (trace, span_id, phase), span in sorted(staged.items()):
             nodes = by_trace.setdefault(trace, {})
@@ -275,7 +356,7 @@ class Staging:
                 if span.new is None:
                     moved[key] = (span.place, where)
                 span.place = where
-        return moved
+        return moved, places
 
     def _stage(
         self,
@@ -310,6 +391,7 @@ class Staging:
                     "domain": [p[0] for p in places],
                     "job_id": [p[1] for p in places],
                     "attempt": [p[2] for p in places],
+                    "step_key": [span.step_key for span in new],
                 },
             )
         if moved:
@@ -358,6 +440,7 @@ class Staging:
         attempts: set[Attempt],
         started: list[SpanFacts],
         new_jobs: set[_Job],
+        records: _Records,
     ) -> Committed:
         """Replace the rows of the jobs' attempts that are not settled by a derivation from all
         their staged spans (a new span's facts are at hand; the others are decoded). Settled
@@ -379,8 +462,12 @@ class Staging:
                     jobs_ended.add(where)
             else:
                 markers.setdefault(where, []).append(key[:2])
+        logs = records.job_logs(jobs)
+        settings = self.settings
         recorder = StepRecorder(
-            debounce_ms=0, max_open_attempts=max(DEFAULT_MAX_OPEN_ATTEMPTS, len(attempts) + 1)
+            debounce_ms=0,
+            max_open_attempts=max(DEFAULT_MAX_OPEN_ATTEMPTS, len(attempts) + 1),
+            logs_max_per_step=settings.logs_max_per_step,
         )
         failed: set[_Job] = set()
         starts: list[tuple[str, str, int, int]] = []  # later attempts' starts
@@ -388,7 +475,11 @@ class Staging:
         for job in jobs:
             try:
                 commands = job_commands(
-                    spans[job], problem=self.stats.problem, mappings=self.settings.mappings
+                    spans[job],
+                    problem=self.stats.problem,
+                    mappings=settings.mappings,
+                    logs=logs.get(job, ()),
+                    logs_min_severity=settings.logs_min_severity,
                 )
             except Exception as error:  # noqa: BLE001 - one job must not fail the request
                 # Its spans stay staged (the 200 holds) and its rows as they were; a later span
@@ -536,8 +627,8 @@ class Staging:
             "open_after_s": settings.settle_open_after_s,
             "limit": limit,
         }
-        settled = orphans = 0
-        for name in ("settle_attempts", "drop_orphans"):
+        settled = orphans = orphan_logs = 0
+        for name in ("settle_attempts", "drop_orphans", "drop_orphan_logs"):
             while True:
                 with self._store() as store:
                     try:
@@ -549,8 +640,10 @@ class Staging:
                 rounds, spans = found or (0, 0)
                 if name == "settle_attempts":
                     settled += rounds
-                else:
+                elif name == "drop_orphans":
                     orphans += spans
+                else:
+                    orphan_logs += spans
                 if rounds < limit:
                     break
         self.settled_at = time.monotonic()
@@ -558,6 +651,12 @@ class Staging:
             self.stats.problem(
                 "orphan_spans",
                 f"{orphans} spans dropped: no job span of theirs arrived in time",
+            )
+        if orphan_logs:
+            self.stats.add("logs_orphaned", orphan_logs)
+            self.stats.problem(
+                "orphan_logs",
+                f"{orphan_logs} log records dropped: their span found no job in time",
             )
         return settled, orphans
 
@@ -567,3 +666,258 @@ class Staging:
                 self._stores.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def _key_of(row: _Row) -> str | None:
+    """A new span's ``job.step.key`` as text (kept beside its skeleton)."""
+    key = row[3].attributes.get(JOB_STEP_KEY)
+    return None if key is None else str(key)
+
+
+_StagedLog = tuple[LogFacts, tuple[int, bytes]]  # a record and its tie (place in request, key)
+
+
+class _Records:
+    """The log records of one request and those of its traces still waiting: each placed in
+    the attempt of the span its context names (or waiting, bounded per trace), staged, fed to
+    their attempts' derivation, or, in a settled attempt, written as LOG rows at once."""
+
+    def __init__(
+        self,
+        staging: Staging,
+        cur: psycopg.Cursor[Any],
+        traces: list[str],
+        logs: list[_LogRow],
+        places: _Places,
+    ) -> None:
+        self._staging = staging
+        self._cur = cur
+        self._queries = staging._queries
+        self.placed: list[tuple[_LogRow, Attempt]] = []  # new records with a place
+        self.waiting: list[_LogRow] = []  # new records whose span is not placed yet
+        self.moved: list[tuple[str, int, bytes, int, bytes, Attempt]] = []  # waited, placed now
+        self.rejected = 0
+        self._new: dict[tuple[str, int, bytes], LogFacts] = {}  # staged now, decoded already
+        self._settled: list[tuple[LogFacts, Attempt]] = []
+        self._direct: list[tuple[LogFacts, Attempt]] = []  # written without a derivation
+        self._translators: dict[tuple[str, Attempt], SpanTranslator] = {}
+        self._rebuilt: set[tuple[str, Attempt, int]] = set()  # spans the translators started
+        self.direct: set[_Job] = set()
+        cur.execute(self._queries["waiting_logs"], {"trace_id": traces})
+        still: dict[str, int] = {}
+        for trace, span_id, key, seq, body in cur.fetchall():
+            where = places.get(trace, {}).get(span_id & _ID_MASK)
+            if where is None:
+                still[trace] = still.get(trace, 0) + 1
+            else:
+                self.moved.append((trace, span_id, key, seq, body, where))
+        limit = staging.settings.max_waiting_logs_per_trace
+        for log in logs:
+            where = places.get(log[0], {}).get(log[1] & _ID_MASK)
+            if where is not None:
+                self.placed.append((log, where))
+            elif still.get(log[0], 0) < limit:
+                still[log[0]] = still.get(log[0], 0) + 1
+                self.waiting.append(log)
+            else:
+                self.rejected += 1
+
+    def jobs(self) -> set[_Job]:
+        return {p[:2] for _, p in self.placed} | {m[5][:2] for m in self.moved}
+
+    def choose_direct(self, derived: set[_Job]) -> None:
+        """The jobs whose only news are this request's records, none a progress event: their
+        LOG rows can be written as they come, without deriving the job again (a LOG row
+        depends only on its record and the step its span lies in), unless a cap says no."""
+        progress = {where[:2] for log, where in self.placed if log[4].event_name == "progress"}
+        self.direct = {where[:2] for _, where in self.placed} - progress - derived
+
+    def stage(self, settled: set[Attempt]) -> Receipt:
+        """Keep the new records (those of a settled attempt without a body: their LOG rows are
+        written now) and the places of waiting ones that found their span."""
+        rows: list[tuple[_LogRow, Attempt | None]] = [*self.placed]
+        rows += [(log, None) for log in self.waiting]
+        new: set[tuple[str, int, bytes]] = set()
+        if rows:
+            places = [where or (None, None, None) for _, where in rows]
+            self._cur.execute(
+                self._queries["stage_logs"],
+                {
+                    "trace_id": [log[0] for log, _ in rows],
+                    "span_id": [log[1] for log, _ in rows],
+                    "key": [log[2] for log, _ in rows],
+                    "seq": [log[3] for log, _ in rows],
+                    "body": [None if where in settled else log[5] for log, where in rows],
+                    "domain": [p[0] for p in places],
+                    "job_id": [p[1] for p in places],
+                    "attempt": [p[2] for p in places],
+                },
+            )
+            new = {(trace, span_id, bytes(key)) for trace, span_id, key in self._cur.fetchall()}
+        for log, where in self.placed:
+            if log[:3] in new:
+                if where in settled:
+                    self._settled.append((log[4], where))
+                else:
+                    self._new[log[:3]] = log[4]
+                    if where[:2] in self.direct:
+                        self._direct.append((log[4], where))
+        if self.moved:
+            moved = self.moved
+            self._cur.execute(
+                self._queries["place_logs"],
+                {
+                    "trace_id": [m[0] for m in moved],
+                    "span_id": [m[1] for m in moved],
+                    "key": [m[2] for m in moved],
+                    "domain": [m[5][0] for m in moved],
+                    "job_id": [m[5][1] for m in moved],
+                    "attempt": [m[5][2] for m in moved],
+                    "settled": [m[5] in settled for m in moved],
+                },
+            )
+            self._settled += [(decode_log_record(m[4]), m[5]) for m in moved if m[5] in settled]
+        waiting = sum(1 for log in self.waiting if log[:3] in new)
+        return Receipt(len(new), len(rows) - len(new), 0, self.rejected, waiting)
+
+    def job_logs(self, jobs: list[_Job]) -> dict[_Job, list[_StagedLog]]:
+        """Every staged record of the jobs' attempts that are not settled, with its tie."""
+        found: dict[_Job, list[_StagedLog]] = {}
+        self._cur.execute(
+            self._queries["job_logs"],
+            {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]},
+        )
+        for trace, span_id, key, seq, domain, job_id, body in self._cur.fetchall():
+            key = bytes(key)
+            facts = self._new.get((trace, span_id, key))
+            if facts is None:
+                facts = decode_log_record(body)
+            found.setdefault((domain, job_id), []).append((facts, (seq, key)))
+        return found
+
+    def write_direct(self, store: StepStore, staged: dict[_Key, _Staged]) -> set[_Job]:
+        """The LOG rows of the direct jobs' new records, if every one of their steps stays
+        within its cap and each attempt has a row naming its execution; returns the jobs that
+        must be derived instead (nothing of theirs was written)."""
+        return self._write_lines(store, staged, self._direct, settled=False)
+
+    def write_settled(self, store: StepStore, staged: dict[_Key, _Staged]) -> None:
+        """The LOG rows of records whose attempt is settled: each in the step its context lies
+        in, under the per-step cap (the lines over it are counted), without deriving the
+        attempt again."""
+        self._write_lines(store, staged, self._settled, settled=True)
+
+    def _write_lines(
+        self,
+        store: StepStore,
+        staged: dict[_Key, _Staged],
+        items: list[tuple[LogFacts, Attempt]],
+        *,
+        settled: bool,
+    ) -> set[_Job]:
+        """Records -> LOG rows without a derivation: each translated in its context rebuilt
+        from the staged skeletons (its attempt's job span, the step its span lies in)."""
+        if not items:
+            return set()
+        settings = self._staging.settings
+        cap = settings.logs_max_per_step
+        attempts = sorted({where for _, where in items})
+        columns = {
+            "domain": [a[0] for a in attempts],
+            "job_id": [a[1] for a in attempts],
+            "attempt": [a[2] for a in attempts],
+        }
+        self._cur.execute(self._queries["attempt_names"], columns)
+        names = {(d, j, a): (t, e) for d, j, a, t, e in self._cur.fetchall()}
+        self._cur.execute(self._queries["attempt_log_counts"], columns)
+        counts = {(d, j, a, k): n for d, j, a, k, n in self._cur.fetchall()}
+        nodes: dict[tuple[str, int], _Staged] = {}
+        for (trace, span_id, phase), span in staged.items():
+            if phase or (trace, span_id) not in nodes:
+                nodes[(trace, span_id)] = span
+        lines: list[tuple[Attempt, LogRecorded]] = []
+        fallback: set[_Job] = set()
+        for facts, where in sorted(items, key=lambda item: item[0].time_ns):
+            if not settled and names.get(where, (None, None))[1] is None:
+                fallback.add(where[:2])  # no row names its execution yet: derive it
+                continue
+            commands = self._settled_commands(facts, where, nodes, names)
+            if commands is None:
+                if not settled:
+                    fallback.add(where[:2])
+                continue
+            for command in commands:
+                if isinstance(command, LogRecorded):  # progress of a closed step: nothing
+                    lines.append((where, command))
+        recorder = StepRecorder(debounce_ms=0, logs_max_per_step=cap)
+        if settled:  # the lines past the cap are dropped and counted
+            over = 0
+            for where, command in lines:
+                count = (*where, command.key)
+                if counts.get(count, 0) >= cap:
+                    over += 1
+                    continue
+                counts[count] = counts.get(count, 0) + 1
+                recorder.handle(command)
+            if over:
+                self._staging.stats.add("logs_over_cap", over)
+        else:  # a step that would pass its cap is derived: the derivation counts what it drops
+            for where, command in lines:
+                count = (*where, command.key)
+                counts[count] = counts.get(count, 0) + 1
+                if counts[count] > cap:
+                    fallback.add(where[:2])
+            for where, command in lines:
+                if where[:2] not in fallback:
+                    recorder.handle(command)
+        batch = recorder.take_batch()
+        if batch is not None:
+            self._staging._write(store, batch)
+        return fallback
+
+    def _settled_commands(
+        self,
+        facts: LogFacts,
+        where: Attempt,
+        nodes: dict[tuple[str, int], _Staged],
+        names: dict[Attempt, tuple[str | None, str | None]],
+    ) -> list[Command] | None:
+        """The record translated in its context rebuilt from skeletons: its attempt's job span,
+        the step its span lies in, and its span (None: the context cannot be rebuilt so). One
+        translator per trace and attempt, its spans started once."""
+        trace = format(facts.trace_id, "032x")
+        translator = self._translators.get((trace, where))
+        if translator is None:
+            translator = self._translators[(trace, where)] = SpanTranslator(
+                problem=self._staging.stats.problem,
+                logs_min_severity=self._staging.settings.logs_min_severity,
+            )
+        if (trace, where, facts.span_id) in self._rebuilt:
+            return translator.log(facts)
+        chain: list[tuple[int, _Staged]] = []
+        span_id = _signed(facts.span_id)
+        while (trace, span_id) in nodes and len(chain) < 1000:
+            node = nodes[(trace, span_id)]
+            chain.append((span_id & _ID_MASK, node))
+            if node.skeleton.kind == JOB:
+                break
+            span_id = _signed(node.skeleton.parent)
+        if not chain or chain[-1][1].skeleton.kind != JOB:
+            return None
+        if any(node.skeleton.kind in (EVENT, NAMING_EVENT) for _, node in chain):
+            return None  # an event span's context: the derivation decides
+        job_type, execution = names.get(where, (None, None))
+        job_span = chain[-1][0]
+        attributes: dict[str, Any] = {JOB_DOMAIN: where[0], JOB_ID: where[1], JOB_ATTEMPT: where[2]}
+        if job_type is not None:
+            attributes[JOB_TYPE] = job_type
+        attributes[JOB_EXECUTION] = execution or f"{trace}:{job_span:016x}"
+        parent = 0
+        for span_id, node in reversed(chain):
+            names_of = attributes if span_id == job_span else {}
+            if node.step_key is not None and span_id != job_span:
+                names_of = {JOB_STEP_KEY: node.step_key}
+            translator.started(SpanFacts(facts.trace_id, span_id, parent, "", 1, 0, names_of))
+            self._rebuilt.add((trace, where, span_id))
+            parent = span_id
+        return translator.log(facts)

@@ -32,6 +32,7 @@ _RELATIONS = (
     "otlp_span",
     "otlp_job",
     "otlp_attempt",
+    "otlp_log",
 )
 
 

@@ -19,7 +19,8 @@ RETURNING o.trace_id, o.span_count;
 
 -- name: trace_skeletons --
 -- What is staged of these traces, without bodies: enough to place every span in its job.
-SELECT trace_id, span_id, phase, parent, kind, own, domain, job_id, attempt, body IS NULL
+SELECT trace_id, span_id, phase, parent, kind, own, domain, job_id, attempt, body IS NULL,
+       step_key
 FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)b::text[]);
 
 -- name: lock_jobs --
@@ -42,10 +43,11 @@ JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
 -- Keep the request's new spans with their place (a copy of a span staged before was filtered
 -- out already, under the trace's lock).
 INSERT INTO {otlp_span} (trace_id, span_id, phase, body, parent, kind, own, domain, job_id,
-                         attempt)
+                         attempt, step_key)
 SELECT * FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(phase)b::smallint[],
                      %(body)b::bytea[], %(parent)b::bigint[], %(kind)b::smallint[],
-                     %(own)b::jsonb[], %(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
+                     %(own)b::jsonb[], %(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+                     %(step_key)b::text[])
 ON CONFLICT (trace_id, span_id, phase) DO NOTHING;
 
 -- name: place_spans --
@@ -68,7 +70,8 @@ WHERE s.body IS NOT NULL;
 
 -- name: staging_columns --
 -- At startup: the staging tables exist with the newest columns (no row is read).
-SELECT s.kind, a.final, j.touched_at FROM {otlp_span} AS s, {otlp_attempt} AS a, {otlp_job} AS j
+SELECT s.step_key, a.final, j.touched_at, g.seq
+FROM {otlp_span} AS s, {otlp_attempt} AS a, {otlp_job} AS j, {otlp_log} AS g
 LIMIT 0;
 
 -- name: missing_rights --
@@ -76,7 +79,7 @@ LIMIT 0;
 -- derivation wrote, and settled spans). has_table_privilege with several rights asks for any.
 SELECT t.name, r.name
 FROM unnest(ARRAY['job_event', 'job_log', 'otlp_trace', 'otlp_span', 'otlp_job',
-                  'otlp_attempt']) AS t (name),
+                  'otlp_attempt', 'otlp_log']) AS t (name),
      unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS r (name)
 WHERE NOT has_table_privilege(format('%%I.%%I', %(schema)s::text, t.name), r.name)
 ORDER BY 1, 2;
@@ -156,6 +159,11 @@ WITH due AS (
     WHERE s.domain = a.domain AND s.job_id = a.job_id AND s.attempt = a.attempt
       AND s.body IS NOT NULL
     RETURNING 1
+), emptied_logs AS (
+    UPDATE {otlp_log} AS g SET body = NULL
+    FROM settled AS a
+    WHERE g.domain = a.domain AND g.job_id = a.job_id AND g.attempt = a.attempt
+      AND g.body IS NOT NULL
 )
 SELECT (SELECT count(*) FROM settled), (SELECT count(*) FROM emptied);
 
@@ -222,3 +230,78 @@ SET status = 'FAILED', reason = 'abandoned', created_at = v.next_start,
                  ORDER BY e.created_at DESC, e.id DESC LIMIT 1))
 FROM victim AS v
 WHERE l.id = v.id;
+
+-- name: waiting_logs --
+-- The records of these traces still waiting for their span to be placed (bounded per trace).
+SELECT trace_id, span_id, key, seq, body FROM {otlp_log}
+WHERE trace_id = ANY(%(trace_id)b::text[]) AND domain IS NULL;
+
+-- name: stage_logs --
+-- Keep the request's records with their place (NULL: waiting); a copy delivered before
+-- conflicts with itself. Returns the new ones.
+INSERT INTO {otlp_log} AS g (trace_id, span_id, key, seq, body, domain, job_id, attempt)
+SELECT * FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(key)b::bytea[],
+                     %(seq)b::int[], %(body)b::bytea[], %(domain)b::text[], %(job_id)b::text[],
+                     %(attempt)b::int[])
+ON CONFLICT (key) DO NOTHING
+RETURNING g.trace_id, g.span_id, g.key;
+
+-- name: place_logs --
+-- Waiting records whose span is placed now; one of a settled attempt keeps no body (its LOG
+-- row is written at once).
+UPDATE {otlp_log} AS g
+SET domain = t.domain, job_id = t.job_id, attempt = t.attempt,
+    body = CASE WHEN t.settled THEN NULL ELSE g.body END
+FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(key)b::bytea[], %(domain)b::text[],
+            %(job_id)b::text[], %(attempt)b::int[], %(settled)b::bool[])
+     AS t (trace_id, span_id, key, domain, job_id, attempt, settled)
+WHERE g.key = t.key;
+
+-- name: job_logs --
+-- Every staged record of these jobs' attempts that are not settled (derived with their spans).
+SELECT g.trace_id, g.span_id, g.key, g.seq, g.domain, g.job_id, g.body
+FROM {otlp_log} AS g
+JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
+  ON g.domain = t.domain AND g.job_id = t.job_id
+WHERE g.body IS NOT NULL;
+
+-- name: attempt_log_counts --
+-- LOG rows already written per step of these attempts (their records' cap).
+SELECT e.domain, e.job_id, e.attempt, e.step_key, count(*)
+FROM {job_event} AS e
+JOIN unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
+     AS t (domain, job_id, attempt)
+  ON e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+WHERE e.type = 'LOG'
+GROUP BY 1, 2, 3, 4;
+
+-- name: drop_orphan_logs --
+-- Records whose span was never placed within the open settle time: gone (the processor ignores
+-- records outside a job scope too).
+WITH old AS (
+    SELECT g.trace_id, g.span_id, g.key FROM {otlp_log} AS g
+    WHERE g.domain IS NULL
+      AND g.received_at < now() - %(open_after_s)s * interval '1 second'
+    ORDER BY g.received_at
+    LIMIT %(limit)s
+), dropped AS (
+    DELETE FROM {otlp_log} AS g USING old
+    WHERE g.key = old.key
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);
+
+-- name: attempt_names --
+-- What a LOG row of these attempts repeats of them: the job type and the execution of the
+-- attempt's first row that names one (else its final row's type, and no execution).
+SELECT t.domain, t.job_id, t.attempt, coalesce(e.job_type, l.job_type), e.execution_id
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
+     AS t (domain, job_id, attempt)
+LEFT JOIN LATERAL (
+    SELECT e.job_type, e.execution_id FROM {job_event} AS e
+    WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+      AND e.execution_id IS NOT NULL
+    ORDER BY e.id LIMIT 1
+) AS e ON true
+LEFT JOIN {job_log} AS l
+  ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt;

@@ -155,7 +155,8 @@ SELECT (SELECT count(*) FROM deleted_log) AS job_logs,
 
 -- name: prune_settled_attempts --
 -- Forget up to batch_size OTLP attempts settled before the cutoff, with the bodiless rows their
--- spans keep: collect keeps them to drop late copies, and nothing is delivered that late.
+-- spans and log records keep: collect keeps them to drop late copies, and nothing is delivered
+-- that late.
 WITH old AS (
     SELECT domain, job_id, attempt FROM {otlp_attempt}
     WHERE settled AND touched_at < now() - %(older_than)s::interval
@@ -165,6 +166,9 @@ WITH old AS (
 ), spans AS (
     DELETE FROM {otlp_span} AS s USING old
     WHERE s.domain = old.domain AND s.job_id = old.job_id AND s.attempt = old.attempt
+), records AS (
+    DELETE FROM {otlp_log} AS g USING old
+    WHERE g.domain = old.domain AND g.job_id = old.job_id AND g.attempt = old.attempt
 )
 DELETE FROM {otlp_attempt} AS a USING old
 WHERE a.domain = old.domain AND a.job_id = old.job_id AND a.attempt = old.attempt;

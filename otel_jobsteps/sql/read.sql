@@ -27,12 +27,23 @@ WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s
 ORDER BY created_at, id;
 
 -- name: job_events --
--- The ordinary events of one job (neither STEP nor TAG rows), all attempts, in the order they
--- happened.
+-- The ordinary events of one job (neither STEP, TAG nor LOG rows), all attempts, in the order
+-- they happened.
 SELECT attempt, type, message, detail, created_at
 FROM {job_event}
-WHERE domain = %(domain)s AND job_id = %(job_id)s AND type NOT IN ('STEP', 'TAG')
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND type NOT IN ('STEP', 'TAG', 'LOG')
 ORDER BY created_at, id;
+
+-- name: job_log_lines --
+-- The newest limit log lines (LOG rows) of one attempt, newest first (the caller turns them
+-- round): of every step if every, else those between steps and step_key's. One range of
+-- job_event_log (0010), whatever else the job has.
+SELECT attempt, step_key, created_at AS time, message, detail, trace_id, span_id
+FROM {job_event}
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s AND type = 'LOG'
+  AND (%(every)s::boolean OR step_key IS NULL OR step_key = %(step_key)s)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
 
 -- name: job_log_entry --
 -- The final row of one attempt, if it has one.
@@ -57,6 +68,7 @@ WITH candidate AS (
     FROM {job_event}
     WHERE COALESCE(ended_at, created_at)
           >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+      AND type <> 'LOG'  -- a log line is no change of the job (0010's job_attempt)
       {in_domain}
     UNION
     -- an open step started before the cutoff is active only if a heartbeat came since

@@ -22,6 +22,7 @@ WITH touched AS (
      FROM {job_event}
      WHERE COALESCE(ended_at, created_at) <= COALESCE(%(before_at)s::timestamptz, 'infinity')
        AND COALESCE(ended_at, created_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+       AND type <> 'LOG'  -- a log line is no change of the job (0010's job_attempt)
      ORDER BY COALESCE(ended_at, created_at) DESC
      LIMIT %(limit)s::integer * 8)
     UNION ALL
@@ -58,7 +59,8 @@ LEFT JOIN LATERAL (
       AND (%(before_at)s::timestamptz IS NULL
            OR NOT EXISTS (SELECT FROM {job_event} AS e
                           WHERE e.domain = c.domain AND e.job_id = c.job_id
-                            AND COALESCE(e.ended_at, e.created_at) > %(before_at)s)
+                            AND COALESCE(e.ended_at, e.created_at) > %(before_at)s
+                            AND e.type <> 'LOG')
               AND NOT EXISTS (SELECT FROM {job_log} AS g
                               WHERE g.domain = c.domain AND g.job_id = c.job_id
                                 AND g.created_at > %(before_at)s))
@@ -73,15 +75,19 @@ LEFT JOIN LATERAL (
 ORDER BY page.active_at DESC, page.domain DESC, page.job_id DESC;
 
 -- name: find_jobs --
--- Jobs whose id starts with prefix (an exact id is its own prefix), in every domain (or the one
--- given), by their latest attempt, the most recently active first. The domains are walked as a
--- loose index scan of job_event_job (one probe per domain); in each, the ids from prefix up to
--- upper (prefix with its last character's next code point) are walked one
--- distinct id per probe, at most limit of them (upper is always given: a bound, not a filter, in
--- a generic plan too). The range is exact where the collation orders
--- by code point (C, C.UTF-8); starts_with keeps only true matches under any other.
+-- A page of the jobs whose id starts with prefix (an exact id is its own prefix), in every
+-- domain (or the one given), in (domain, job id) order after the cursor (after_domain,
+-- after_job; NULLs: the first page), each by its latest attempt. The domains from the cursor's
+-- on are walked as a loose index scan of job_event_job (one probe per domain); in each, the ids
+-- from prefix (from the cursor's id in its own domain) up to upper (prefix with its last
+-- character's next code point) are walked one distinct id per probe, at most limit + 1 of them
+-- (the cursor's own id may be one). upper is always given: a bound, not a filter, in a generic
+-- plan too. The range is exact where the collation orders by code point (C, C.UTF-8);
+-- starts_with keeps only true matches under any other.
 WITH RECURSIVE domains AS (
-    (SELECT domain FROM {job_event} ORDER BY domain LIMIT 1)
+    (SELECT domain FROM {job_event}
+     WHERE domain >= COALESCE(%(after_domain)s::text, '')
+     ORDER BY domain LIMIT 1)
     UNION ALL
     SELECT (SELECT e.domain FROM {job_event} AS e WHERE e.domain > d.domain
             ORDER BY e.domain LIMIT 1)
@@ -92,7 +98,10 @@ WITH RECURSIVE domains AS (
     FROM domains AS d
     CROSS JOIN LATERAL (
         SELECT e.job_id FROM {job_event} AS e
-        WHERE e.domain = d.domain AND e.job_id >= %(prefix)s AND e.job_id < %(upper)s
+        WHERE e.domain = d.domain AND e.job_id < %(upper)s
+          AND e.job_id >= CASE WHEN d.domain = %(after_domain)s
+                               THEN GREATEST(%(after_job)s::text, %(prefix)s)
+                               ELSE %(prefix)s END
         ORDER BY e.job_id LIMIT 1) AS first
     WHERE d.domain IS NOT NULL
       AND (%(domain)s::text IS NULL OR d.domain = %(domain)s)
@@ -103,7 +112,7 @@ WITH RECURSIVE domains AS (
         SELECT e.job_id FROM {job_event} AS e
         WHERE e.domain = i.domain AND e.job_id > i.job_id AND e.job_id < %(upper)s
         ORDER BY e.job_id LIMIT 1) AS later
-    WHERE i.n < %(limit)s
+    WHERE i.n <= %(limit)s
 )
 SELECT latest.*, latest.last_activity_at AS active_at,
        (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
@@ -111,19 +120,59 @@ SELECT latest.*, latest.last_activity_at AS active_at,
 FROM ids AS i
 CROSS JOIN LATERAL {job_latest_attempt}(i.domain, i.job_id) AS latest
 WHERE starts_with(i.job_id, %(prefix)s)
-ORDER BY latest.last_activity_at DESC NULLS LAST, i.domain, i.job_id
+  -- the cursor's own job ended the page before
+  AND (%(after_domain)s::text IS NULL
+       OR (i.domain, i.job_id) > (%(after_domain)s, %(after_job)s::text))
+ORDER BY i.domain, i.job_id
 LIMIT %(limit)s;
 
 -- name: tagged_jobs --
--- The jobs page with a tag: list_tagged_jobs of read.sql with this page's columns (active_at:
--- the newest tagged start).
-SELECT latest.*, t.tagged_at AS active_at,
-       (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
-        WHERE n.domain = t.domain AND n.job_id = t.job_id) AS attempts
-FROM {job_tagged}(%(tag_name)s, %(tag_value)s, %(since_at)s::timestamptz, %(domain)s,
-                  %(job_type)s, %(status)s, %(scan)s, %(limit)s) AS t
-CROSS JOIN LATERAL {job_latest_attempt}(t.domain, t.job_id) AS latest
-ORDER BY t.tagged_at DESC, t.domain, t.job_id;
+-- A page of the jobs with an attempt tagged tag_name = tag_value that started since since_at,
+-- the newest tagged start ("at") first, by their latest attempt: job_tagged's read (0008) with
+-- the page cursor as a bound of its scan. At most scan TAG rows are read (job_event_tag), newest
+-- first from the cursor; when the scan is full, only the jobs tagged above its deepest row are
+-- complete (floor_at, as in jobs_page: data.py reads again below it while the page is short).
+-- The cursor is (at, domain, job_id), exclusive; without domain and job id it includes its
+-- time; NULLs mean the first page. A job tagged again above the cursor was on an earlier page:
+-- one probe of job_event_job each tells.
+WITH scanned AS (
+    SELECT r.domain, r.job_id, r.created_at
+    FROM {job_event} AS r
+    WHERE r.type = 'TAG' AND r.step_key = %(tag_name)s AND r.message = %(tag_value)s
+      AND r.created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+      AND r.created_at <= COALESCE(%(before_at)s::timestamptz, 'infinity')
+      AND (%(domain)s::text IS NULL OR r.domain = %(domain)s)
+    ORDER BY r.created_at DESC
+    LIMIT %(scan)s
+), floor AS (
+    SELECT CASE WHEN count(*) >= %(scan)s THEN min(created_at) END AS at FROM scanned
+), tagged AS (
+    SELECT domain, job_id, max(created_at) AS at FROM scanned GROUP BY domain, job_id
+)
+-- one row even when no job qualifies: the floor still says where the next page starts
+SELECT f.at AS floor_at, now() AS as_of, page.*
+FROM floor AS f
+LEFT JOIN LATERAL (
+    SELECT latest.*, t.at AS active_at,
+           (SELECT count(DISTINCT n.attempt) FROM {job_event} AS n
+            WHERE n.domain = t.domain AND n.job_id = t.job_id) AS attempts
+    FROM tagged AS t
+    CROSS JOIN LATERAL {job_latest_attempt}(t.domain, t.job_id) AS latest
+    WHERE (f.at IS NULL OR t.at > f.at)
+      AND (%(before_at)s::timestamptz IS NULL
+           OR (t.at, t.domain, t.job_id) < (%(before_at)s, %(before_domain)s, %(before_job_id)s)
+           OR (%(before_domain)s::text IS NULL AND t.at <= %(before_at)s))
+      AND (%(before_at)s::timestamptz IS NULL
+           OR NOT EXISTS (SELECT FROM {job_event} AS x
+                          WHERE x.domain = t.domain AND x.job_id = t.job_id AND x.type = 'TAG'
+                            AND x.step_key = %(tag_name)s AND x.message = %(tag_value)s
+                            AND x.created_at > %(before_at)s))
+      AND (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
+      AND (%(status)s::text IS NULL OR latest.status = %(status)s)
+    ORDER BY t.at DESC, t.domain DESC, t.job_id DESC
+    LIMIT %(limit)s
+) AS page ON true
+ORDER BY page.active_at DESC, page.domain DESC, page.job_id DESC;
 
 -- name: status_counts --
 -- How many attempts ended COMPLETED and FAILED since since_at, and how many steps are open now,
@@ -142,14 +191,15 @@ SELECT (SELECT count(*) FROM (SELECT FROM {job_log}
            AS running;
 
 -- name: job_rows --
--- Every row of one job, all attempts, without their detail and message (a job of 10,000 steps
--- draws 200 of them: job_row_details reads those): steps (the waterfall), ordinary events, tags,
--- log lines, with the server's time of the read.
+-- Every row of one job but its log lines, all attempts, without their detail and message (a job
+-- of 10,000 steps draws 200 of them: job_row_details reads those): steps (the waterfall),
+-- ordinary events and tags, with the server's time of the read. The log lines shown are read
+-- apart (read.sql's job_log_lines: one step's, up to 1,000 a step are kept).
 SELECT id, attempt, type, step_key, step_status, trace_id, created_at, ended_at,
        GREATEST(created_at, heartbeat_at) AS seen_at,
        now() AS as_of
 FROM {job_event}
-WHERE domain = %(domain)s AND job_id = %(job_id)s
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND type <> 'LOG'
 ORDER BY attempt, created_at, id;
 
 -- name: job_row_details --

@@ -35,7 +35,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..db import Record, redact
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
-from ..formatting import format_ago, format_duration, format_time, format_utc
+from ..formatting import (
+    format_ago,
+    format_duration,
+    format_time,
+    format_utc,
+    severity_word,
+    shorten,
+)
 from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness, is_health_request
 from ..listen import check_free, parse_listen
 from ..query import STATUSES, parse_tag
@@ -155,6 +162,8 @@ def _environment() -> Environment:
         iso=lambda value: value.isoformat() if value else "",
         utc=format_utc,
         seconds=lambda value: format_duration(timedelta(seconds=value)),
+        shorten=shorten,
+        severity=lambda value: severity_word(value).lower(),
     )
     env.globals.update(job_url=job_url, since=since_text, ago=format_ago, windows=list(WINDOWS))
     return env
@@ -287,7 +296,9 @@ class WebApp:
         trail = Cursor.parse_trail(request.query_params.getlist("back"))
         tag = _tag(request)
         if filters["q"]:
-            page = self.reader.find_jobs(filters["q"], domain=filters["domain"], limit=limit)
+            page = self.reader.find_jobs(
+                filters["q"], domain=filters["domain"], cursor=cursor, limit=limit
+            )
         elif tag is not None:
             page = self.reader.tagged_jobs(
                 tag,
@@ -295,6 +306,7 @@ class WebApp:
                 job_type=filters["type"],
                 status=_status(request),
                 since=window,
+                cursor=cursor,
                 limit=limit,
             )
         else:
@@ -344,10 +356,13 @@ class WebApp:
                 attempt=chosen,
                 step=step,
                 first=None if first is None else first - 1,
+                lines=page.lines,
             )
 
         # laid out twice: once to know which rows it draws, once with their details
-        page = self.reader.job_page(domain, job_id, lambda read: drawn_rows(lay_out(read)))
+        page = self.reader.job_page(
+            domain, job_id, lambda read: drawn_rows(lay_out(read)), attempt=chosen, step=step
+        )
         if page is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id)
         timeline = lay_out(page)
@@ -403,15 +418,42 @@ class WebApp:
     def api_jobs(self, request: Request) -> Response:
         # Bounded by default: "all" computes the latest attempt of every job kept.
         _, window = _window(request, "window", "24h")
+        tag = _tag(request)
+        if tag is not None:
+            return self._api_tagged_jobs(request, tag, window)
         jobs = self.reader.list_jobs(
             domain=_text(request, "domain"),
             job_type=_text(request, "type"),
             status=_status(request),
             since=window,
             limit=_limit(request),
-            tag=_tag(request),
         )
         return _json(jobs)
+
+    def _api_tagged_jobs(
+        self, request: Request, tag: tuple[str, str], window: timedelta | None
+    ) -> Response:
+        """A page of tagged jobs as JSON; the next page's URL is in a ``Link: rel="next"``
+        header (the body stays a list)."""
+        page = self.reader.tagged_jobs(
+            tag,
+            domain=_text(request, "domain"),
+            job_type=_text(request, "type"),
+            status=_status(request),
+            since=window,
+            cursor=Cursor.parse(dict(request.query_params)),
+            limit=_limit(request),
+        )
+        response = _json([job.to_dict() for job in page.jobs])
+        if page.next_cursor is not None:
+            kept = [
+                (k, v)
+                for k, v in request.query_params.multi_items()
+                if k not in ("before", "before_domain", "before_job")
+            ]
+            query = urlencode([*kept, *page.next_cursor.query().items()])
+            response.headers["link"] = f'</api/jobs?{query}>; rel="next"'
+        return response
 
     def api_job(self, request: Request) -> Response:
         detail = self.reader.job_detail(*_job_key(request), _attempt(request))

@@ -24,8 +24,10 @@ from ..query import (
     JobDetail,
     JobLogEntry,
     JobSummary,
+    LogLine,
     job_detail,
     list_jobs,
+    read_log_lines,
     window_start,
 )
 from ..sql import qualified_queries
@@ -53,6 +55,7 @@ JOBS_MAX_READS = 4
 filter that matches nothing among the latest changes walks that deep before it answers with an
 Older link."""
 COUNT_CAP = 1_000  # the status counts stop here: each is an index range read, at most this long
+LINES_SHOWN = 2_000  # a step's log lines on its page (the newest): 1,000 a step are kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,7 @@ class JobPage:
     rows: list[dict[str, Any]]
     logs: list[JobLogEntry]
     as_of: datetime
+    lines: list[LogLine]  # the selected attempt's, of the selected step and between steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,40 +196,28 @@ class Reader:
         leaves the page short, older changes are read below the last one's floor, in the same
         snapshot, within ``JOBS_MAX_READS`` and ``JOBS_ROW_BUDGET``.
         """
-        reads = max(1, min(JOBS_MAX_READS, JOBS_ROW_BUDGET // (JOBS_ROWS_PER_JOB * limit)))
-        jobs: list[JobRow] = []
-        with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
-            params = {
-                "domain": domain,
-                "job_type": job_type,
-                "status": status,
-                "since_at": window_start(conn, since),
-                "before_at": cursor.at if cursor else None,
-                "before_domain": cursor.domain if cursor else None,
-                "before_job_id": cursor.job_id if cursor else None,
-                "limit": limit,
-            }
-            for _ in range(reads):
-                # Planned for the window's start: the partitioned layout's old children are
-                # skipped.
-                found = cur.execute(self._queries["jobs_page"], params, prepare=False).fetchall()
-                jobs += [_job_row(row) for row in found if row["domain"] is not None]
-                floor = found[0]["floor_at"]
-                if len(jobs) >= limit or floor is None:
-                    break
-                # the jobs of the next read all changed last at or below the floor
-                params.update(before_at=floor, before_domain=None, before_job_id=None)
-        jobs = jobs[:limit]
-        return JobsPage(jobs, _next_cursor(jobs, limit, floor), found[0]["as_of"])
+        filters = {"domain": domain, "job_type": job_type, "status": status, "limit": limit}
+        return self._floored_page("jobs_page", filters, since, cursor)
 
-    def find_jobs(self, prefix: str, *, domain: str | None, limit: int) -> JobsPage:
-        """Jobs whose id is or starts with ``prefix``, in every domain or in ``domain``."""
+    def find_jobs(
+        self, prefix: str, *, domain: str | None, cursor: Cursor | None = None, limit: int
+    ) -> JobsPage:
+        """Jobs whose id is or starts with ``prefix``, in every domain or in ``domain``, in
+        (domain, job id) order after ``cursor``'s job."""
         with self._snapshot() as conn:
             now = _server_now(conn)
             params: dict[str, Any] = {"prefix": prefix, "upper": _after_prefix(prefix)}
-            params.update(domain=domain, limit=limit)
+            after = cursor if cursor is not None and cursor.domain is not None else None
+            params.update(
+                domain=domain,
+                after_domain=after.domain if after else None,
+                after_job=after.job_id if after else None,
+                limit=limit + 1,  # one more than shown: whether a next page exists
+            )
             jobs = fetch(conn, self._queries["find_jobs"], params, JobRow, prepare=False)
-        return JobsPage(jobs, None, now)
+        last = jobs[limit - 1] if len(jobs) > limit else None
+        following = None if last is None else Cursor(None, last.domain, last.job_id)
+        return JobsPage(jobs[:limit], following, now)
 
     def tagged_jobs(
         self,
@@ -235,23 +227,54 @@ class Reader:
         job_type: str | None,
         status: str | None,
         since: timedelta | None,
+        cursor: Cursor | None = None,
         limit: int,
     ) -> JobsPage:
-        """Jobs with an attempt tagged ``tag`` (name, value) started within ``since``."""
-        with self._snapshot() as conn:
-            now = _server_now(conn)
+        """Jobs with an attempt tagged ``tag`` (name, value) started within ``since``, the
+        newest tagged start first, below ``cursor``; read as `jobs_page` is."""
+        filters = {
+            "tag_name": tag[0],
+            "tag_value": tag[1],
+            "domain": domain,
+            "job_type": job_type,
+            "status": status,
+            "scan": limit * TAG_SCAN_PER_JOB,
+            "limit": limit,
+        }
+        return self._floored_page("tagged_jobs", filters, since, cursor)
+
+    def _floored_page(
+        self,
+        query: str,
+        filters: dict[str, Any],
+        since: timedelta | None,
+        cursor: Cursor | None,
+    ) -> JobsPage:
+        """A page of a query that reports how deep its bounded scans are complete (floor_at):
+        read again below the floor while the page is short, within the budget."""
+        limit: int = filters["limit"]
+        reads = max(1, min(JOBS_MAX_READS, JOBS_ROW_BUDGET // (JOBS_ROWS_PER_JOB * limit)))
+        jobs: list[JobRow] = []
+        with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
             params = {
-                "tag_name": tag[0],
-                "tag_value": tag[1],
+                **filters,
                 "since_at": window_start(conn, since),
-                "domain": domain,
-                "job_type": job_type,
-                "status": status,
-                "scan": limit * TAG_SCAN_PER_JOB,
-                "limit": limit,
+                "before_at": cursor.at if cursor else None,
+                "before_domain": cursor.domain if cursor else None,
+                "before_job_id": cursor.job_id if cursor else None,
             }
-            jobs = fetch(conn, self._queries["tagged_jobs"], params, JobRow, prepare=False)
-        return JobsPage(jobs, None, now)
+            for _ in range(reads):
+                # Planned for the window's start: the partitioned layout's old children are
+                # skipped.
+                found = cur.execute(self._queries[query], params, prepare=False).fetchall()
+                jobs += [_job_row(row) for row in found if row["domain"] is not None]
+                floor = found[0]["floor_at"]
+                if len(jobs) >= limit or floor is None:
+                    break
+                # the jobs of the next read all changed last at or below the floor
+                params.update(before_at=floor, before_domain=None, before_job_id=None)
+        jobs = jobs[:limit]
+        return JobsPage(jobs, _next_cursor(jobs, limit, floor), found[0]["as_of"])
 
     def status_counts(self, since: timedelta | None) -> StatusCounts:
         """Attempts ended COMPLETED and FAILED since ``since`` ago and steps open now, each
@@ -260,11 +283,20 @@ class Reader:
             params = {"since_at": window_start(conn, since), "cap": COUNT_CAP}
             return fetch(conn, self._queries["status_counts"], params, StatusCounts)[0]
 
-    def job_page(self, domain: str, job_id: str, drawn: RowChooser) -> JobPage | None:
-        """Every attempt of a job with all its rows and final rows, or None if it has none.
+    def job_page(
+        self,
+        domain: str,
+        job_id: str,
+        drawn: RowChooser,
+        *,
+        attempt: int | None = None,
+        step: str | None = None,
+    ) -> JobPage | None:
+        """Every attempt of a job with all its rows and final rows, or None if it has none;
+        the log lines of ``attempt`` (default: the latest) between steps and of ``step``.
 
         Rows come without detail, message and span id but those ``drawn`` picks (by id, given
-        the page read so far): one snapshot reads both.
+        the page read so far): one snapshot reads all.
         """
         key = {"domain": domain, "job_id": job_id}
         # job_attempts of the read API (the list_jobs fragment does not matter to it)
@@ -278,7 +310,10 @@ class Reader:
             logs = fetch(conn, self._queries["job_logs"], key, JobLogEntry)
             names = [f.name for f in fields(AttemptSummary)]
             attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
-            page = JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
+            chosen = attempt if attempt is not None else attempts[-1].attempt
+            scope = {**key, "attempt": chosen, "every": False, "step_key": step}
+            lines = read_log_lines(conn, read_side, {**scope, "limit": LINES_SHOWN})
+            page = JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"], lines)
             wanted = {**key, "ids": sorted(drawn(page))}
             with conn.cursor(row_factory=dict_row) as cur:
                 found_details = cur.execute(self._queries["job_row_details"], wanted).fetchall()
@@ -286,7 +321,6 @@ class Reader:
         for row in rows:
             row.update(details.get(row["id"]) or _NO_DETAIL)
         return page
-        return JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"])
 
     def open_steps(self, min_silence: timedelta, limit: int) -> list[OpenStep]:
         """Open steps silent for at least ``min_silence``, longest silent first."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,8 +16,8 @@ from urllib.parse import quote, urlsplit
 
 from ..errors import ConfigurationError
 from ..formatting import format_duration
-from ..query import AttemptSummary, JobLogEntry
-from ..vocabulary import STEP, TAG
+from ..query import AttemptSummary, JobLogEntry, LogLine
+from ..vocabulary import LOG, STEP, TAG
 
 __all__ = [
     "AXIS_WIDTH",
@@ -39,7 +40,6 @@ MIN_BAR_WIDTH = 2.0  # a step of a microsecond stays visible
 TICKS = 5
 COLLAPSE_OVER = 100
 """An earlier attempt with more rows than this is drawn collapsed unless it is selected."""
-LOG = "LOG"  # the log lines of the logs issue: shown in their step's panel
 ROWS_SHOWN = 200
 """At most this many rows of one attempt are drawn at once (a window around the selection):
 a job of 10,000 steps must not put 10,000 bars in the page."""
@@ -100,22 +100,24 @@ def _is_hex(value: str | None, length: int) -> bool:
 @dataclass(frozen=True, slots=True)
 class Cursor:
     """Where the next page of jobs starts: below activity time ``at``; with a domain and job id,
-    below that job (exclusive), without them at ``at`` itself included."""
+    below that job (exclusive), without them at ``at`` itself included. An id search pages in
+    (domain, job id) order: its cursor has no time, only the job it continues after."""
 
-    at: datetime
+    at: datetime | None
     domain: str | None = None
     job_id: str | None = None
 
     def query(self) -> dict[str, str]:
         """The cursor as URL query parameters."""
-        found = {"before": self.at.isoformat()}
+        found = {} if self.at is None else {"before": self.at.isoformat()}
         if self.domain is not None and self.job_id is not None:
             found.update(before_domain=self.domain, before_job=self.job_id)
         return found
 
     def token(self) -> str:
         """The cursor as one URL value (``back``: the pages above the one shown)."""
-        return json.dumps([self.at.isoformat(), self.domain, self.job_id], ensure_ascii=False)
+        at = None if self.at is None else self.at.isoformat()
+        return json.dumps([at, self.domain, self.job_id], ensure_ascii=False)
 
     @classmethod
     def parse_trail(cls, tokens: list[str]) -> list[Cursor]:
@@ -139,18 +141,17 @@ class Cursor:
         """The cursor in URL query parameters, None for the first page; `ConfigurationError`
         when ``before`` is not an ISO 8601 time with its offset."""
         text = params.get("before")
+        domain, job_id = params.get("before_domain"), params.get("before_job")
+        has_job = domain is not None and job_id is not None
         if not text:
-            return None
+            return cls(None, domain, job_id) if has_job else None
         try:
             at = datetime.fromisoformat(text)
         except ValueError:
             raise ConfigurationError("before must be an ISO 8601 time") from None
         if at.tzinfo is None:
             raise ConfigurationError("before must carry its UTC offset")
-        domain, job_id = params.get("before_domain"), params.get("before_job")
-        if domain is None or job_id is None:
-            return cls(at)
-        return cls(at, domain, job_id)
+        return cls(at, domain, job_id) if has_job else cls(at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +254,9 @@ class Timeline:
     ticks: tuple[datetime, ...]
     selected: Lane | None
     step: Bar | None
-    step_lines: tuple[tuple[datetime, str | None], ...]
-    row_ids: frozenset[int]  # the tag rows and the selected step's log lines (drawn_rows)
+    step_lines: tuple[LogLine, ...]  # the selected step's log lines, oldest first
+    attempt_lines: tuple[LogLine, ...]  # the selected attempt's lines between steps
+    row_ids: frozenset[int]  # the tag rows (drawn_rows)
 
     @property
     def tick_labels(self) -> tuple[str, ...]:
@@ -287,15 +289,16 @@ def build_timeline(
     attempt: int | None = None,
     step: str | None = None,
     first: int | None = None,
+    lines: Sequence[LogLine] = (),
 ) -> Timeline:
     """Lay out a job's ``job_rows`` (steps and events, every attempt) on one axis.
 
     ``attempt`` (default: the latest) is the selected attempt, ``step`` the key of its selected
     step (its last run); ``first`` the first of its rows to draw. The axis runs from the first
     row to the last end, or to ``as_of`` while a step is open, so a running bar grows as the page
-    refreshes. Log lines (type LOG) and tags (type TAG) are no rows of their own.
+    refreshes. ``lines`` are the selected attempt's log lines (of the selected step and
+    between steps); log lines (type LOG) and tags (type TAG) are no rows of their own.
     """
-    lines = [r for r in rows if r["type"] == LOG]
     tag_rows = [r for r in rows if r["type"] == TAG]
     tags: dict[int, list[tuple[str, str]]] = {}
     for r in tag_rows:
@@ -358,15 +361,23 @@ def build_timeline(
         if is_selected:
             selected, selected_step = lane, None if picked is None else bar_of(own[picked])
     ticks = tuple(start + (end - start) * i / (TICKS - 1) for i in range(TICKS))
-    own_lines = [
-        r
-        for r in lines
-        if selected_step is not None and r["attempt"] == chosen and r["step_key"] == step
-    ]
-    step_lines = tuple((r["created_at"], r.get("message")) for r in own_lines)
-    row_ids = frozenset(r["id"] for r in [*own_lines, *tag_rows])
+    chosen_lines = [line for line in lines if line.attempt == chosen]
+    step_lines = tuple(
+        line for line in chosen_lines if selected_step is not None and line.step_key == step
+    )
+    between = tuple(line for line in chosen_lines if line.step_key is None)
+    row_ids = frozenset(r["id"] for r in tag_rows)
     return Timeline(
-        start, end, as_of, tuple(lanes), ticks, selected, selected_step, step_lines, row_ids
+        start,
+        end,
+        as_of,
+        tuple(lanes),
+        ticks,
+        selected,
+        selected_step,
+        step_lines,
+        between,
+        row_ids,
     )
 
 

@@ -14,11 +14,13 @@ from urllib.parse import urlsplit
 import psycopg
 
 # Every column but the identity and the heartbeat (the processor refreshes it while a step is
-# open; the receiver writes closed rows) in a stable order; %s: a LIKE pattern of job ids.
+# open; the receiver writes closed rows) in a stable order; %s: a LIKE pattern of job ids. Log
+# lines of one instant delivered in different requests have no order (documented): by text.
 EVENT_ROWS = (
     "SELECT domain, job_id, job_type, attempt, type, step_key, step_status, detail, message,"
     " trace_id, span_id, execution_id, created_at, ended_at FROM job_event WHERE job_id LIKE %s"
-    " ORDER BY domain, job_id, attempt, created_at, type, step_key, id"
+    " ORDER BY domain, job_id, attempt, created_at, type, step_key,"
+    " CASE WHEN type = 'LOG' THEN message END, id"
 )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
+from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
 
 from otel_jobsteps.attributes import (
@@ -37,6 +38,7 @@ class StepPlan:
     fails: bool = False
     event: bool = False  # an ordinary event inside it
     progress: bool = False  # progress events (only told in the last attempt, see below)
+    logs: bool = False  # log records in it (INFO, DEBUG, WARN; a progress log event) and after
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ steps = st.builds(
     fails=st.booleans(),
     event=st.booleans(),
     progress=st.booleans(),
+    logs=st.booleans(),
 )
 attempts = st.builds(
     AttemptPlan,
@@ -99,11 +102,20 @@ def random_history(rng: random.Random) -> History:
     return History(attempts, rng.choice(TICKS_NS))
 
 
+# (SeverityNumber, body, more) of the records a step with logs emits; DEBUG is below the default.
+_LOG_LINES: tuple[tuple[int, str, dict[str, Any]], ...] = (
+    (9, "rendering", {"attributes": {"frames": 3}}),
+    (5, "noise in", {}),
+    (13, "slow", {"attributes": {"ms": 250}}),
+    (9, "", {"event_name": "progress", "attributes": {"done": 2}}),
+)
+
+
 @dataclass
 class _Action:
     at_us: int
     attempt: int  # 1-based; 0: the producer
-    kind: str  # start, end, progress
+    kind: str  # start, end, progress, log
     name: str
     parent: str | None = None  # the name of the parent span; None: a root
     attributes: dict[str, Any] = field(default_factory=dict)
@@ -124,6 +136,7 @@ def _actions(history: History, job_id: str) -> list[_Action]:
         actions.append(_Action(start, number, "start", job, parent, job_attributes))
         at = start + 1
         step_end = at
+        between: list[_Action] = []
         for index, step in enumerate(plan.steps):
             name = f"{job}.step{index}"
             actions.append(_Action(at, number, "start", name, job, {JOB_STEP_KEY: f"S{index}"}))
@@ -140,8 +153,17 @@ def _actions(history: History, job_id: str) -> list[_Action]:
                 for n in (1, 2):
                     inner += 1 if step.duration_us else 0
                     actions.append(_Action(inner, number, "progress", name, attributes={"n": n}))
+            if step.logs:
+                progress_too = number == last and not plan.last_step_outlives_job
+                for severity, body, extra in _LOG_LINES[: 4 if progress_too else 3]:
+                    inner += 1 if step.duration_us else 0
+                    attributes = {"severity": severity, "body": f"{body} {name}", **extra}
+                    actions.append(_Action(inner, number, "log", name, attributes=attributes))
             step_end = max(at + step.duration_us, inner)
             actions.append(_Action(step_end, number, "end", name, fails=step.fails))
+            if step.logs:  # in the job span's own context, between steps
+                attributes = {"severity": 9, "body": f"after {name}"}
+                between.append(_Action(step_end, number, "log", job, attributes=attributes))
             at = step_end + step.pause_us
         job_end = max(at, step_end) + 1
         outlived = plan.last_step_outlives_job and bool(plan.steps)
@@ -151,6 +173,7 @@ def _actions(history: History, job_id: str) -> list[_Action]:
             step_ended = actions[-1]
             job_end = max(step_ended.at_us, actions[-2].at_us + 1)
             step_ended.at_us, step_ended.own_tick = job_end + 1 + plan.steps[-1].pause_us, True
+        actions.extend(between)
         actions.append(_Action(job_end, number, "end", job, fails=plan.fails, own_tick=outlived))
         if plan.names_itself:
             actions.append(
@@ -202,12 +225,30 @@ def _timed(history: History, job_id: str, base_ns: int) -> list[tuple[_Action, i
             return timed
 
 
-def tell(history: History, tracer: Tracer, job_id: str, base_ns: int = BASE_NS) -> dict[int, int]:
-    """Tell ``history`` live from ``base_ns``; returns each span's attempt (by span id; 0:
-    outside any)."""
+def tell(
+    history: History,
+    tracer: Tracer,
+    job_id: str,
+    base_ns: int = BASE_NS,
+    logger: Logger | None = None,
+) -> dict[int, int]:
+    """Tell ``history`` live from ``base_ns`` (its log records through ``logger``, if any);
+    returns each span's attempt (by span id; 0: outside any)."""
     live: dict[str, Span] = {}
     attempt_of: dict[int, int] = {}
     for action, at_ns in _timed(history, job_id, base_ns):
+        if action.kind == "log":
+            if logger is not None:
+                line = action.attributes
+                logger.emit(
+                    timestamp=at_ns,
+                    context=set_span_in_context(live[action.name]),
+                    severity_number=SeverityNumber(line["severity"]),
+                    body=line["body"] or None,
+                    attributes=line.get("attributes", {}),
+                    event_name=line.get("event_name"),
+                )
+            continue
         if action.kind == "progress":
             live[action.name].add_event("progress", action.attributes, timestamp=at_ns)
             continue

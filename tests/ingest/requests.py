@@ -9,13 +9,20 @@ from typing import Any
 
 import httpx
 from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.trace import ReadableSpan
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
@@ -30,6 +37,23 @@ def proto_spans(spans: Sequence[ReadableSpan]) -> list[Span]:
         for scope in resource.scope_spans
         for span in scope.spans
     ]
+
+
+def proto_logs(records: Sequence[ReadableLogRecord]) -> list[LogRecord]:
+    """The SDK's log records as OTLP protobuf records, through the real exporter's encoder."""
+    request = encode_logs(records)
+    return [
+        record
+        for resource in request.resource_logs
+        for scope in resource.scope_logs
+        for record in scope.log_records
+    ]
+
+
+def logs_request_of(records: Iterable[LogRecord]) -> ExportLogsServiceRequest:
+    return ExportLogsServiceRequest(
+        resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=list(records))])]
+    )
 
 
 def start_markers(spans: Iterable[Span]) -> list[Span]:
@@ -69,7 +93,7 @@ def request_of(spans: Iterable[Span]) -> ExportTraceServiceRequest:
     )
 
 
-def as_otlp_json(request: ExportTraceServiceRequest) -> bytes:
+def as_otlp_json(request: ExportTraceServiceRequest | ExportLogsServiceRequest) -> bytes:
     """The OTLP JSON mapping: protobuf's JSON with ids in hex instead of base64."""
     document = json_format.MessageToDict(request)
 
@@ -99,3 +123,10 @@ def partial_success(reply: httpx.Response) -> tuple[int, str]:
     response = ExportTraceServiceResponse()
     response.ParseFromString(reply.content)
     return response.partial_success.rejected_spans, response.partial_success.error_message
+
+
+def rejected_log_records(reply: httpx.Response) -> tuple[int, str]:
+    """(rejected log records, error message) of a 200 answer to /v1/logs in protobuf."""
+    response = ExportLogsServiceResponse()
+    response.ParseFromString(reply.content)
+    return response.partial_success.rejected_log_records, response.partial_success.error_message

@@ -6,7 +6,10 @@ import secrets
 import time
 from collections.abc import Callable
 
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -16,7 +19,7 @@ from opentelemetry.trace import Tracer
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, record_event, step
 from otel_jobsteps.attributes import JOB_OUTCOME, JOB_STEP_DETAIL, OUTCOME_TARGET_DELETED
 from otel_jobsteps.demo import record_seed_story
-from tests.ingest.requests import proto_spans
+from tests.ingest.requests import proto_logs, proto_spans
 
 
 def seed_story(tracer: Tracer, suffix: str = "") -> None:
@@ -60,7 +63,8 @@ class _SystemIds(IdGenerator):
 
 
 class Recording:
-    """One provider: the processor writes the reference rows, the exporter keeps the spans."""
+    """One tracer and one logger provider: the processor writes the reference rows, the
+    exporters keep the spans and the log records (``logger`` emits them)."""
 
     def __init__(self, dsn: str) -> None:
         self.processor = JobStepsProcessor(dsn)
@@ -68,13 +72,25 @@ class Recording:
         self.provider = TracerProvider(id_generator=_SystemIds())
         self.provider.add_span_processor(self.processor)
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.log_exporter = InMemoryLogRecordExporter()
+        self.logger_provider = LoggerProvider()
+        self.logger_provider.add_log_record_processor(self.processor)
+        self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.log_exporter))
+        self.logger = self.logger_provider.get_logger("tests")
 
     def spans(self, story: Callable[[Tracer, str], None], suffix: str) -> list[Span]:
-        """Tell ``story`` with job ids ending in ``suffix``; its spans as OTLP protobuf."""
+        """Tell ``story`` with job ids ending in ``suffix``; its spans as OTLP protobuf (its
+        log records: `logs`)."""
         self.exporter.clear()
+        self.log_exporter.clear()
         story(self.provider.get_tracer("tests"), suffix)
         assert self.processor.force_flush(10_000)
         return proto_spans(self.exporter.get_finished_spans())
 
+    def logs(self) -> list[LogRecord]:
+        """The log records the last story emitted, as OTLP protobuf."""
+        return proto_logs(self.log_exporter.get_finished_logs())
+
     def close(self) -> None:
+        self.logger_provider.shutdown()
         self.provider.shutdown()

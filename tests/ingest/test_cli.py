@@ -27,6 +27,12 @@ from tests.ingest.collector import run_collect
             id="settle-open-after",
         ),
         pytest.param(["--max-body-bytes", "12"], "--max-body-bytes", id="body-limit"),
+        pytest.param(
+            ["--listen", "127.0.0.1:4396", "--grpc-listen", "off", "--logs-min-severity", "LOUD"],
+            "a log severity must be a name",
+            id="logs-min-severity",
+        ),
+        pytest.param(["--logs-max-per-step", "0"], "--logs-max-per-step", id="logs-cap"),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(empty_dsn: str, options: list[str], says: str) -> None:

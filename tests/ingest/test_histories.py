@@ -11,14 +11,16 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otel_jobsteps.ingest.decode import decode_protobuf
+from otel_jobsteps.ingest.logs import decode_logs_protobuf
 from otel_jobsteps.ingest.settings import CollectSettings
 from otel_jobsteps.ingest.staging import Staging
 from tests.ingest.collector import table_rows
 from tests.ingest.histories import AttemptPlan, History, StepPlan, histories, tell
-from tests.ingest.requests import request_of, start_markers
+from tests.ingest.requests import logs_request_of, request_of, start_markers
 from tests.ingest.stories import Recording
 
 
@@ -38,13 +40,19 @@ def _attempt(span: Span, attempt_of: dict[int, int]) -> int:
 def deliver(
     history: History, recording: Recording, receivers: list[Staging], seed: int, job_id: str
 ) -> None:
-    """Tell ``history``, then hand its spans to the receivers in a random arrival: shuffled,
-    some twice, some with start markers first, in random requests, with a settle pass wherever
-    no attempt whose job span ended copy came is still missing a span."""
+    """Tell ``history``, then hand its spans and log records to the receivers in a random
+    arrival: shuffled, some twice, some spans with start markers first, in random requests
+    (a record before or after its span), with a settle pass wherever no attempt whose job
+    span's ended copy came is still missing a span or a record."""
     attempt_of: dict[int, int] = {}
-    spans = recording.spans(lambda tracer, _: attempt_of.update(tell(history, tracer, job_id)), "")
+    spans = recording.spans(
+        lambda tracer, _: attempt_of.update(tell(history, tracer, job_id, logger=recording.logger)),
+        "",
+    )
+    records = recording.logs()
     shuffle = random.Random(seed)
-    pool = spans + start_markers(shuffle.sample(spans, shuffle.randint(0, len(spans))))
+    markers = start_markers(shuffle.sample(spans, shuffle.randint(0, len(spans))))
+    pool: list[Span | LogRecord] = [*spans, *markers, *records]
     shuffle.shuffle(pool)
     pool += [shuffle.choice(pool) for _ in range(shuffle.randint(0, 3))]
     delivered: set[bytes] = set()
@@ -53,20 +61,43 @@ def deliver(
     while start < len(pool):
         part = pool[start : start + shuffle.randint(1, 6)]
         start += len(part)
-        decoded = decode_protobuf(request_of(part).SerializeToString())
-        shuffle.choice(receivers).receive(decoded.spans, decoded.wire)
-        for span in part:
-            if span in spans:
-                delivered.add(span.span_id)
-                if span.name.startswith("job") and "." not in span.name:
-                    ended.add(_attempt(span, attempt_of))
+        span_part = [item for item in part if isinstance(item, Span)]
+        if span_part:
+            decoded = decode_protobuf(request_of(span_part).SerializeToString())
+            shuffle.choice(receivers).receive(decoded.spans, decoded.wire)
+        _deliver_records([item for item in part if isinstance(item, LogRecord)], receivers, shuffle)
+        for item in part:
+            if isinstance(item, LogRecord):
+                delivered.add(item.SerializeToString())
+            elif item in spans:
+                delivered.add(item.span_id)
+                if item.name.startswith("job") and "." not in item.name:
+                    ended.add(_attempt(item, attempt_of))
         whole = all(s.span_id in delivered for s in spans if _attempt(s, attempt_of) in ended)
+        whole = whole and all(
+            r.SerializeToString() in delivered
+            for r in records
+            if attempt_of.get(int.from_bytes(r.span_id, "big"), 0) in ended
+        )
         if whole and shuffle.random() < 0.5:
             receivers[0].settle()
     receivers[0].settle()
     copies = request_of(shuffle.sample(spans, min(3, len(spans))))
     again = decode_protobuf(copies.SerializeToString())
     receivers[1].receive(again.spans, again.wire)  # late copies of settled attempts change nothing
+
+
+def _deliver_records(
+    records: list[LogRecord], receivers: list[Staging], shuffle: random.Random
+) -> None:
+    """Log records in requests of their own; a copy of a record goes in another request (in
+    one request two identical records are two lines)."""
+    while records:
+        unique = list({record.SerializeToString(): record for record in records}.values())
+        for record in unique:
+            records.remove(record)
+        decoded = decode_logs_protobuf(logs_request_of(unique).SerializeToString())
+        shuffle.choice(receivers).receive_logs(decoded.logs, decoded.wire, decoded.keys)
 
 
 def _collect_matches_the_processor(

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 import redis
 
+from otel_jobsteps import job_detail
 from tests.helpers import wait_until
 from tests.ingest.collector import Collector, CollectorFactory
 from tests.queues.support import (
@@ -73,6 +74,7 @@ def node_worker(node_example: Path, queue: str, tmp_path: Path) -> Iterator[Node
             {
                 **os.environ,
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.traces_url,
+                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"{collector.url}/v1/logs",
                 "REDIS_URL": REDIS_URL,
                 "QUEUE": queue,
                 **env,
@@ -118,6 +120,37 @@ def test_failed_attempt_then_retry_gives_the_python_adapters_rows(
     assert detail.events[0].detail == {"next_attempt": 2}
     assert detail.log is not None
     assert detail.log.status == "COMPLETED"
+
+
+def test_the_workers_log_lines_are_under_their_steps(
+    start_collect: CollectorFactory, node_worker: NodeWorker, queue: str, dsn: str
+) -> None:
+    # The worker logs through the Node Logs SDK and its OTLP log exporter, batched apart from
+    # its spans: each line lands in the step whose span was active when it was emitted.
+    node_worker(start_collect(dsn))
+    enqueue(queue, "flaky", "flaky-logs", attempts=2)
+    assert_retried_then_completed(
+        dsn, queue, "flaky-logs", save_error="Error: disk full", job_type="flaky"
+    )
+
+    def lines(attempt: int) -> list[tuple[str | None, str | None, str | None]] | None:
+        found = job_detail(dsn, queue, "flaky-logs", attempt).logs
+        got = [(line.step_key, line.severity, line.message) for line in found]
+        return got if len(got) >= 3 else None
+
+    assert wait_until(lambda: lines(1), what="attempt 1's log lines") == [
+        (None, "INFO", "attempt 1 of flaky-logs"),
+        ("RENDER", "INFO", "rendering 3 frames"),
+        ("SAVE", "ERROR", "disk full while saving"),
+    ]
+    assert wait_until(lambda: lines(2), what="attempt 2's log lines") == [
+        (None, "INFO", "attempt 2 of flaky-logs"),
+        ("RENDER", "INFO", "rendering 3 frames"),
+        ("SAVE", "INFO", "saved"),
+    ]
+    first = job_detail(dsn, queue, "flaky-logs", 1).logs
+    assert first[1].attributes == {"frames": 3}
+    assert first[2].attributes == {"disk": "/data"}
 
 
 def test_a_retry_after_its_first_attempt_settled_is_recorded(

@@ -18,7 +18,15 @@ from otel_jobsteps.ingest.staging import Staging, StagingUnavailable
 from tests.ingest.requests import request_of
 from tests.ingest.stories import Recording, seed_story
 
-TABLES = ("job_event", "job_log", "otlp_trace", "otlp_span", "otlp_job", "otlp_attempt")
+TABLES = (
+    "job_event",
+    "job_log",
+    "otlp_trace",
+    "otlp_span",
+    "otlp_job",
+    "otlp_attempt",
+    "otlp_log",
+)
 
 
 @pytest.fixture
@@ -55,7 +63,7 @@ def _refusal(dsn: str) -> str:
 def test_a_role_without_delete_is_refused_at_startup(no_delete_role: str) -> None:
     assert _refusal(no_delete_role).endswith(
         "lacks DELETE on job_event, DELETE on job_log, DELETE on otlp_attempt, DELETE on otlp_job,"
-        " DELETE on otlp_span, DELETE on otlp_trace"
+        " DELETE on otlp_log, DELETE on otlp_span, DELETE on otlp_trace"
     )
 
 

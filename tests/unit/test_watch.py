@@ -32,7 +32,10 @@ class _Reader:
     def ended(self, span: ReadableSpan) -> None:
         pass
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any]) -> bool:
+    def log(self, record: Any) -> None:
+        pass
+
+    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
         self.offered.append(dict(attributes))
         return self.taking
 

@@ -6,8 +6,10 @@
 -- name: share_move_lock --
 -- Beside prune's mover (partitioned layout: its lock key): it moves finished attempts' rows
 -- while no request derives rows, a request derives while no mover runs (its delete then sees
--- the moved rows); requests do not wait for each other.
-SELECT pg_advisory_xact_lock_shared(hashtextextended('otel_jobsteps:move:' || %(schema)s, 0));
+-- the moved rows); requests do not wait for each other. Returns the transaction's id: should
+-- its COMMIT go unanswered, txid_status tells whether it landed (the metrics count it then).
+SELECT pg_advisory_xact_lock_shared(hashtextextended('otel_jobsteps:move:' || %(schema)s, 0)),
+       txid_current();
 
 -- name: lock_traces --
 -- Register the request's traces and lock their rows, in the (sorted) order given: two receivers

@@ -8,6 +8,7 @@ import os
 import threading
 import weakref
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -110,13 +111,35 @@ class Committed:
 
     def without(
         self,
-        steps: Iterable[tuple[str | None, str | None]],
+        steps: Iterable[tuple[str | None, str | None, str | None, str | None]],
         attempts: Iterable[tuple[str, str, int]],
     ) -> Committed:
-        """This, less the steps (trace id, span id) and attempts already counted before."""
-        old_steps, old_attempts = set(steps), set(attempts)
+        """This, less the steps (trace id, span id, step key, status) and attempts counted
+        before. A step counted before is known by its span; failing that (a derivation merged
+        two spans of its key into one row, under the other span), by its trace, key and status:
+        each counted step cancels one of these, so a row is counted once whichever span it has."""
+        old_attempts = set(attempts)
+        by_span: dict[tuple[str | None, str | None], list[tuple[Any, ...]]] = {}
+        for trace, span, key, status in steps:
+            by_span.setdefault((trace, span), []).append((trace, key, status or ""))
+        fresh = []
+        for s in self.closed_steps():
+            counted = by_span.get((s.trace_id, s.span_id))
+            if counted:
+                counted.pop()
+            else:
+                fresh.append(s)
+        # Counted steps whose span has no row now.
+        others = Counter(group for groups in by_span.values() for group in groups)
+        kept = []
+        for s in fresh:
+            same = (s.trace_id, s.step_key, s.status)
+            if others[same] > 0:
+                others[same] -= 1
+            else:
+                kept.append(s)
         return Committed(
-            [s for s in self.closed_steps() if (s.trace_id, s.span_id) not in old_steps],
+            kept,
             [
                 a
                 for a in self.finished_attempts()

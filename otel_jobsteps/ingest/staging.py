@@ -585,8 +585,12 @@ class Staging:
             },
         )
         return committed.without(
-            [(trace, span) for trace, span, _, _, attempt in counted if attempt is None],
-            [(domain, job, attempt) for _, _, domain, job, attempt in counted if attempt],
+            [
+                (trace, span, key, status)
+                for trace, span, key, status, *_, n in counted
+                if n is None
+            ],
+            [(domain, job, n) for *_, domain, job, n in counted if n is not None],
         )
 
     def _job_spans(

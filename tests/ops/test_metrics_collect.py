@@ -8,17 +8,22 @@ from typing import Any
 
 import psycopg
 import pytest
+from opentelemetry import trace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from otel_jobsteps.attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
 from otel_jobsteps.ingest.decode import decode_protobuf
 from otel_jobsteps.ingest.settings import CollectSettings
 from otel_jobsteps.ingest.staging import Staging, StagingUnavailable
 from otel_jobsteps.metrics import StepMetrics
 from tests.faults.proxy import FaultProxy
 from tests.helpers import wait_until
-from tests.ingest.requests import request_of
+from tests.ingest.requests import proto_spans, request_of
 from tests.ingest.stories import Recording, seed_story
 from tests.ops.test_metrics import SEED_ATTEMPTS, SEED_STEPS, attempt_counts, step_counts
 
@@ -98,3 +103,40 @@ def test_a_request_whose_commit_did_not_land_counts_when_retried(
     assert attempt_counts(reader) == SEED_ATTEMPTS
     with psycopg.connect(second_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM job_log").fetchone() == (2,)
+
+
+def overlapping_steps(job_id: str) -> list[Span]:
+    """A job span J (0..40 s) with two spans of step K: Y (10..30 s), then X (5..20 s) that
+    started first; the processor makes one K row of them."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests")
+    at = 1_764_000_000 * 10**9
+    names = {JOB_DOMAIN: "d", JOB_ID: job_id, JOB_TYPE: "recount", JOB_ATTEMPT: 1}
+    job = tracer.start_span("job", attributes=names, start_time=at)
+    inside = trace.set_span_in_context(job)
+    for name, start_s, end_s in (("Y", 10, 30), ("X", 5, 20)):
+        child = tracer.start_span(
+            name, inside, attributes={JOB_STEP_KEY: "K"}, start_time=at + start_s * 10**9
+        )
+        child.end(at + end_s * 10**9)
+    job.end(at + 40 * 10**9)
+    provider.shutdown()
+    by_name = {span.name: span for span in proto_spans(exporter.get_finished_spans())}
+    return [by_name["job"], by_name["Y"], by_name["X"]]
+
+
+def test_a_later_span_that_moves_a_step_row_to_another_span_does_not_count_it_again(
+    second_dsn: str, staging_for: Any, metered: tuple[StepMetrics, InMemoryMetricReader]
+) -> None:
+    job, y, x = overlapping_steps("recount-1")
+    staging = staging_for(second_dsn)
+    receive(staging, [job, y])
+    receive(staging, [x])  # derived again: the K row now comes from X's span
+    with psycopg.connect(second_dsn) as conn:
+        rows = conn.execute(
+            "SELECT step_key, step_status FROM job_event WHERE type = 'STEP'"
+        ).fetchall()
+    assert rows == [("K", "COMPLETED")]
+    assert step_counts(metered[1]) == {("d", "recount", "K", "COMPLETED"): 1}

@@ -118,7 +118,9 @@ class CollectMetrics:
         self._scrape = InMemoryMetricReader()
         self.provider = MeterProvider(metric_readers=[self._scrape, *readers])
         self.steps = StepMetrics(
-            self.provider, on_folded=partial(stats.add, "metrics_step_keys_folded")
+            self.provider,
+            on_folded=partial(stats.add, "metrics_step_keys_folded"),
+            on_folded_values=partial(stats.add, "metrics_values_folded"),
         )
         meter = self.provider.get_meter("otel_jobsteps")
         self._requests = meter.create_counter(

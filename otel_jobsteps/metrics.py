@@ -123,17 +123,18 @@ class Committed:
 
     def without(
         self,
-        steps: Iterable[tuple[str | None, str | None, str | None, str | None]],
+        steps: Iterable[tuple[str | None, str | None, str | None]],
         attempts: Iterable[tuple[str, str, int]],
     ) -> Committed:
-        """This, less the steps (trace id, span id, step key, status) and attempts counted
+        """This, less the steps (trace id, span id, step key) and attempts counted
         before. A step counted before is known by its span; failing that (a derivation merged
-        two spans of its key into one row, under the other span), by its trace, key and status:
-        each counted step cancels one of these, so a row is counted once whichever span it has."""
+        two spans of its key into one row, under the other span), by its trace and key: each
+        counted step cancels one of these, so a row is counted once whichever span it has (and
+        with the status it was counted with first: counters never go back)."""
         old_attempts = set(attempts)
         by_span: dict[tuple[str | None, str | None], list[tuple[Any, ...]]] = {}
-        for trace, span, key, status in steps:
-            by_span.setdefault((trace, span), []).append((trace, key, status or ""))
+        for trace, span, key in steps:
+            by_span.setdefault((trace, span), []).append((trace, key))
         fresh = []
         for s in self.closed_steps():
             counted = by_span.get((s.trace_id, s.span_id))
@@ -145,7 +146,7 @@ class Committed:
         others = Counter(group for groups in by_span.values() for group in groups)
         kept = []
         for s in fresh:
-            same = (s.trace_id, s.step_key, s.status)
+            same = (s.trace_id, s.step_key)
             if others[same] > 0:
                 others[same] -= 1
             else:

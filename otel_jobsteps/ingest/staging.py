@@ -585,11 +585,7 @@ class Staging:
             },
         )
         return committed.without(
-            [
-                (trace, span, key, status)
-                for trace, span, key, status, *_, n in counted
-                if n is None
-            ],
+            [(trace, span, key) for trace, span, key, *_, n in counted if n is None],
             [(domain, job, n) for *_, domain, job, n in counted if n is not None],
         )
 

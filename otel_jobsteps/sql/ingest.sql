@@ -95,25 +95,24 @@ WHERE o.trace_id = t.trace_id AND t.added > 0;
 
 -- name: forget_derived_rows --
 -- Remove what earlier derivations wrote of these attempts (not settled), before writing anew.
--- Returns what of it the metrics counted then: its closed steps (with their key and status),
--- then its final rows.
+-- Returns what of it the metrics counted then: its closed steps (with their key), then its
+-- final rows.
 WITH target AS (
     SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
              AS t (domain, job_id, attempt)
 ), events AS (
     DELETE FROM {job_event} AS e USING target AS t
     WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-    RETURNING e.trace_id, e.span_id, e.type, e.ended_at, e.step_key, e.step_status
+    RETURNING e.trace_id, e.span_id, e.type, e.ended_at, e.step_key
 ), logs AS (
     DELETE FROM {job_log} AS l USING target AS t
     WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
     RETURNING l.domain, l.job_id, l.attempt
 )
-SELECT trace_id, span_id, step_key, step_status, NULL AS domain, NULL AS job_id,
-       NULL::int AS attempt
+SELECT trace_id, span_id, step_key, NULL AS domain, NULL AS job_id, NULL::int AS attempt
 FROM events WHERE type = 'STEP' AND ended_at IS NOT NULL
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, domain, job_id, attempt FROM logs;
+SELECT NULL, NULL, NULL, domain, job_id, attempt FROM logs;
 
 -- name: note_attempts --
 -- After a derivation: each attempt derived, whether it has its final row now and whether it is

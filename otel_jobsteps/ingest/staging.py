@@ -60,6 +60,7 @@ __all__ = ["Receipt", "Staging", "StagingUnavailable"]
 
 _RETRIED = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 _TRANSACTION_ATTEMPTS = 5
+_MAX_UNCERTAIN = 1000  # lost COMMITs' changes kept until txid_status tells (memory bound)
 
 
 class StagingUnavailable(Exception):
@@ -228,8 +229,7 @@ class Staging:
                         ) from None
                 except psycopg.OperationalError as error:
                     if transaction.committed is not None:  # the COMMIT may have landed
-                        with self._uncertain_lock:
-                            self._uncertain.append(transaction)
+                        self._note_uncertain(transaction)
                     raise self._unavailable(store, error) from None
                 except psycopg.Error as error:
                     # Rights revoked, a table altered: answered 503 so the exporter keeps the
@@ -240,6 +240,16 @@ class Staging:
                     self._on_committed(committed)
                     return receipt
         raise AssertionError("unreachable")
+
+    def _note_uncertain(self, transaction: _Transaction) -> None:
+        """Keep a transaction whose COMMIT went unanswered, the newest `_MAX_UNCERTAIN`."""
+        with self._uncertain_lock:
+            self._uncertain.append(transaction)
+            over = len(self._uncertain) - _MAX_UNCERTAIN
+            if over > 0:
+                del self._uncertain[:over]
+        if over > 0:
+            self.stats.problem("metrics_uncounted", "a lost COMMIT's rows left out of the metrics")
 
     def _count_uncertain(self, store: StepStore) -> None:
         """Count what each transaction whose COMMIT went unanswered changed, once the server

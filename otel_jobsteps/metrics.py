@@ -8,8 +8,10 @@ import os
 import threading
 import weakref
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, NamedTuple
 
 from opentelemetry import metrics
@@ -25,8 +27,12 @@ from .errors import ConfigurationError
 
 __all__ = [
     "ATTEMPTS",
+    "DEFAULT_MAX_JOB_TYPES",
+    "DEFAULT_MAX_REASONS",
     "DEFAULT_MAX_STEP_KEYS",
     "DURATION_BUCKETS_S",
+    "MAX_JOB_TYPES_ENV",
+    "MAX_REASONS_ENV",
     "MAX_STEP_KEYS_ENV",
     "OTHER_STEP_KEY",
     "STEP_DURATION",
@@ -44,10 +50,17 @@ DURATION_BUCKETS_S = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
     1800.0, 3600.0,
 )  # fmt: skip
-# Step keys of a job type beyond the bound are recorded under this one value.
+# Step keys of a job type beyond the bound are recorded under this one value (job types,
+# domains and reasons beyond theirs too).
 OTHER_STEP_KEY = "__other__"
 DEFAULT_MAX_STEP_KEYS = 100
 MAX_STEP_KEYS_ENV = "OTEL_JOBSTEPS_METRICS_MAX_STEP_KEYS"
+# Distinct (domain, job type) pairs and job.reason values kept: collect takes them from the
+# network, and each kept one holds memory here for the process's life.
+DEFAULT_MAX_JOB_TYPES = 200
+MAX_JOB_TYPES_ENV = "OTEL_JOBSTEPS_METRICS_MAX_JOB_TYPES"
+DEFAULT_MAX_REASONS = 50
+MAX_REASONS_ENV = "OTEL_JOBSTEPS_METRICS_MAX_REASONS"
 JOB_STEP_STATUS = "job.step.status"
 JOB_STATUS = "job.status"
 JOB_REASON = "job.reason"
@@ -110,13 +123,36 @@ class Committed:
 
     def without(
         self,
-        steps: Iterable[tuple[str | None, str | None]],
+        steps: Iterable[tuple[str | None, str | None, str | None]],
         attempts: Iterable[tuple[str, str, int]],
     ) -> Committed:
-        """This, less the steps (trace id, span id) and attempts already counted before."""
-        old_steps, old_attempts = set(steps), set(attempts)
+        """This, less the steps (trace id, span id, step key) and attempts counted
+        before. A step counted before is known by its span; failing that (a derivation merged
+        two spans of its key into one row, under the other span), by its trace and key: each
+        counted step cancels one of these, so a row is counted once whichever span it has (and
+        with the status it was counted with first: counters never go back)."""
+        old_attempts = set(attempts)
+        by_span: dict[tuple[str | None, str | None], list[tuple[Any, ...]]] = {}
+        for trace, span, key in steps:
+            by_span.setdefault((trace, span), []).append((trace, key))
+        fresh = []
+        for s in self.closed_steps():
+            counted = by_span.get((s.trace_id, s.span_id))
+            if counted:
+                counted.pop()
+            else:
+                fresh.append(s)
+        # Counted steps whose span has no row now.
+        others = Counter(group for groups in by_span.values() for group in groups)
+        kept = []
+        for s in fresh:
+            same = (s.trace_id, s.step_key)
+            if others[same] > 0:
+                others[same] -= 1
+            else:
+                kept.append(s)
         return Committed(
-            [s for s in self.closed_steps() if (s.trace_id, s.span_id) not in old_steps],
+            kept,
             [
                 a
                 for a in self.finished_attempts()
@@ -136,22 +172,28 @@ def _records_nothing(instrument: object) -> bool:
 
 def max_step_keys_from_environment(value: int | None) -> int:
     """``value``, else ``OTEL_JOBSTEPS_METRICS_MAX_STEP_KEYS``, else the default (>= 1)."""
+    return _bound(value, MAX_STEP_KEYS_ENV, DEFAULT_MAX_STEP_KEYS, "max_step_keys")
+
+
+def _bound(value: int | None, variable: str, default: int, name: str) -> int:
+    """``value``, else the environment ``variable``, else ``default``; positive."""
     if value is None:
-        raw = os.environ.get(MAX_STEP_KEYS_ENV, "")
+        raw = os.environ.get(variable, "")
         try:
-            value = int(raw) if raw else DEFAULT_MAX_STEP_KEYS
+            value = int(raw) if raw else default
         except ValueError:
-            message = f"{MAX_STEP_KEYS_ENV} must be an integer, got {raw!r}"
+            message = f"{variable} must be an integer, got {raw!r}"
             raise ConfigurationError(message) from None
     if value < 1:
-        raise ConfigurationError(f"max_step_keys must be positive, got {value!r}")
+        raise ConfigurationError(f"{name} must be positive, got {value!r}")
     return value
 
 
 # A pending aggregation: one count per bucket (the last above 1 h), then the sum, min and max,
-# 1 if the step key is folded, and the attribute values counted (the key maybe folded).
+# 1 if the step key is folded, 1 if the job type (or domain) is, and the attribute values
+# counted (maybe folded).
 _BUCKETS = len(DURATION_BUCKETS_S) + 1
-_SUM, _MIN, _MAX, _FOLDED, _COUNTED = range(_BUCKETS, _BUCKETS + 5)
+_SUM, _MIN, _MAX, _FOLDED, _TYPE_FOLDED, _COUNTED = range(_BUCKETS, _BUCKETS + 6)
 _StepValues = tuple[str, str | None, str, str]
 
 
@@ -254,7 +296,8 @@ def _step_attributes(values: _StepValues) -> dict[str, str]:
 
 
 class StepMetrics:
-    """The step duration histogram and the attempts counter, step keys bounded per job type.
+    """The step duration histogram and the attempts counter; step keys bounded per job type,
+    job types (with their domains) and reasons per process, the rest folded to `OTHER_STEP_KEY`.
 
     Both are counted here, on the thread that committed, and handed to the SDK when it collects
     (the attempts through an observable counter, the durations merged into the histogram's
@@ -267,6 +310,9 @@ class StepMetrics:
         *,
         max_step_keys: int | None = None,
         on_folded: Callable[[int], None] = lambda count: None,
+        max_job_types: int | None = None,
+        max_reasons: int | None = None,
+        on_folded_values: Callable[[int], None] = lambda count: None,
     ) -> None:
         meter = metrics.get_meter("otel_jobsteps", meter_provider=meter_provider)
         self._duration = meter.create_histogram(
@@ -297,6 +343,15 @@ class StepMetrics:
         self._max_step_keys = max_step_keys_from_environment(max_step_keys)
         self._on_folded = on_folded  # counts steps recorded under OTHER_STEP_KEY
         self._keys: dict[str | None, set[str]] = {}
+        self._max_job_types = _bound(
+            max_job_types, MAX_JOB_TYPES_ENV, DEFAULT_MAX_JOB_TYPES, "max_job_types"
+        )
+        self._max_reasons = _bound(max_reasons, MAX_REASONS_ENV, DEFAULT_MAX_REASONS, "max_reasons")
+        # Counts steps and attempts recorded with a folded job type, domain or reason.
+        self._on_folded_values = on_folded_values
+        self._types: set[tuple[str, str | None]] = set()  # (domain, job type) pairs kept
+        self._domains: set[str] = set()  # the domains of the kept types
+        self._reasons: set[str] = set()
         # Attribute dicts by their values: a batch's steps mostly repeat a few.
         self._step_attributes: dict[tuple[str, str | None, str, str], dict[str, str]] = {}
 
@@ -315,25 +370,31 @@ class StepMetrics:
                 self._record_steps(committed.closed_steps())
         if committed.attempts or committed.log_rows:
             counts = self._attempt_counts
+            folded = 0
             with self._lock:
-                for a in committed.attempts:
-                    counted = (a.domain, a.job_type, a.status, a.reason or None)
+                finished: Iterable[FinishedAttempt | JobLogRow] = chain(
+                    committed.attempts, committed.log_rows
+                )
+                for a in finished:
+                    (domain, job_type), type_folded = self._bounded_type(a.domain, a.job_type)
+                    reason, reason_folded = self._bounded_reason(a.reason or None)
+                    counted = (domain, job_type, a.status, reason)
                     counts[counted] = counts.get(counted, 0) + 1
-                for r in committed.log_rows:
-                    counted = (r.domain, r.job_type, r.status, r.reason or None)
-                    counts[counted] = counts.get(counted, 0) + 1
+                    folded += type_folded or reason_folded
+            if folded:
+                self._on_folded_values(folded)
 
     def _count_steps(self, committed: Committed) -> None:
         """Count durations into the pending buckets (merged into the SDK when it collects)."""
-        folded = 0
+        folded = types_folded = 0
         with self._lock:
             pending = self._pending
 
             def count(values: _StepValues, seconds: float) -> None:
-                nonlocal folded
+                nonlocal folded, types_folded
                 acc = pending.get(values)
                 if acc is None:
-                    acc = pending[values] = self._new_pending(values)
+                    acc = self._pending_for(pending, values)
                 if seconds < 0.0:
                     seconds = 0.0
                 acc[bisect_left(DURATION_BUCKETS_S, seconds)] += 1
@@ -343,6 +404,7 @@ class StepMetrics:
                 if seconds > acc[_MAX]:
                     acc[_MAX] = seconds
                 folded += acc[_FOLDED]
+                types_folded += acc[_TYPE_FOLDED]
 
             for step in committed.steps:
                 count((step.domain, step.job_type, step.step_key or "", step.status), step.seconds)
@@ -354,24 +416,38 @@ class StepMetrics:
                 )
         if folded:
             self._on_folded(folded)
+        if types_folded:
+            self._on_folded_values(types_folded)
 
-    def _new_pending(self, values: _StepValues) -> list[Any]:
-        """Buckets, sum, min, max, whether the key is folded, the attributes' values."""
+    def _pending_for(self, pending: dict[_StepValues, list[Any]], values: _StepValues) -> list[Any]:
+        """The pending counts of ``values`` as recorded (maybe folded), kept under those: buckets,
+        sum, min, max, whether the key and the type are folded, the attributes' values. Folded
+        values share their one entry, so what is pending stays within the bounds too."""
         domain, job_type, step_key, status = values
+        (domain, job_type), type_folded = self._bounded_type(domain, job_type)
         key = self._bounded_key(job_type, step_key)
         counted = (domain, job_type, key, status)
-        return [0] * _BUCKETS + [0.0, math.inf, -math.inf, int(key is OTHER_STEP_KEY), counted]
+        acc = pending.get(counted)
+        if acc is None:
+            flags = [int(key is OTHER_STEP_KEY), int(type_folded)]
+            acc = pending[counted] = [0] * _BUCKETS + [0.0, math.inf, -math.inf, *flags, counted]
+        return acc
 
     def _record_steps(self, steps: list[ClosedStep]) -> None:
         """Through the SDK's ``record()``: a MeterProvider whose aggregations are not known."""
-        folded = 0
+        folded = types_folded = 0
         record_duration = self._duration.record
         for step in steps:
-            key = self._bounded_key(step.job_type, step.step_key or "")
+            (domain, job_type), type_folded = self._bounded_type(step.domain, step.job_type)
+            types_folded += type_folded
+            step = step._replace(domain=domain, job_type=job_type)
+            key = self._bounded_key(job_type, step.step_key or "")
             folded += key is OTHER_STEP_KEY
             record_duration(max(step.seconds, 0.0), self._attributes(step, key))
         if folded:
             self._on_folded(folded)
+        if types_folded:
+            self._on_folded_values(types_folded)
 
     def _merge_pending(self) -> None:
         """``_merging`` held: the pending durations into the storages they were counted for."""
@@ -398,6 +474,29 @@ class StepMetrics:
                 attributes[JOB_REASON] = reason
             observations.append(metrics.Observation(count, attributes))
         return observations
+
+    def _bounded_type(
+        self, domain: str, job_type: str | None
+    ) -> tuple[tuple[str, str | None], bool]:
+        """(domain, job type) as recorded, and whether folded: a pair beyond the bound keeps
+        its domain if a kept pair has it, else both become `OTHER_STEP_KEY`."""
+        pair = (domain, job_type)
+        if pair in self._types:
+            return pair, False
+        if len(self._types) < self._max_job_types:
+            self._types.add(pair)
+            self._domains.add(domain)
+            return pair, False
+        folded = (domain if domain in self._domains else OTHER_STEP_KEY, OTHER_STEP_KEY)
+        return folded, True
+
+    def _bounded_reason(self, reason: str | None) -> tuple[str | None, bool]:
+        if reason is None or reason in self._reasons:
+            return reason, False
+        if len(self._reasons) < self._max_reasons:
+            self._reasons.add(reason)
+            return reason, False
+        return OTHER_STEP_KEY, True
 
     def _bounded_key(self, job_type: str | None, step_key: str) -> str:
         keys = self._keys.setdefault(job_type, set())

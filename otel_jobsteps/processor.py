@@ -327,6 +327,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             meter_provider,
             max_step_keys=max_step_keys,
             on_folded=partial(self._stats.add, "metrics_step_keys_folded"),
+            on_folded_values=partial(self._stats.add, "metrics_values_folded"),
         )
         self._relay: Relay | None = None
         if writer == "process":

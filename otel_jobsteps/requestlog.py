@@ -1,7 +1,8 @@
 """What ``serve`` and ``collect`` say about the requests they answer.
 
 With ``--access-log``, one JSON line per request: method, path (a ``token`` in the query shown
-as ``***``), status, duration and, for collect, the spans staged. Always, one line when the
+as ``***``), status, duration and, for collect, the spans staged; collect's gRPC calls too
+(`Answered`: their HTTP-equivalent status and their gRPC code). Always, one line when the
 server stops: how many requests were still in flight at the stop signal and were answered
 before it ended (drained), and how many it answered in all.
 """
@@ -13,17 +14,31 @@ import signal
 import threading
 import time
 from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["RequestLog", "print_line"]
+__all__ = ["Answered", "RequestLog", "print_line"]
 
 SECRET_PARAMETERS = frozenset({"token"})
 STAGED_KEY = "spans_staged"  # set in the request's state by collect
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A request answered outside the HTTP app (a gRPC call): what its access line and the
+    request metrics say. ``status`` is the HTTP status OTLP/HTTP answers for that outcome."""
+
+    protocol: str  # "grpc"
+    path: str  # the method's path, e.g. /opentelemetry.proto.collector.trace.v1.TraceService/Export
+    status: int
+    code: str  # the gRPC status code's name
+    seconds: float
+    staged: int | None
 
 
 def print_line(line: str) -> None:
@@ -53,7 +68,9 @@ class RequestLog:
         access_log: bool = False,
         write: Callable[[str], None] = print_line,
         clock: Callable[[], float] = time.monotonic,
+        answers: Callable[[Callable[[Answered], None]], None] | None = None,
     ) -> None:
+        """``answers`` subscribes to the requests answered elsewhere (collect's gRPC calls)."""
         self.app = app
         self.name = name
         self.access_log = access_log
@@ -63,6 +80,8 @@ class RequestLog:
         self.answered = 0
         self.staged = 0
         self.stop: tuple[str, int] | None = None  # the signal's name, requests then in flight
+        if answers is not None:
+            answers(self.answered_elsewhere)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -92,16 +111,20 @@ class RequestLog:
             staged = state.get(STAGED_KEY)
             self.staged += staged or 0
             if self.access_log:
-                self.write(self._access_line(scope, status, self.clock() - started, staged))
+                entry = {"method": scope["method"], "path": shown_path(scope), "status": status}
+                self.write(self._access_line(entry, self.clock() - started, staged))
 
-    def _access_line(self, scope: Scope, status: int, seconds: float, staged: int | None) -> str:
-        entry: dict[str, Any] = {
-            "service": self.name,
-            "method": scope["method"],
-            "path": shown_path(scope),
-            "status": status,
-            "duration_ms": round(seconds * 1000, 3),
-        }
+    def answered_elsewhere(self, answered: Answered) -> None:
+        """Count a gRPC call and write its access line (``method`` is HTTP/2's, as gRPC's)."""
+        self.answered += 1
+        self.staged += answered.staged or 0
+        if self.access_log:
+            entry = {"protocol": answered.protocol, "method": "POST", "path": answered.path,
+                     "status": answered.status, "grpc_status": answered.code}  # fmt: skip
+            self.write(self._access_line(entry, answered.seconds, answered.staged))
+
+    def _access_line(self, entry: dict[str, Any], seconds: float, staged: int | None) -> str:
+        entry = {"service": self.name, **entry, "duration_ms": round(seconds * 1000, 3)}
         if staged is not None:
             entry[STAGED_KEY] = staged
         return json.dumps(entry)  # ASCII only: a path from a client cannot act on a terminal

@@ -60,6 +60,7 @@ def app_from_environment() -> Starlette:
     )
     app.router.routes.append(metrics.route())
     app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
+    app.state.intake.listen(metrics.answered_call)  # gRPC calls, counted alike
     metrics.share(app)  # --workers N: every worker's numbers in each scrape
     return app
 

@@ -261,7 +261,9 @@ def create_app(
         staging.settings.dsn, schema=staging.settings.schema, rights=COLLECT_RIGHTS
     )
     layers = [
-        Middleware(RequestLog, name="collect", access_log=access_log),
+        Middleware(RequestLog, name="collect", access_log=access_log, answers=intake.listen),
         Middleware(HealthMiddleware, readiness=readiness),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=layers)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=layers)
+    app.state.intake = intake  # its gRPC calls are counted by whoever listens (the metrics)
+    return app

@@ -23,18 +23,14 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from .decode import Decoded, decode_protobuf
-from .intake import Answer, Intake, accepted
+from .intake import GRPC_CODES, Answer, Intake, accepted
 from .logs import decode_logs_protobuf
 
 __all__ = ["grpc_target", "start_grpc"]
 
 _TRACES = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"]
 _LOGS = logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"]
-_CODES = {
-    Answer.BAD_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
-    Answer.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Answer.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-}
+_CODES = {answer: grpc.StatusCode[name] for answer, name in GRPC_CODES.items()}
 
 
 def grpc_target(host: str, port: int) -> str:
@@ -46,9 +42,16 @@ class _ExportService:
     """One OTLP service's ``Export``: traces, or logs."""
 
     def __init__(
-        self, intake: Intake, retry_after_s: int, decode: Callable[[bytes], Decoded], *, logs: bool
+        self,
+        intake: Intake,
+        retry_after_s: int,
+        decode: Callable[[bytes], Decoded],
+        *,
+        logs: bool,
+        path: str,
     ) -> None:
         self._intake = intake
+        self._path = path  # /package.Service/Export
         self._retry_after = {Answer.BUSY: 1, Answer.UNAVAILABLE: retry_after_s}
         self._decode = decode
         self._logs = logs
@@ -56,7 +59,7 @@ class _ExportService:
     async def Export(  # the rpc's name
         self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
     ) -> bytes:
-        outcome = await self._intake.export(request, self._decode)
+        outcome = await self._intake.export_call(self._path, request, self._decode)
         if outcome.answer is Answer.ACCEPTED:
             return accepted(outcome, logs=self._logs).SerializeToString()
         code = _CODES[outcome.answer]
@@ -90,7 +93,8 @@ async def start_grpc(
         (_TRACES, decode_protobuf, False),
         (_LOGS, decode_logs_protobuf, True),
     ):
-        service = _ExportService(intake, retry_after_s, decode, logs=logs)
+        path = f"/{descriptor.full_name}/Export"
+        service = _ExportService(intake, retry_after_s, decode, logs=logs, path=path)
         handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(
             service.Export  # bytes in, bytes out
         )

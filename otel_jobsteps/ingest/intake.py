@@ -2,13 +2,15 @@
 
 One `Intake` per receiver process holds its budget: requests in flight (over the bound: busy)
 and the decodes running at once (as many as connections can stage them). Each listener only
-translates the `Outcome` to its protocol.
+translates the `Outcome` to its protocol. The gRPC calls are answered to `listen`-ers (the
+request metrics, the access log) here, as the HTTP requests are by their middleware.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,10 +19,11 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.concurrency import run_in_threadpool
 
+from ..requestlog import Answered
 from .decode import BadRequest, Decoded
 from .staging import Staging, StagingUnavailable
 
-__all__ = ["Answer", "Intake", "Outcome", "accepted"]
+__all__ = ["GRPC_CODES", "HTTP_STATUS", "Answer", "Intake", "Outcome", "accepted"]
 
 _UNAVAILABLE = "the database cannot take spans now"
 
@@ -30,6 +33,13 @@ class Answer(enum.Enum):
     BAD_REQUEST = "bad request"  # not an OTLP export request: the client must not retry it
     BUSY = "busy"  # too many requests in flight: retry soon
     UNAVAILABLE = "unavailable"  # the database cannot take spans now: retry later
+
+
+# Each answer's HTTP status (OTLP/HTTP) and gRPC status code's name (OTLP/gRPC).
+HTTP_STATUS = {Answer.ACCEPTED: 200, Answer.BAD_REQUEST: 400, Answer.BUSY: 429,
+               Answer.UNAVAILABLE: 503}  # fmt: skip
+GRPC_CODES = {Answer.ACCEPTED: "OK", Answer.BAD_REQUEST: "INVALID_ARGUMENT",
+              Answer.BUSY: "RESOURCE_EXHAUSTED", Answer.UNAVAILABLE: "UNAVAILABLE"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +61,31 @@ class Intake:
         # encoded, so memory holds at most that many decoded requests (a 16 MiB body of small
         # spans decodes to some 200 MiB).
         self._staging_slots = asyncio.Semaphore(staging.settings.connections)
+        self._listeners: list[Callable[[Answered], None]] = []
+
+    def listen(self, listener: Callable[[Answered], None]) -> None:
+        """Call ``listener`` with every gRPC call answered (`export_call`)."""
+        self._listeners.append(listener)
+
+    async def export_call(
+        self, path: str, body: bytes, decode: Callable[[bytes], Decoded]
+    ) -> Outcome:
+        """`export` for a gRPC call to ``path``, told to the listeners once answered (a failure
+        as HTTP's 500 and gRPC's UNKNOWN, the codes the client gets)."""
+        started = time.perf_counter()
+        status, code, staged = 500, "UNKNOWN", None
+        try:
+            outcome = await self.export(body, decode)
+            status, code = HTTP_STATUS[outcome.answer], GRPC_CODES[outcome.answer]
+            staged = outcome.staged
+            return outcome
+        finally:
+            answered = Answered("grpc", path, status, code, time.perf_counter() - started, staged)
+            for listener in self._listeners:
+                try:
+                    listener(answered)
+                except Exception as error:  # noqa: BLE001 - the call is answered all the same
+                    self._staging.stats.problem("internal_error", error)
 
     async def export(self, body: bytes, decode: Callable[[bytes], Decoded]) -> Outcome:
         """Decode a whole body and stage its spans; counted in flight only from here (a body

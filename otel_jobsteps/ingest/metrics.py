@@ -2,8 +2,9 @@
 ``OTEL_METRICS_EXPORTER`` names one, pushed by that exporter (``OTEL_EXPORTER_OTLP_*`` apply).
 
 It holds the step metrics of what collect commits and collect's own: requests by outcome and
-status code with their duration, spans and log records by outcome, and how long ago a settle
-pass ended.
+status code with their duration (gRPC calls too: their HTTP-equivalent status, with
+``rpc.system`` ``grpc``), spans and log records by outcome, and how long ago a settle pass
+ended.
 
 With ``--workers N`` a scrape reaches one worker process: each worker publishes its numbers
 every second to a directory of the run (`shared_across_workers`), and ``GET /metrics`` of any
@@ -45,6 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import ConfigurationError
 from ..metrics import StepMetrics
 from ..prometheus import CONTENT_TYPE_LATEST, OpenTelemetryCollector, exposition
+from ..requestlog import Answered
 from ..stats import Stats
 
 __all__ = [
@@ -118,7 +120,9 @@ class CollectMetrics:
         self._scrape = InMemoryMetricReader()
         self.provider = MeterProvider(metric_readers=[self._scrape, *readers])
         self.steps = StepMetrics(
-            self.provider, on_folded=partial(stats.add, "metrics_step_keys_folded")
+            self.provider,
+            on_folded=partial(stats.add, "metrics_step_keys_folded"),
+            on_folded_values=partial(stats.add, "metrics_values_folded"),
         )
         meter = self.provider.get_meter("otel_jobsteps")
         self._requests = meter.create_counter(
@@ -165,13 +169,19 @@ class CollectMetrics:
             description="Seconds since the last settle pass ended",
         )
 
-    def answered(self, status: int, seconds: float) -> None:
+    def answered(self, status: int, seconds: float, **more: str) -> None:
         attributes: dict[str, str | int] = {
             "outcome": _OUTCOMES.get(status, "error"),
             "http.response.status_code": status,
+            **more,
         }
         self._requests.add(1, attributes)
         self._duration.record(seconds, attributes)
+
+    def answered_call(self, answered: Answered) -> None:
+        """A gRPC call, by the HTTP status OTLP/HTTP answers for its outcome (one alert for
+        both), told apart by ``rpc.system``."""
+        self.answered(answered.status, answered.seconds, **{"rpc.system": answered.protocol})
 
     def route(self) -> Route:
         """``GET /metrics``: everything above in the Prometheus text format (with several

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -59,6 +60,7 @@ __all__ = ["Receipt", "Staging", "StagingUnavailable"]
 
 _RETRIED = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 _TRANSACTION_ATTEMPTS = 5
+_MAX_UNCERTAIN = 1000  # lost COMMITs' changes kept until txid_status tells (memory bound)
 
 
 class StagingUnavailable(Exception):
@@ -104,6 +106,15 @@ class _Staged:
     step_key: str | None = None  # a step span's job.step.key (settled records find it)
 
 
+@dataclass(slots=True)
+class _Transaction:
+    """A request's transaction: its id, and what it changed once its statements all ran (kept
+    should its COMMIT go unanswered)."""
+
+    txid: int | None = None
+    committed: Committed | None = None
+
+
 def _job_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> SpanFacts:
     """A settled attempt's job span as a start marker: all a derivation needs of it now."""
     domain, job_id, number = attempt
@@ -131,6 +142,9 @@ class Staging:
         self._queries = qualified_queries("ingest.sql", settings.schema)
         self._pause_s = min(1.0, settings.connect_timeout_s)
         self._down_until = 0.0
+        # Transactions whose COMMIT went unanswered: counted once txid_status says they landed.
+        self._uncertain: list[_Transaction] = []
+        self._uncertain_lock = threading.Lock()
         self.stats = stats or Stats()
         self._stores: queue.LifoQueue[StepStore] = queue.LifoQueue()
         for _ in range(settings.connections):
@@ -203,15 +217,19 @@ class Staging:
         """`_receive` in a transaction, retried where PostgreSQL ended it as a deadlock's
         victim; `StagingUnavailable` when it cannot be done now."""
         with self._store() as store:
+            self._count_uncertain(store)
             for attempt in range(_TRANSACTION_ATTEMPTS):
+                transaction = _Transaction()
                 try:
-                    receipt, committed = self._receive(store, rows, logs)
+                    receipt, committed = self._receive(store, rows, logs, transaction)
                 except _RETRIED as error:
                     if attempt + 1 == _TRANSACTION_ATTEMPTS:
                         raise StagingUnavailable(
                             f"gave up after {attempt + 1} tries: {error}"
                         ) from None
                 except psycopg.OperationalError as error:
+                    if transaction.committed is not None:  # the COMMIT may have landed
+                        self._note_uncertain(transaction)
                     raise self._unavailable(store, error) from None
                 except psycopg.Error as error:
                     # Rights revoked, a table altered: answered 503 so the exporter keeps the
@@ -222,6 +240,41 @@ class Staging:
                     self._on_committed(committed)
                     return receipt
         raise AssertionError("unreachable")
+
+    def _note_uncertain(self, transaction: _Transaction) -> None:
+        """Keep a transaction whose COMMIT went unanswered, the newest `_MAX_UNCERTAIN`."""
+        with self._uncertain_lock:
+            self._uncertain.append(transaction)
+            over = len(self._uncertain) - _MAX_UNCERTAIN
+            if over > 0:
+                del self._uncertain[:over]
+        if over > 0:
+            self.stats.problem("metrics_uncounted", "a lost COMMIT's rows left out of the metrics")
+
+    def _count_uncertain(self, store: StepStore) -> None:
+        """Count what each transaction whose COMMIT went unanswered changed, once the server
+        says it committed (its retry is all duplicates: nothing derives it again); forget it
+        if it did not; ask again later while it is in progress or the database is away."""
+        with self._uncertain_lock:
+            uncertain, self._uncertain = self._uncertain, []
+        kept = []
+        for index, transaction in enumerate(uncertain):
+            if transaction.txid is None or transaction.committed is None:
+                continue
+            try:
+                status = store.transaction_status(transaction.txid)
+            except psycopg.Error:
+                store.close()
+                kept.extend(uncertain[index:])
+                break
+            if status == "in progress":
+                kept.append(transaction)
+            elif status == "committed":
+                self.stats.add("commits_confirmed_after_error")
+                self._on_committed(transaction.committed)
+        if kept:
+            with self._uncertain_lock:
+                self._uncertain[:0] = kept
 
     def ready(self) -> None:
         """Raise `StagingUnavailable` unless a connection is open or opens now: checked (after
@@ -240,14 +293,16 @@ class Staging:
         return StagingUnavailable(describe(error))
 
     def _receive(
-        self, store: StepStore, rows: list[_Row], logs: list[_LogRow]
+        self, store: StepStore, rows: list[_Row], logs: list[_LogRow], transaction: _Transaction
     ) -> tuple[Receipt, Committed]:
-        """Stage and derive in one transaction; what it closed and finished that no earlier
-        derivation had (the metrics count each step and attempt once)."""
+        """Stage and derive in one transaction (noted in ``transaction``); what it closed and
+        finished that no earlier derivation had (the metrics count each step and attempt once)."""
         conn = store.connection()
         queries = self._queries
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(queries["share_move_lock"], {"schema": self.settings.schema})
+            noted = cur.fetchone()
+            transaction.txid = noted[1] if noted else None
             traces = sorted({row[0] for row in rows} | {log[0] for log in logs})
             cur.execute(queries["lock_traces"], {"trace_id": traces})
             counts: dict[str, int] = dict(cur.fetchall())
@@ -321,6 +376,7 @@ class Staging:
                     records,
                 )
             records.write_settled(store, staged)
+            transaction.committed = committed  # its statements ran: only the COMMIT is left
         if logs:
             return log_receipt, committed
         return Receipt(len(fresh) - dropped, duplicates, late, over), committed
@@ -539,8 +595,8 @@ class Staging:
             },
         )
         return committed.without(
-            [(trace, span) for trace, span, _, _, attempt in counted if attempt is None],
-            [(domain, job, attempt) for _, _, domain, job, attempt in counted if attempt],
+            [(trace, span, key) for trace, span, key, *_, n in counted if n is None],
+            [(domain, job, n) for *_, domain, job, n in counted if n is not None],
         )
 
     def _job_spans(
@@ -627,6 +683,8 @@ class Staging:
             "open_after_s": settings.settle_open_after_s,
             "limit": limit,
         }
+        with self._store() as store:  # a lost COMMIT's answer, even with no request since
+            self._count_uncertain(store)
         settled = orphans = orphan_logs = 0
         for name in ("settle_attempts", "drop_orphans", "drop_orphan_logs"):
             while True:

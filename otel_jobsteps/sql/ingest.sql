@@ -6,8 +6,10 @@
 -- name: share_move_lock --
 -- Beside prune's mover (partitioned layout: its lock key): it moves finished attempts' rows
 -- while no request derives rows, a request derives while no mover runs (its delete then sees
--- the moved rows); requests do not wait for each other.
-SELECT pg_advisory_xact_lock_shared(hashtextextended('otel_jobsteps:move:' || %(schema)s, 0));
+-- the moved rows); requests do not wait for each other. Returns the transaction's id: should
+-- its COMMIT go unanswered, txid_status tells whether it landed (the metrics count it then).
+SELECT pg_advisory_xact_lock_shared(hashtextextended('otel_jobsteps:move:' || %(schema)s, 0)),
+       txid_current();
 
 -- name: lock_traces --
 -- Register the request's traces and lock their rows, in the (sorted) order given: two receivers
@@ -93,23 +95,24 @@ WHERE o.trace_id = t.trace_id AND t.added > 0;
 
 -- name: forget_derived_rows --
 -- Remove what earlier derivations wrote of these attempts (not settled), before writing anew.
--- Returns what of it the metrics counted then: its closed steps, then its final rows.
+-- Returns what of it the metrics counted then: its closed steps (with their key), then its
+-- final rows.
 WITH target AS (
     SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
              AS t (domain, job_id, attempt)
 ), events AS (
     DELETE FROM {job_event} AS e USING target AS t
     WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-    RETURNING e.trace_id, e.span_id, e.type, e.ended_at
+    RETURNING e.trace_id, e.span_id, e.type, e.ended_at, e.step_key
 ), logs AS (
     DELETE FROM {job_log} AS l USING target AS t
     WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
     RETURNING l.domain, l.job_id, l.attempt
 )
-SELECT trace_id, span_id, NULL AS domain, NULL AS job_id, NULL::int AS attempt FROM events
-WHERE type = 'STEP' AND ended_at IS NOT NULL
+SELECT trace_id, span_id, step_key, NULL AS domain, NULL AS job_id, NULL::int AS attempt
+FROM events WHERE type = 'STEP' AND ended_at IS NOT NULL
 UNION ALL
-SELECT NULL, NULL, domain, job_id, attempt FROM logs;
+SELECT NULL, NULL, NULL, domain, job_id, attempt FROM logs;
 
 -- name: note_attempts --
 -- After a derivation: each attempt derived, whether it has its final row now and whether it is

@@ -35,7 +35,9 @@ def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
     every one is stopped after the test."""
     started: list[Collector] = []
 
-    def start(dsn: str, *args: str, port: int | None = None) -> Collector:
+    def start(
+        dsn: str, *args: str, port: int | None = None, env: dict[str, str] | None = None
+    ) -> Collector:
         port = port or free_port()
         grpc_port = None
         if "--grpc-listen" not in args:
@@ -48,7 +50,7 @@ def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
                  "--listen", f"127.0.0.1:{port}", *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                 start_new_session=True,  # its group: --workers N forks processes that serve too
             )  # fmt: skip
         collector = Collector(process, f"http://127.0.0.1:{port}", log_path, grpc_port)

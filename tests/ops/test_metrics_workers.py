@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -39,23 +42,40 @@ def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     return samples(reply.text)
 
 
+def published_staged(temporary: Path) -> float:
+    """Spans staged, summed over what every worker last published to the run's directory."""
+    total = 0.0
+    for path in temporary.glob("otel_jobsteps-collect-metrics-*/worker-*.json"):
+        try:
+            snapshot = json.loads(path.read_text("utf-8"))
+        except ValueError:  # written atomically, but be plain about a torn read
+            return -1.0
+        for family in snapshot["families"]:
+            for name, labels, number in family["samples"]:
+                if name == STAGED and labels.get("outcome") == "staged":
+                    total += number
+    return total
+
+
 def test_every_scrape_counts_every_workers_requests(
-    start_collect: CollectorFactory, second_dsn: str
+    start_collect: CollectorFactory, second_dsn: str, tmp_path: Path
 ) -> None:
-    collector = start_collect(second_dsn, "--workers", "2")
+    temporary = tmp_path / "tmp"  # the run's publishing directory is made here
+    temporary.mkdir()
+    collector = start_collect(second_dsn, "--workers", "2", env={"TMPDIR": str(temporary)})
     for number in range(JOBS):
         reply = httpx.post(collector.traces_url, content=job_request(f"w-{number}"),
                            headers={**PROTOBUF, "connection": "close"})  # fmt: skip
         assert reply.status_code == 200
 
-    def merged() -> bool:  # the other worker publishes its numbers every second
-        found = scrape(collector.url)
-        return (
-            value(found, "otel_jobsteps_collect_workers") == 2
-            and value(found, STAGED, outcome="staged") == 3 * JOBS
-        )
-
-    wait_until(merged, what="a scrape with both workers' spans", timeout_s=20)
+    # A scrape adds the answering worker's own numbers to what the others last published (up
+    # to a second old): once every worker has published all its requests, every scrape is exact.
+    wait_until(
+        lambda: published_staged(temporary) == 3 * JOBS,
+        what="both workers to publish every span they staged",
+        timeout_s=20,
+    )
+    assert value(scrape(collector.url), "otel_jobsteps_collect_workers") == 2
     for _ in range(8):  # whichever worker answers, the numbers are the run's
         found = scrape(collector.url)
         assert value(found, STAGED, outcome="staged") == 3 * JOBS

@@ -91,6 +91,12 @@ def _cpu_s() -> float:
     return total
 
 
+def _evictions(processor: JobStepsProcessor) -> int:
+    """Spans and attempts the processor has forgotten at its bounds so far."""
+    stats = processor.stats()
+    return int(stats.get("evicted_spans", 0)) + int(stats.get("evicted_attempts", 0))
+
+
 def once(dsn: str, writer: str, held: int, jobs: int, gc_clock: _GcClock) -> dict[str, Any]:
     """One measurement: seconds per job beside ``held`` open attempts, and whether all landed."""
     processor = JobStepsProcessor(dsn, writer=writer, shutdown_timeout_ms=60_000)
@@ -103,11 +109,13 @@ def once(dsn: str, writer: str, held: int, jobs: int, gc_clock: _GcClock) -> dic
         prefix = f"{writer}-{held}"
         gc.collect()
         gc_clock.seconds, gc_clock.full, gc_clock.running = 0.0, 0, True
+        evicted = _evictions(processor)
         started, cpu = time.perf_counter(), _cpu_s()
         run_jobs(tracer, prefix, jobs, steps=2, events=1)
         flushed = processor.force_flush(FLUSH_MS)
         elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu
         gc_clock.running = False
+        evicted = _evictions(processor) - evicted
         steps, logs = count_closed_steps(dsn, prefix)
         del kept
         return {
@@ -115,6 +123,7 @@ def once(dsn: str, writer: str, held: int, jobs: int, gc_clock: _GcClock) -> dic
             "cpu_per_job": cpu / jobs,
             "gc_s": gc_clock.seconds,
             "full_gcs": gc_clock.full,
+            "evicted": evicted,
             "verified": ready and flushed and (steps, logs) == (2 * jobs, jobs),
         }
     finally:
@@ -149,7 +158,7 @@ def _medians(runs: list[dict[str, Any]]) -> tuple[float, float, float, float]:
     return cpu, wall, gc_s, full
 
 
-def rows(results: dict[str, dict[int, Any]]) -> list[Row]:
+def rows(results: dict[str, dict[int, Any]], jobs: int) -> list[Row]:
     out: list[Row] = []
     for writer, by_held in results.items():
         base = _medians(by_held[0])
@@ -163,7 +172,8 @@ def rows(results: dict[str, dict[int, Any]]) -> list[Row]:
                     "22",
                     f"CPU per two-step job beside {held:,} attempts holding open spans"
                     f" ({writer} writer; wall {wall / base[1]:.2f}x, gc {gc_s:.2f} s,"
-                    f" {full:g} full collections vs {base[3]:g})",
+                    f" {full:g} full collections vs {base[3]:g},"
+                    f" {median([run['evicted'] for run in runs]) / jobs:.2f} evictions per job)",
                     f"{cpu * 1e6:.0f} us",
                     f"{base[0] * 1e6:.0f} us beside none",
                     fmt_ratio(ratio),
@@ -176,4 +186,4 @@ def rows(results: dict[str, dict[int, Any]]) -> list[Row]:
 
 def run(dbs: Databases, *, quick: bool) -> list[Row]:
     jobs, repetitions = (2_000, 1) if quick else (10_000, 3)
-    return rows(measure(dbs, jobs=jobs, repetitions=repetitions))
+    return rows(measure(dbs, jobs=jobs, repetitions=repetitions), jobs)

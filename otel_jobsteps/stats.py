@@ -21,6 +21,7 @@ class Stats:
     _lock: threading.Lock
     _counts: Counter[str]
     _last_error: str | None
+    _last_raw: bool  # _last_error is a text as given, not yet made printable
     _last_warned: dict[str, float]
 
     def __init__(self, *, warn_interval_s: float = 60.0) -> None:
@@ -36,27 +37,44 @@ class Stats:
             return self._counts[name]
 
     def problem(self, kind: str, error: object) -> None:
-        """Count a problem and warn about it unless a warning of this kind went out recently."""
+        """Count a problem and warn about it unless a warning of this kind went out recently.
+
+        A text is kept as given and made printable only when read or logged, so a frequent
+        one (an eviction per span past the bound) costs a count; an error is described now.
+        """
+        if type(error) is str:
+            text, raw = error, True
+        else:
+            text, raw = self._describe(error), False
+        now = time.monotonic()
+        with self._lock:
+            counts = self._counts
+            count = counts[kind] + 1
+            counts[kind] = count
+            self._last_error, self._last_raw = text, raw
+            last = self._last_warned.get(kind)
+            if last is not None and now - last < self._warn_interval:
+                return
+            self._last_warned[kind] = now
+        logger.warning(
+            "otel_jobsteps %s (%d so far): %s", kind, count, describe(text) if raw else text
+        )
+
+    @staticmethod
+    def _describe(error: object) -> str:
+        """The one line of an error, with its type and SQLSTATE when it is an exception."""
         text = describe(error)
         if isinstance(error, BaseException):
             name = type(error).__name__
             sqlstate = getattr(error, "sqlstate", None)
             text = f"{name} [{sqlstate}]: {text}" if sqlstate else f"{name}: {text}"
-        now = time.monotonic()
-        with self._lock:
-            self._counts[kind] += 1
-            self._last_error = text
-            count = self._counts[kind]
-            last = self._last_warned.get(kind)
-            if last is not None and now - last < self._warn_interval:
-                return
-            self._last_warned[kind] = now
-        logger.warning("otel_jobsteps %s (%d so far): %s", kind, count, text)
+        return text
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             data: dict[str, Any] = dict(self._counts)
-            data["last_error"] = self._last_error
+            last, raw = self._last_error, self._last_raw
+        data["last_error"] = describe(last) if raw and last is not None else last
         return data
 
     def reset(self) -> None:
@@ -68,5 +86,5 @@ class Stats:
         """
         self._lock = threading.Lock()
         self._counts = Counter()
-        self._last_error = None
+        self._last_error, self._last_raw = None, False
         self._last_warned = {}

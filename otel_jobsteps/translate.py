@@ -278,6 +278,7 @@ class SpanTranslator:
         self._logs_min = logs_min_severity
         self._received = received
         self._max_open_spans = max_open_spans
+        self._evicted = f"more than {max_open_spans} open spans"  # built once, not per eviction
         self._open: OrderedDict[int, _OpenSpan] = OrderedDict()  # oldest out in O(1)
 
     def open_spans(self) -> int:
@@ -449,7 +450,7 @@ class SpanTranslator:
         spans[span_id] = entry
         if len(spans) > self._max_open_spans:
             spans.popitem(last=False)
-            self._problem("evicted_spans", f"more than {self._max_open_spans} open spans")
+            self._problem("evicted_spans", self._evicted)
 
     def _tags(self, attributes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         """The job span's ``job.tag.<name>`` attributes within the caps, by name."""

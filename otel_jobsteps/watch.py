@@ -248,25 +248,30 @@ class SpanWatch:
             self._visit(self._poll_budget)
 
     def poll_all(self) -> None:
-        """Every running step's newest progress, now (a flush must see all of it)."""
+        """Every running step's newest progress, now (a flush must see all of it): the steps
+        themselves, not the rotation, which also holds the ids of the steps ended since."""
         self.settle()
         if self._steps:
-            self._visit(len(self._rotation))
+            self._look_at(list(self._steps.values()))
 
     def _visit(self, count: int) -> None:
-        """The next ``count`` running steps in turn: polled, or while the writer is backlogged,
-        their new progress counted as shed (read again at the next visit)."""
-        steps, rotation, backlogged = self._steps, self._rotation, self.backlogged()
-        shed = False
+        """The next ``count`` running steps in turn."""
+        steps, rotation = self._steps, self._rotation
+        visited: list[_WatchedStep] = []
         for _ in range(min(count, len(rotation))):
             span_id = rotation.popleft()
             watched = steps.get(span_id)
             if watched is None:
                 continue  # ended or forgotten since
             rotation.append(span_id)
-            if backlogged:
-                shed = shed or events_added(watched.span) != watched.added
-            else:
+            visited.append(watched)
+        self._look_at(visited)
+
+    def _look_at(self, visited: list[_WatchedStep]) -> None:
+        """Poll ``visited``, or while the writer is backlogged, count their new progress as
+        shed (read again at the next visit)."""
+        if not self.backlogged():
+            for watched in visited:
                 self._poll(watched, watched.span)
-        if shed:
+        elif any(events_added(watched.span) != watched.added for watched in visited):
             self._problem("dropped_ProgressReported", "backlog: progress not read")

@@ -155,3 +155,24 @@ def test_running_steps_past_the_bound_forget_the_oldest() -> None:
     watch.poll_all()
     assert reader.offered == [{"n": n} for n in range(996, 1000)]
     assert len(watch._rotation) <= 2 * 4 + 100  # ids of forgotten steps do not pile up
+
+
+def test_a_flush_polls_each_running_step_once_beside_steps_ended_since() -> None:
+    reader = _Reader()
+    watch = SpanWatch(
+        reader, poll_interval_s=0.05, clock=time.monotonic, problem=lambda k, e: None, max_steps=10
+    )
+    tracer = TracerProvider().get_tracer("t")
+    running = []
+    for number in range(30):
+        span = tracer.start_span(f"s{number}", attributes={JOB_STEP_KEY: "S"})
+        watch.handle(SpanStarted(span))  # type: ignore[arg-type]  # a live SDK span
+        if number % 6:
+            span.end()
+            watch.handle(SpanEnded(ended_fields(span)))
+        else:
+            running.append(span)
+    for number, span in enumerate(running):
+        span.add_event("progress", {"n": number})
+    watch.poll_all()
+    assert reader.offered == [{"n": number} for number in range(len(running))]

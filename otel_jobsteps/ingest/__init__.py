@@ -36,6 +36,7 @@ SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
 def app_from_environment() -> Starlette:
     """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
     (uvicorn's factory for each worker process)."""
+    from ..loopback import LoopbackHostMiddleware, loopback_hosts
     from ..stats import Stats
     from .app import create_app
     from .metrics import CollectMetrics, RequestMetricsMiddleware, exporting_readers
@@ -59,6 +60,8 @@ def app_from_environment() -> Starlette:
     )
     app.router.routes.append(metrics.route())
     app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
+    if settings.loopback_host is not None:  # outermost: metrics and health are refused too
+        app.add_middleware(LoopbackHostMiddleware, hosts=loopback_hosts(settings.loopback_host))
     return app
 
 
@@ -89,6 +92,7 @@ def serve_collect(
 
     from ..db import redact
     from ..health import COLLECT_RIGHTS, Readiness
+    from ..loopback import is_loopback
     from .grpc_service import grpc_target
     from .metrics import metric_exporters
     from .staging import Staging
@@ -113,6 +117,7 @@ def serve_collect(
         body_timeout_s=body_timeout_s,
         grpc_listen=grpc_target(*grpc_bind) if grpc_bind else None,
         access_log=access_log,
+        loopback_host=host if is_loopback(host) else None,  # DNS rebinding, as serve
     )
     metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))

@@ -33,7 +33,8 @@ class CollectSettings:
     parallel; traces untouched for ``settle_after_s`` are settled, or for
     ``settle_open_after_s`` while a span still waits (a long step, a job still running);
     ``mappings`` turn other conventions' spans into jobs; ``grpc_listen``: gRPC's ``HOST:PORT``
-    as grpc spells it, or None for no gRPC listener."""
+    as grpc spells it, or None for no gRPC listener; ``loopback_host``: the loopback address
+    HTTP listens on (its requests must name a loopback Host), None when it listens wider."""
 
     dsn: str
     schema: str = "public"
@@ -48,6 +49,7 @@ class CollectSettings:
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     grpc_listen: str | None = None
     access_log: bool = False
+    loopback_host: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -253,13 +253,14 @@ class SpanTranslator:
         kept = [
             (name, clean_text(value, MAX_TAG_VALUE_CHARS))
             for name, value in named
-            if 0 < len(name) <= MAX_TAG_NAME_CHARS
+            # a name holding a search separator (?tag=NAME:VALUE, --tag NAME=VALUE) is unsearchable
+            if 0 < len(name) <= MAX_TAG_NAME_CHARS and ":" not in name and "=" not in name
         ]
         if len(kept) < len(named) or len(kept) > MAX_TAGS:
             self._problem(
                 "dropped_tags",
-                f"tags beyond {MAX_TAGS} per attempt or with a name of more than "
-                f"{MAX_TAG_NAME_CHARS} characters dropped",
+                f"tags beyond {MAX_TAGS} per attempt, with a name of more than "
+                f"{MAX_TAG_NAME_CHARS} characters or holding ':' or '=' dropped",
             )
         return tuple(kept[:MAX_TAGS])
 

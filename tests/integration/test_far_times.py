@@ -22,7 +22,7 @@ from otel_jobsteps import (
     job_detail,
     step,
 )
-from otel_jobsteps.times import EARLIEST, LATEST
+from otel_jobsteps.times import EARLIEST, LATEST, read_any_time
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.app import job_url
 from tests.helpers import TracingFactory, record_two_attempts, rows
@@ -196,3 +196,22 @@ def test_an_open_step_at_minus_infinity_is_still_abandoned(
         assert rows(conn, "SELECT attempt, status, reason FROM job_log ORDER BY attempt") == [
             (1, "FAILED", "abandoned"), (2, "COMPLETED", None),
         ]  # fmt: skip
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_the_loaders_read_far_times_as_the_nearest_bound(dsn: str, binary: bool) -> None:
+    """Both result formats (no read asks for binary yet; one that does must not fail)."""
+    times = {
+        "infinity": LATEST, "294276-12-31 00:00:00+00": LATEST, "10000-01-01 00:00:00+00": LATEST,
+        "-infinity": EARLIEST, "4713-01-01 00:00:00+00 BC": EARLIEST,
+        "0001-01-01 00:00:00+00 BC": EARLIEST,
+        "1900-01-01 00:00:00+00": datetime(1900, 1, 1, tzinfo=timezone.utc),  # Python holds it
+    }  # fmt: skip
+    with psycopg.connect(dsn) as conn:
+        read_any_time(conn)
+        with conn.cursor(binary=binary) as cur:
+            for text, expected in times.items():
+                cur.execute("SELECT %s::timestamptz", (text,))
+                assert cur.pgresult is not None
+                assert cur.pgresult.fformat(0) == int(binary)
+                assert cur.fetchone() == (expected,), text

@@ -52,7 +52,7 @@ def _attempt_number(value: object) -> int | None:
     if type(value) is int:
         return value
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return int(value)
+        return int(value.strip())  # int() strips less than str.strip(): "0\x1f" would raise
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None

@@ -161,6 +161,7 @@ def test_live_spans_unknown_at_their_end_are_ignored() -> None:
     [
         pytest.param({**JOB, JOB_ATTEMPT: 0}, id="attempt-zero"),
         pytest.param({**JOB, JOB_ATTEMPT: "٣"}, id="unicode-digit"),
+        pytest.param({**JOB, JOB_ATTEMPT: "0\x1f"}, id="zero-and-a-separator"),
         pytest.param({**JOB, JOB_DOMAIN: ""}, id="empty-domain"),
         pytest.param({**JOB, JOB_ID: "x" * 513}, id="long-id"),
     ],

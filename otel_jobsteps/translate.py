@@ -211,7 +211,7 @@ def _attempt_number(value: object) -> int | None:
     if type(value) is int:
         return value
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return int(value)
+        return int(value.strip())  # int() strips less than str.strip(): "0\x1f" would raise
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
@@ -365,9 +365,10 @@ class SpanTranslator:
 
     def ended(self, span: SpanFacts) -> list[Command]:
         """The commands a span's end implies: a step's close, or the attempt's end."""
-        span = self._in_range(span)
         if attr.JOB_EVENT_TYPE in span.attributes:
             return []  # an ordinary event is whole at its start: `started` recorded it
+        # `started` saw every live span, and every received one it remembers
+        span = self._in_range(span, start_counted=not self._received or span.span_id in self._open)
         span_id = span.span_id
         commands: list[Command] = []
         found = self._open.pop(span_id, None)
@@ -433,15 +434,18 @@ class SpanTranslator:
 
     # -- interpretation -----------------------------------------------------------------------
 
-    def _in_range(self, span: SpanFacts) -> SpanFacts:
-        """``span`` with its times clamped into what every reader can hold (`times`); counted."""
+    def _in_range(self, span: SpanFacts, *, start_counted: bool = False) -> SpanFacts:
+        """``span`` with its times clamped into what every reader can hold (`times`); counted
+        once per span (``start_counted``: `started` saw this start, counted it if it was off)."""
         start, end = span.start_ns, span.end_ns
-        if EARLIEST_NS <= start <= LATEST_NS and EARLIEST_NS <= end <= LATEST_NS:
+        start_fits = EARLIEST_NS <= start <= LATEST_NS
+        if start_fits and EARLIEST_NS <= end <= LATEST_NS:
             return span
-        self._problem(
-            "impossible_time",
-            f"span {clean_text(span.name, 200)!r}: a time outside 1970..9999-12-30 clamped",
-        )
+        if start_fits or not start_counted:
+            self._problem(
+                "impossible_time",
+                f"span {clean_text(span.name, 200)!r}: a time outside 1970..9999-12-30 clamped",
+            )
         # An end clamped to 1970 reads as "not ended" (0): the translation takes the start then.
         return replace(span, start_ns=clamp_ns(start), end_ns=clamp_ns(end))
 
@@ -465,13 +469,14 @@ class SpanTranslator:
         kept = [
             (name, clean_text(value, MAX_TAG_VALUE_CHARS))
             for name, value in named
-            if 0 < len(name) <= MAX_TAG_NAME_CHARS
+            # a name holding a search separator (?tag=NAME:VALUE, --tag NAME=VALUE) is unsearchable
+            if 0 < len(name) <= MAX_TAG_NAME_CHARS and ":" not in name and "=" not in name
         ]
         if len(kept) < len(named) or len(kept) > MAX_TAGS:
             self._problem(
                 "dropped_tags",
-                f"tags beyond {MAX_TAGS} per attempt or with a name of more than "
-                f"{MAX_TAG_NAME_CHARS} characters dropped",
+                f"tags beyond {MAX_TAGS} per attempt, with a name of more than "
+                f"{MAX_TAG_NAME_CHARS} characters or holding ':' or '=' dropped",
             )
         return tuple(kept[:MAX_TAGS])
 

@@ -37,6 +37,7 @@ SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
 def app_from_environment() -> Starlette:
     """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
     (uvicorn's factory for each worker process)."""
+    from ..loopback import LoopbackHostMiddleware, loopback_hosts
     from ..stats import Stats
     from .app import create_app
     from .metrics import CollectMetrics, RequestMetricsMiddleware, exporting_readers
@@ -62,6 +63,8 @@ def app_from_environment() -> Starlette:
     app.add_middleware(RequestMetricsMiddleware, answered=metrics.answered)
     app.state.intake.listen(metrics.answered_call)  # gRPC calls, counted alike
     metrics.share(app)  # --workers N: every worker's numbers in each scrape
+    if settings.loopback_host is not None:  # outermost: metrics and health are refused too
+        app.add_middleware(LoopbackHostMiddleware, hosts=loopback_hosts(settings.loopback_host))
     return app
 
 
@@ -96,6 +99,7 @@ def serve_collect(
 
     from ..db import redact
     from ..health import COLLECT_RIGHTS, Readiness
+    from ..loopback import is_loopback
     from .grpc_service import grpc_target
     from .metrics import metric_exporters, shared_across_workers
     from .staging import Staging
@@ -123,6 +127,7 @@ def serve_collect(
         access_log=access_log,
         logs_min_severity=logs_min,
         logs_max_per_step=logs_max,
+        loopback_host=host if is_loopback(host) else None,  # DNS rebinding, as serve
     )
     metric_exporters()  # a wrong OTEL_METRICS_EXPORTER is an error here, not in each worker
     checker = Staging(dataclasses.replace(settings, connections=1))

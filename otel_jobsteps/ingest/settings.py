@@ -39,7 +39,8 @@ class CollectSettings:
     ``mappings`` turn other conventions' spans into jobs; ``grpc_listen``: gRPC's ``HOST:PORT``
     as grpc spells it, or None for no gRPC listener; log records below ``logs_min_severity``
     are not written, at most ``logs_max_per_step`` per attempt and step are, and at most
-    ``max_waiting_logs_per_trace`` wait for their span."""
+    ``max_waiting_logs_per_trace`` wait for their span; ``loopback_host``: the loopback address
+    HTTP listens on (its requests must name a loopback Host), None when it listens wider."""
 
     dsn: str
     schema: str = "public"
@@ -57,6 +58,7 @@ class CollectSettings:
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY
     logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP
     max_waiting_logs_per_trace: int = DEFAULT_MAX_WAITING_LOGS_PER_TRACE
+    loopback_host: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

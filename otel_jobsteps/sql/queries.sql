@@ -24,7 +24,8 @@
 -- ONLY: an attempt with an open step or without a final row is never moved out of job_event
 -- (partitioned layout), so the writer never reads the archive's children.
 -- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.
--- Closes and final rows return the rows they changed: metrics count those only (metrics.py).
+-- Closes and final rows return the rows they changed: metrics count those only (metrics.py),
+-- with durations through {job_duration} (a far time stored by hand must not fail the batch).
 
 -- name: abandon_earlier_attempts --
 -- When attempt N starts, settle every attempt before N that has no final row, open step or not:
@@ -63,7 +64,7 @@ WITH earlier AS (
                   LIMIT 1) AS open
     WHERE e.id = open.id AND e.ended_at IS NULL
     RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key,
-              extract(epoch FROM e.ended_at - e.created_at)::float8 AS seconds
+              extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8 AS seconds
 ), settled AS (
     INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
                            created_at)
@@ -109,7 +110,7 @@ FROM input
 WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
   AND e.execution_id IS DISTINCT FROM input.execution_ids[width_bucket(e.id, input.ids)]
 RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key, e.step_status,
-          extract(epoch FROM e.ended_at - e.created_at)::float8 AS seconds;
+          extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8 AS seconds;
 
 -- name: write_progress --
 -- Replace the detail of an open step this execution owns; a closed row is left alone. A
@@ -181,7 +182,7 @@ WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
   AND e.execution_id = input.execution_ids[width_bucket(e.id, input.ids)]
   AND e.step_key = COALESCE(input.step_keys[width_bucket(e.id, input.ids)], e.step_key)
 RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key, e.step_status,
-          extract(epoch FROM e.ended_at - e.created_at)::float8 AS seconds;
+          extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8 AS seconds;
 
 -- name: insert_events --
 -- New job_event rows in command order; a second open step for an attempt is skipped, not an error.

@@ -18,7 +18,7 @@ SELECT step_key AS key,
        step_status AS status,
        created_at AS started_at,
        ended_at,
-       ended_at - created_at AS duration,
+       {job_duration}(created_at, ended_at) AS duration,
        detail,
        message
 FROM {job_event}

@@ -10,7 +10,6 @@ explicit ``--no-auth``).
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import re
@@ -25,7 +24,6 @@ from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
     JSONResponse,
-    PlainTextResponse,
     RedirectResponse,
     Response,
 )
@@ -45,6 +43,7 @@ from ..formatting import (
 )
 from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness, is_health_request
 from ..listen import check_free, parse_listen
+from ..loopback import is_loopback, loopback_hosts, refused_host
 from ..query import STATUSES, parse_tag
 from ..requestlog import RequestLog
 from ..vocabulary import MAX_ATTEMPT
@@ -90,19 +89,8 @@ SECURITY_HEADERS = {
 _STATUS_WORDS = {s.lower(): s for s in STATUSES}
 # Path segments a browser (or proxy) drops or resolves away, %2E spellings included.
 _FRAGILE_SEGMENTS = {"", ".", ".."}
-_LOOPBACK_NAMES = {"localhost"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INTEGER = re.compile(r"[0-9]{1,10}")  # ASCII digits only; a length int() takes at once
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only reaches this machine."""
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str, token: str | None, no_auth: bool) -> None:
@@ -518,8 +506,8 @@ class SecurityMiddleware:
         request = Request(scope)
         needs_token = self.token and not is_health_request(scope)
         response = self._authenticate(request) if needs_token else None
-        if self.hosts is not None and _host_name(request.headers.get("host", "")) not in self.hosts:
-            response = PlainTextResponse("unknown Host header", status_code=421)
+        refused = refused_host(request.headers.get("host", ""), self.hosts)
+        response = refused if refused is not None else response
         if response is not None:
             await response(scope, receive, send_with_headers)
         else:
@@ -555,17 +543,6 @@ class SecurityMiddleware:
             "once with <code>?token=…</code> or send <code>Authorization: Bearer …</code>.</p>",
             status_code=401,
         )
-
-
-def _host_name(header: str) -> str:
-    """The name in a Host header, without its port: ``[::1]:8080`` gives ``[::1]``."""
-    name = header[: header.find("]") + 1] if header.startswith("[") else header.split(":")[0]
-    return name.lower()
-
-
-def loopback_hosts(host: str) -> frozenset[str]:
-    """Host names a browser uses for a server listening on loopback address ``host``."""
-    return frozenset({"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host})
 
 
 def _same(given: str, expected: str) -> bool:

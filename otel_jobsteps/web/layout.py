@@ -7,6 +7,7 @@ unit tests check the arithmetic without a browser or a database.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -164,8 +165,13 @@ class Progress:
 
 
 def _number(value: object) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
-        return float(value)
+    """A finite float of a JSON number; None for anything else, an int past a float included."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # job code's 10**400
+            return None
+        return number if math.isfinite(number) else None
     return None
 
 

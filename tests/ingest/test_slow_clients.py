@@ -25,7 +25,7 @@ def _slow_request(
     host, port = collector.url.removeprefix("http://").rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=30)
     sock.sendall(
-        b"POST /v1/traces HTTP/1.1\r\nhost: collect\r\ncontent-type: application/x-protobuf\r\n"
+        b"POST /v1/traces HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/x-protobuf\r\n"
         b"content-length: %d\r\n\r\n%s" % (length, sent)
     )
     return sock

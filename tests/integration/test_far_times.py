@@ -3,17 +3,30 @@ shared translation), and every reader survives such rows already in the tables."
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import json
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 import pytest
 from opentelemetry.trace import Tracer, set_span_in_context
+from starlette.testclient import TestClient
 
-from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE, job_detail
-from otel_jobsteps.times import EARLIEST, LATEST
+from otel_jobsteps import (
+    JOB_ATTEMPT,
+    JOB_DOMAIN,
+    JOB_ID,
+    JOB_STEP_KEY,
+    JOB_TYPE,
+    job_attempt,
+    job_detail,
+    step,
+)
+from otel_jobsteps.times import EARLIEST, LATEST, read_any_time
+from otel_jobsteps.web import create_app
+from otel_jobsteps.web.app import job_url
 from tests.helpers import TracingFactory, record_two_attempts, rows
-from tests.reads import assert_every_read_answers, tail_while
+from tests.reads import assert_every_read_answers, cli, tail_while
 
 FAR_FUTURE_NS = 10**21  # a units mistake: year 33658
 PRE_1970_NS = -(10**18)  # 1938
@@ -120,3 +133,85 @@ def test_tail_survives_far_times_written_while_it_follows(dsn: str) -> None:
 
     lines = tail_while(dsn, write, len(_OLD_TIMES) * 3)  # started, FAILED; NEXT started
     assert sum("SAVE FAILED" in line for line in lines) == len(_OLD_TIMES)
+
+
+# Steps stored with times no door writes, by hand: (start, end) and the seconds every reader
+# gives, from the bounds a reader holds (EARLIEST..LATEST), never negative.
+_BOUNDS_S = (LATEST - EARLIEST).total_seconds()
+_FAR_STEPS = {
+    "infinite": ("-infinity", "infinity", _BOUNDS_S),
+    "290k-years": ("4713-01-01 00:00:00+00 BC", "294276-12-31 00:00:00+00", _BOUNDS_S),
+    "reversed": ("infinity", "-infinity", 0.0),
+    "across-1970": ("1969-12-31 23:00:00+00", "1970-01-01 01:00:00+00", 3600.0),
+}
+
+
+def test_durations_read_from_the_clamped_bounds(tracing: TracingFactory, dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for job_id, (start, end, _) in _FAR_STEPS.items():
+            conn.execute(
+                "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key,"
+                " step_status, created_at, ended_at) VALUES ('far', %s, %s, 1, 'STEP', 'SAVE',"
+                " 'COMPLETED', %s::timestamptz, %s::timestamptz)",
+                (job_id, job_id, start, end),
+            )
+        stats = rows(conn, "SELECT job_type, max_seconds FROM job_step_duration ORDER BY 1")
+    expected = {job_id: seconds for job_id, (_, _, seconds) in _FAR_STEPS.items()}
+    assert dict(stats) == expected
+    jobs = [("far", job_id) for job_id in _FAR_STEPS]
+    assert_every_read_answers(dsn, jobs)
+    with TestClient(create_app(dsn)) as client:
+        steps = client.get("/api/steps?window=all").json()
+        pages = {job_id: client.get(f"/api{job_url('far', job_id)}").json() for job_id in expected}
+    windowed = {job_id: s for job_id, s in expected.items() if job_id != "reversed"}
+    assert {row["job_type"]: row["max_seconds"] for row in steps} == windowed  # ended -infinity
+    for job_id, seconds in expected.items():
+        detail = job_detail(dsn, "far", job_id)
+        assert detail is not None
+        assert detail.steps[0].duration == timedelta(seconds=seconds)
+        assert pages[job_id]["steps"][0]["duration"] == seconds
+        shown = json.loads(cli(dsn, "show", "far", job_id, "--json").stdout)
+        assert shown["steps"][0]["duration"] == seconds
+
+
+def test_an_open_step_at_minus_infinity_is_still_abandoned(
+    tracing: TracingFactory, dsn: str
+) -> None:
+    """Attempt 2's start closes attempt 1's open step; its duration must not fail the batch."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key,"
+            " step_status, created_at, execution_id) VALUES ('far', 'open', 't', 1, 'STEP', 'A',"
+            " 'RUNNING', '-infinity', 'x')"
+        )
+    tracer, processor = tracing()
+    with job_attempt("far", "open", "t", attempts_made=1, tracer=tracer), step("B", tracer=tracer):
+        pass
+    assert processor.force_flush(10_000)
+    assert processor.stats().get("write_failed", 0) == 0
+    with psycopg.connect(dsn) as conn:
+        assert rows(conn, "SELECT attempt, step_status FROM job_event ORDER BY id") == [
+            (1, "FAILED"), (2, "COMPLETED"),
+        ]  # fmt: skip
+        assert rows(conn, "SELECT attempt, status, reason FROM job_log ORDER BY attempt") == [
+            (1, "FAILED", "abandoned"), (2, "COMPLETED", None),
+        ]  # fmt: skip
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_the_loaders_read_far_times_as_the_nearest_bound(dsn: str, binary: bool) -> None:
+    """Both result formats (no read asks for binary yet; one that does must not fail)."""
+    times = {
+        "infinity": LATEST, "294276-12-31 00:00:00+00": LATEST, "10000-01-01 00:00:00+00": LATEST,
+        "-infinity": EARLIEST, "4713-01-01 00:00:00+00 BC": EARLIEST,
+        "0001-01-01 00:00:00+00 BC": EARLIEST,
+        "1900-01-01 00:00:00+00": datetime(1900, 1, 1, tzinfo=timezone.utc),  # Python holds it
+    }  # fmt: skip
+    with psycopg.connect(dsn) as conn:
+        read_any_time(conn)
+        with conn.cursor(binary=binary) as cur:
+            for text, expected in times.items():
+                cur.execute("SELECT %s::timestamptz", (text,))
+                assert cur.pgresult is not None
+                assert cur.pgresult.fformat(0) == int(binary)
+                assert cur.fetchone() == (expected,), text

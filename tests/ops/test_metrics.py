@@ -119,6 +119,29 @@ def test_a_close_that_matched_nothing_is_not_counted(
     assert attempt_counts(reader) == {("demo", "thumbnail", "COMPLETED", None): 1}
 
 
+def test_a_zombie_attempts_final_row_after_its_abandon_is_not_counted(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    """Attempt 2 abandons attempt 1; attempt 1's own end comes later and its job_log row is
+    skipped (ON CONFLICT): one count per job_log row, not per final row sent."""
+    tracer, processor, reader = metered(tracing)
+    zombie = job_attempt("z", "zombie", "t", attempts_made=0, tracer=tracer)
+    zombie.__enter__()
+    with step("A", tracer=tracer):
+        pass
+    assert processor.force_flush(10_000)
+    with job_attempt("z", "zombie", "t", attempts_made=1, tracer=tracer):
+        pass
+    assert processor.force_flush(10_000)
+    zombie.__exit__(None, None, None)  # the abandoned attempt ends after all
+    assert processor.force_flush(10_000)
+    logs = conn.execute("SELECT attempt, status, reason FROM job_log ORDER BY attempt").fetchall()
+    assert logs == [(1, "FAILED", "abandoned"), (2, "COMPLETED", None)]
+    assert attempt_counts(reader) == {
+        ("z", "t", "FAILED", "abandoned"): 1, ("z", "t", "COMPLETED", None): 1,
+    }  # fmt: skip
+
+
 def test_step_keys_beyond_the_bound_are_folded_and_counted(tracing: TracingFactory) -> None:
     tracer, processor, reader = metered(tracing, max_step_keys=2)
     with job_attempt("demo", "9", "thumbnail", tracer=tracer):

@@ -188,7 +188,8 @@ def test_sigterm_says_it_drained_the_request_in_flight(start: type[Service], dsn
     host, port = service.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as upload:
         upload.sendall(
-            b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/x-protobuf\r\n"
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body[:10]
         )

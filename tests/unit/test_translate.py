@@ -161,6 +161,7 @@ def test_live_spans_unknown_at_their_end_are_ignored() -> None:
     [
         pytest.param({**JOB, JOB_ATTEMPT: 0}, id="attempt-zero"),
         pytest.param({**JOB, JOB_ATTEMPT: "٣"}, id="unicode-digit"),
+        pytest.param({**JOB, JOB_ATTEMPT: "0\x1f"}, id="zero-and-a-separator"),
         pytest.param({**JOB, JOB_DOMAIN: ""}, id="empty-domain"),
         pytest.param({**JOB, JOB_ID: "x" * 513}, id="long-id"),
     ],
@@ -172,6 +173,27 @@ def test_invalid_job_spans_are_counted_once_and_open_nothing(attributes: dict[st
     assert translator.started(bad) == []
     assert translator.started(RENDER) == []  # its children are outside any scope
     assert problems == ["invalid_job_span"]
+
+
+@pytest.mark.parametrize("received", [False, True])
+@pytest.mark.parametrize(
+    ("start_ms", "end_ms", "counted"),
+    [(-5, 100, 1), (-5, -1, 1), (0, 10**20, 1), (0, 100, 0)],
+    ids=["start", "both", "end", "none"],
+)
+def test_an_impossible_time_is_counted_once_per_span(
+    received: bool, start_ms: int, end_ms: int, counted: int
+) -> None:
+    """A job span's start and end (live: two calls with one start time) count one problem."""
+    problems: list[str] = []
+    translator = SpanTranslator(problem=lambda kind, _: problems.append(kind), received=received)
+    job = span(1, 0, start_ms, end_ms, JOB)
+    translator.started(span(1, 0, start_ms, 0, JOB))
+    translator.ended(job)
+    if not received:  # live, a span outside any scope too (received: none is remembered)
+        translator.started(span(9, 0, start_ms, 0, {}))
+        translator.ended(span(9, 0, start_ms, end_ms, {}))
+    assert problems == ["impossible_time"] * counted * (1 if received else 2)
 
 
 def test_open_spans_are_bounded() -> None:

@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 
-from otel_jobsteps import ConfigurationError, job_attempt, job_detail, step
+from otel_jobsteps import JOB_STEP_DETAIL, ConfigurationError, job_attempt, job_detail, step
 from otel_jobsteps.cli import main
 from otel_jobsteps.demo import record_seed_story
 from otel_jobsteps.listen import parse_listen
@@ -278,6 +278,30 @@ def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: Traci
     )
     assert client.get("/?window=3y").status_code == 400
     assert client.get("/?before=yesterday").status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("detail", "bar"),
+    [('{"pct": 40}', True), ('{"pct": 1' + "0" * 400 + "}", False),
+     ('{"progress": 1, "total": 1' + "0" * 400 + "}", False)],
+    ids=["pct-40", "pct-past-a-float", "total-past-a-float"],
+)  # fmt: skip
+def test_a_progress_number_past_a_float_draws_no_bar(
+    client: TestClient, tracing: TracingFactory, detail: str, bar: bool
+) -> None:
+    """Job code's detail JSON may hold an int no float holds: the page answers, without a bar."""
+    tracer, processor = tracing()
+    with job_attempt("render", "big", "t", tracer=tracer):
+        with step("RENDER", tracer=tracer) as span:
+            span.add_event("progress", {JOB_STEP_DETAIL: detail})
+            assert processor.force_flush(10_000)
+            pages = [
+                client.get(job_url("render", "big")),
+                client.get("/job?domain=render&job_id=big"),
+            ]
+    for page in pages:
+        assert page.status_code == 200
+        assert bool(Markup(page.text).all("progress", **{"class": "row-progress"})) is bar
 
 
 def test_running_page_lists_open_steps(client: TestClient, tracing: TracingFactory) -> None:

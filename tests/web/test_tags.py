@@ -3,7 +3,9 @@ their caps, shown on the job page and searchable from the jobs page, the JSON AP
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 import psycopg
 import pytest
@@ -115,3 +117,24 @@ def test_tags_show_on_the_job_page_and_filter_the_lists(
     with pytest.raises(SystemExit) as exit_info:
         main(["jobs", "--dsn", dsn, "--tag", "customer"])
     assert exit_info.value.code == 2
+
+
+def test_every_stored_tag_is_found_by_its_own_link_and_the_cli(
+    tracing: TracingFactory, dsn: str, client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name holding ':' or '=' could not be split back out of ``?tag=NAME:VALUE`` or ``--tag
+    NAME=VALUE``: it is dropped at write (counted); values may hold either."""
+    tracer, processor = tracing()
+    tags = {"env:region": "eu", "a=b": "c", "url": "http://x/?q=1", "pair": "k=v:w"}
+    tagged_job(tracer, "seps", 1, **tags)
+    assert processor.force_flush(10_000)
+
+    assert [(r[2], r[3]) for r in tag_rows(dsn)] == [("pair", "k=v:w"), ("url", "http://x/?q=1")]
+    assert processor.stats()["dropped_tags"] == 1  # one attempt's problem, counted once
+    links = re.findall(r'href="(/\?tag=[^"]*)"', client.get(job_url("shop", "seps")).text)
+    assert len(links) == 2
+    for link in links:
+        assert 'href="/jobs/shop/seps"' in client.get(html.unescape(link)).text, link
+    for name, value in (("pair", "k=v:w"), ("url", "http://x/?q=1")):
+        assert main(["jobs", "--dsn", dsn, "--tag", f"{name}={value}", "--json"]) == 0
+        assert [job["job_id"] for job in json.loads(capsys.readouterr().out)] == ["seps"]

@@ -196,4 +196,5 @@ def fetch(
     ``prepare=False`` plans it for its values every time (psycopg's ``execute``).
     """
     with conn.cursor(row_factory=class_row(record)) as cur:
+        read_any_time(cur)  # a caller's connection too
         return cur.execute(query, params, prepare=prepare).fetchall()

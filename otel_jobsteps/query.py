@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 from .db import Record, Target, fetch, session
 from .errors import ConfigurationError
 from .sql import qualified_queries
+from .times import read_any_time
 from .vocabulary import LOG, STATUSES  # STATUSES public from here too (CLI and web filter)
 
 __all__ = [
@@ -234,6 +235,7 @@ def job_detail(
     key = {"domain": domain, "job_id": str(job_id)}
     with session(read_target(conninfo_or_connection), schema=schema, snapshot=True) as conn:
         with conn.cursor(row_factory=dict_row) as cur:
+            read_any_time(cur)  # a caller's connection too
             rows = cur.execute(queries["job_attempts"], key).fetchall()
         if not rows:
             return None
@@ -271,6 +273,7 @@ def read_log_lines(
     """The newest ``limit`` LOG rows of one attempt (all if ``every``, else those between steps
     and ``step_key``'s), oldest first."""
     with conn.cursor(row_factory=dict_row) as cur:
+        read_any_time(cur)  # a caller's connection too
         rows = cur.execute(queries["job_log_lines"], params).fetchall()
     return [LogLine.from_row(r, time=r["time"], detail=r["detail"]) for r in reversed(rows)]
 
@@ -397,6 +400,7 @@ class ActivityFollower:
         }
         conn, query = self._conn, _queries(self._schema)["tail_changes"]
         with session(conn, schema=self._schema), conn.cursor(row_factory=dict_row) as cur:
+            read_any_time(cur)  # a caller's connection too
             rows = cur.execute(query, params).fetchall()
         self._gaps = {i: n - 1 for i, n in self._gaps.items() if n > 1}
         found: list[JobActivity] = []

@@ -57,7 +57,8 @@ class _AnyTimeBinaryLoader(_AnyTimeLoader):
         return int.from_bytes(data[:8], "big", signed=True) < 0  # microseconds since 2000
 
 
-def read_any_time(conn: psycopg.Connection[Any]) -> None:
-    """Make ``conn`` load a ``timestamptz`` Python cannot hold as the nearest bound."""
-    conn.adapters.register_loader(_TIMESTAMPTZ, _AnyTimeLoader)
-    conn.adapters.register_loader(_TIMESTAMPTZ, _AnyTimeBinaryLoader)
+def read_any_time(target: psycopg.Connection[Any] | psycopg.Cursor[Any]) -> None:
+    """Make ``target`` load a ``timestamptz`` Python cannot hold as the nearest bound (on a
+    cursor of a caller's connection: for our reads only, their connection left as it is)."""
+    target.adapters.register_loader(_TIMESTAMPTZ, _AnyTimeLoader)
+    target.adapters.register_loader(_TIMESTAMPTZ, _AnyTimeBinaryLoader)

@@ -124,6 +124,12 @@ def test_every_read_survives_rows_already_holding_far_times(
     bc = job_detail(dsn, "old", "bc")
     assert bc is not None
     assert bc.steps[0].started_at == EARLIEST
+    with psycopg.connect(dsn, autocommit=True) as own:  # the caller's connection, as it is
+        passed = job_detail(own, "old", "year-33658")
+        assert passed is not None
+        assert passed.steps[0].started_at == LATEST
+        with pytest.raises(psycopg.DataError):  # their own reads keep psycopg's loaders
+            own.execute("SELECT created_at FROM job_event WHERE job_id = 'year-33658'").fetchall()
 
 
 def test_tail_survives_far_times_written_while_it_follows(dsn: str) -> None:

@@ -176,6 +176,8 @@ class _Attempt:
     start_us: int = 0
     # Forgotten once (evicted) and seen again: the step it may hold open is not known here.
     forgotten: bool = False
+    # Told again to a new writer process: its last step row, if any, is in the database only.
+    resumed: bool = False
     # LOG rows written per step key (None: between steps) and lines dropped over the cap since
     # the last dropped-count row; None until the attempt's first log line (most have none).
     logs: dict[str | None, list[int]] | None = None
@@ -260,7 +262,9 @@ class StepRecorder:
         attempts were settled then), a step's inserts its row, a no-op if it is open (the
         open-step index), sealed so that later changes are guarded updates of the open row."""
         if type(command) is JobStarted:
-            self._attempt(command.scope).start_us = command.start_ns // 1000
+            told = self._attempt(command.scope)
+            told.start_us = command.start_ns // 1000
+            told.resumed = True  # heartbeated at once, even between steps (its last row is found)
             return
         self.handle(command)
         if type(command) is StepStarted:
@@ -281,11 +285,11 @@ class StepRecorder:
 
     def open_steps(self) -> list[tuple[str, str, int, str]]:
         """(domain, job_id, attempt, execution_id) of every attempt this process runs that has
-        a step: the heartbeat keeps it alive for sweep, on an open step or between steps."""
+        a step (or was resumed, its steps unknown here): the heartbeat finds its latest step row."""
         return [
             (s.scope.domain, s.scope.job_id, s.scope.attempt, s.execution_id)
             for s in list(self._attempts.values())
-            if s.last_step is not None
+            if s.last_step is not None or s.resumed
         ]
 
     def next_due(self) -> float | None:

@@ -169,6 +169,45 @@ def test_a_job_in_flight_when_its_writer_process_dies_is_written_whole(
     assert sweep(conn, timedelta(minutes=10)) == []  # nothing left for sweep to fail
 
 
+def test_an_attempt_between_steps_is_heartbeated_by_the_new_writer_process(
+    tracing: TracingFactory, conn: psycopg.Connection[Any]
+) -> None:
+    """Issue 22: FETCH closed, the next step not started, the writer process SIGKILLed; the new
+    one heartbeats the attempt on FETCH's row before any new step, so sweep leaves it alone."""
+    others = set(writer_processes())
+    tracer, processor = tracing(writer="process", heartbeat_interval_s=0.05)
+    with job_attempt("render", "between", "thumbnail", tracer=tracer):
+        with step("FETCH", tracer=tracer):
+            pass
+        assert processor.force_flush(10_000)
+        (writer,) = set(writer_processes()) - others
+        _kill_and_await_the_restart(processor, writer)
+        assert processor.force_flush(10_000)  # a new writer process, told the open job span
+        # An hour old and silent since: only the new process's heartbeat can make it recent.
+        conn.execute(
+            "UPDATE job_event SET created_at = created_at - interval '1 hour',"
+            " ended_at = ended_at - interval '1 hour', heartbeat_at = now() - interval '1 hour'"
+        )
+        wait_until(
+            lambda: rows(
+                conn,
+                "SELECT 1 FROM job_event WHERE step_key = 'FETCH'"
+                " AND heartbeat_at > now() - interval '1 minute'",
+            ),
+            what="FETCH's row heartbeated by the new writer process",
+        )
+        assert sweep(conn, timedelta(minutes=10)) == []  # alive: nothing settled
+        with step("SAVE", tracer=tracer):
+            pass
+    assert processor.force_flush(10_000)
+
+    assert rows(conn, f"{STEPS} ORDER BY id") == [
+        (1, "FETCH", "COMPLETED", None, None),
+        (1, "SAVE", "COMPLETED", None, None),
+    ]
+    assert rows(conn, LOGS) == [(1, "COMPLETED", None, None)]
+
+
 def test_the_writer_process_finishes_and_ends_with_its_job_process(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:

@@ -7,6 +7,7 @@ import pytest
 from otel_jobsteps.batch import CloseForeign, CloseStep, EventRow, JobLogRow, Progress
 from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.recorder import (
+    JobEnded,
     JobStarted,
     ProgressReported,
     StepEnded,
@@ -354,6 +355,17 @@ def test_attempts_between_steps_are_kept_alive_too(recorder: StepRecorder, job: 
     (alive,) = recorder.open_steps()
     assert alive[:3] == ("render", "42", 1)
     job.end_job(3)
+    assert recorder.open_steps() == []
+
+
+def test_a_resumed_attempt_is_kept_alive_before_its_next_step(recorder: StepRecorder) -> None:
+    """Issue 22: a new writer process told only the job span does not know the attempt's last
+    step row; it is heartbeated anyway (the statement finds that row), until the job ends."""
+    attempt = scope(1)
+    recorder.resume(JobStarted(attempt, 0))
+    (alive,) = recorder.open_steps()
+    assert alive[:3] == ("render", "42", 1)
+    recorder.handle(JobEnded(attempt, 5 * MS, False, None, None))
     assert recorder.open_steps() == []
 
 

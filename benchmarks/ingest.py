@@ -42,9 +42,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import set_span_in_context
 
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.logs import decode_logs_protobuf
 from otel_jobsteps.attributes import JOB_STEP_KEY
-from otel_jobsteps.ingest.decode import decode_protobuf
-from otel_jobsteps.ingest.logs import decode_logs_protobuf
 
 from .common import (
     Databases,

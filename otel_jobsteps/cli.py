@@ -21,10 +21,12 @@ from typing import Any, NoReturn
 import psycopg
 
 from . import __version__
-from .db import borrowed_connection, check_dsn
+from ._db import borrowed_connection, check_dsn
+from ._extras import install_hint
+from ._formatting import format_duration, format_time
+from ._timeline import Style, render_detail, render_jobs, render_log_line
+from ._vocabulary import MAX_ATTEMPT
 from .errors import ConfigurationError, JobStepsError, describe, printable
-from .extras import install_hint
-from .formatting import format_duration, format_time
 from .maintenance import prune, sweep
 from .query import (
     STATUSES,
@@ -36,8 +38,6 @@ from .query import (
     parse_tag,
 )
 from .schema import migrate
-from .timeline import Style, render_detail, render_jobs, render_log_line
-from .vocabulary import MAX_ATTEMPT
 
 __all__ = ["main", "parse_duration"]
 
@@ -311,7 +311,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo  # the SDK and the embedded server load only for the demo
+    from ._demo import run_demo  # the SDK and the embedded server load only for the demo
 
     dsn = _dsn(args) if args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN") else None
     consent = (lambda _: True) if args.migrate else _ask if sys.stdin.isatty() else None
@@ -354,7 +354,7 @@ def _collect(args: argparse.Namespace) -> int:
         import grpc  # noqa: F401 - the gRPC listener's server
         import uvicorn  # noqa: F401 - serve_collect runs it; missing, say so here
 
-        from .ingest import JobMapping, serve_collect
+        from ._ingest import JobMapping, serve_collect
     except ImportError as error:
         raise ConfigurationError(
             f"collect needs the collect extra ({error.name} is missing): {install_hint('collect')}"

@@ -7,8 +7,8 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ._extras import install_hint
 from .errors import ConfigurationError
-from .extras import install_hint
 
 __all__ = ["embedded_server"]
 

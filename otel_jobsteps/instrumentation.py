@@ -23,8 +23,8 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
+from ._stats import logger
 from .auto import DOMAIN_VARIABLE
-from .stats import logger
 
 __all__ = [
     "JobStepsArqInstrumentor",

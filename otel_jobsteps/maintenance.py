@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from .db import Record, Target, borrowed_connection, fetch, session
+from ._db import Record, Target, borrowed_connection, fetch, session
+from ._stats import logger
 from .errors import ConfigurationError
 from .schema import is_partitioned
 from .sql import qualified_queries
-from .stats import logger
 
 __all__ = ["PruneResult", "SweptStep", "prune", "sweep"]
 

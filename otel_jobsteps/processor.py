@@ -26,28 +26,25 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from .attributes import JOB_EVENT_TYPE, JOB_ID
-from .batch import Batch
-from .db import check_dsn
-from .detail import DEFAULT_MAX_DETAIL_BYTES
-from .errors import ConfigurationError
-from .facts import LogFacts, SpanFacts, log_facts
-from .metrics import StepMetrics
-from .recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
-from .relay import Relay, WriterSettings
-from .schema import check_writable_tables, migrate
-from .spans import attribute_dict
-from .stats import Stats, logger
-from .store import StepStore
-from .telemetry import register_metrics
-from .translate import (
+from ._batch import Batch
+from ._db import check_dsn
+from ._detail import DEFAULT_MAX_DETAIL_BYTES
+from ._facts import LogFacts, SpanFacts, log_facts
+from ._metrics import StepMetrics
+from ._recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
+from ._relay import Relay, WriterSettings
+from ._spans import attribute_dict
+from ._stats import Stats, logger
+from ._store import StepStore
+from ._telemetry import register_metrics
+from ._translate import (
     DEFAULT_LOGS_MIN_SEVERITY,
     DEFAULT_MAX_OPEN_SPANS,
     PROGRESS_EVENT,
     SpanTranslator,
     logs_settings,
 )
-from .watch import (
+from ._watch import (
     LogEmitted,
     SpanEnded,
     SpanReader,
@@ -56,7 +53,10 @@ from .watch import (
     ended_fields,
     fields_facts,
 )
-from .writer import RowStore, Writer
+from ._writer import RowStore, Writer
+from .attributes import JOB_EVENT_TYPE, JOB_ID
+from .errors import ConfigurationError
+from .schema import check_writable_tables, migrate
 
 __all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "SpanStarted"]
 

@@ -20,11 +20,11 @@ from psycopg.rows import dict_row
 if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
-from .db import Record, Target, fetch, session
+from ._db import Record, Target, fetch, session
+from ._times import read_any_time
+from ._vocabulary import LOG, STATUSES  # STATUSES public from here too (CLI and web filter)
 from .errors import ConfigurationError
 from .sql import qualified_queries
-from .times import read_any_time
-from .vocabulary import LOG, STATUSES  # STATUSES public from here too (CLI and web filter)
 
 __all__ = [
     "MAX_LOG_LINES",

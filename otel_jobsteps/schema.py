@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from .db import borrowed_connection, check_schema_name
+from ._db import borrowed_connection, check_schema_name
 from .errors import ConfigurationError, SchemaNotMigratedError
 from .sql import migrations
 

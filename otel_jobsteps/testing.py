@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
-from .detail import encode_detail
-from .metrics import Committed
-from .store import statements
-from .vocabulary import ABANDONED, FAILED, STEP
+from ._batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from ._detail import encode_detail
+from ._metrics import Committed
+from ._store import statements
+from ._vocabulary import ABANDONED, FAILED, STEP
 
 __all__ = ["InMemoryStore", "apply", "operations"]
 

@@ -14,7 +14,7 @@ __all__ = [
     "OUTCOME_TIME_LIMIT",
 ]
 
-from ..vocabulary import (
+from .._vocabulary import (
     EVENT_RETRY_SCHEDULED,
     EVENT_STALLED,
     OUTCOME_RECLAIMED,

@@ -31,9 +31,8 @@ from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..db import Record, redact
-from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
-from ..formatting import (
+from .._db import Record, redact
+from .._formatting import (
     format_ago,
     format_duration,
     format_time,
@@ -41,12 +40,13 @@ from ..formatting import (
     severity_word,
     shorten,
 )
-from ..health import SERVE_RIGHTS, HealthMiddleware, Readiness, is_health_request
-from ..listen import check_free, parse_listen
-from ..loopback import is_loopback, loopback_hosts, refused_host
+from .._health import SERVE_RIGHTS, HealthMiddleware, Readiness, is_health_request
+from .._listen import check_free, parse_listen
+from .._loopback import is_loopback, loopback_hosts, refused_host
+from .._requestlog import RequestLog
+from .._vocabulary import MAX_ATTEMPT
+from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
 from ..query import STATUSES, parse_tag
-from ..requestlog import RequestLog
-from ..vocabulary import MAX_ATTEMPT
 from .data import COUNT_CAP, JobPage, Reader
 from .layout import WINDOWS, Cursor, Timeline, TraceLinks, build_timeline, drawn_rows
 from .metrics import DEFAULT_SILENT_AFTER, metrics_page

@@ -16,7 +16,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ..db import Record, connection_kwargs, fetch, session
+from .._db import Record, connection_kwargs, fetch, session
+from .._times import read_any_time
+from .._translate import MAX_ID_CHARS
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     TAG_SCAN_PER_JOB,
@@ -31,8 +33,6 @@ from ..query import (
     window_start,
 )
 from ..sql import qualified_queries
-from ..times import read_any_time
-from ..translate import MAX_ID_CHARS
 from .layout import Cursor
 
 __all__ = [

@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from .._formatting import format_duration
+from .._vocabulary import LOG, STEP, TAG
 from ..errors import ConfigurationError
-from ..formatting import format_duration
 from ..query import AttemptSummary, JobLogEntry, LogLine
-from ..vocabulary import LOG, STEP, TAG
 
 __all__ = [
     "AXIS_WIDTH",

@@ -11,7 +11,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..prometheus import CONTENT_TYPE_LATEST, exposition
+from .._prometheus import CONTENT_TYPE_LATEST, exposition
 from .data import Reader
 
 __all__ = ["DEFAULT_SILENT_AFTER", "metrics_page"]

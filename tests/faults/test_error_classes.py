@@ -9,9 +9,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from otel_jobsteps.db import borrowed_connection
+from otel_jobsteps._db import borrowed_connection
+from otel_jobsteps._store import SQLSTATE_CLASSES, StepStore, rejects_row
 from otel_jobsteps.errors import DatabaseUnavailableError, describe
-from otel_jobsteps.store import SQLSTATE_CLASSES, StepStore, rejects_row
 from tests.helpers import free_port
 
 FAILURES = Path(__file__).resolve().parents[2] / "docs" / "failures.md"

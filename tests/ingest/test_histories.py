@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otel_jobsteps.ingest.decode import decode_protobuf
-from otel_jobsteps.ingest.logs import decode_logs_protobuf
-from otel_jobsteps.ingest.settings import CollectSettings
-from otel_jobsteps.ingest.staging import Staging
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.logs import decode_logs_protobuf
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging
 from tests.ingest.collector import table_rows
 from tests.ingest.histories import AttemptPlan, History, StepPlan, histories, tell
 from tests.ingest.requests import logs_request_of, request_of, start_markers

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_jobsteps.facts import LogFacts, SpanFacts
-from otel_jobsteps.ingest.derive import with_logs
+from otel_jobsteps._facts import LogFacts, SpanFacts
+from otel_jobsteps._ingest.derive import with_logs
 
 TRACE = 7
 

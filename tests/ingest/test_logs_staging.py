@@ -12,10 +12,10 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import Tracer
 
 from otel_jobsteps import job_attempt, prune, step
-from otel_jobsteps.ingest.decode import decode_protobuf
-from otel_jobsteps.ingest.logs import decode_logs_protobuf
-from otel_jobsteps.ingest.settings import CollectSettings
-from otel_jobsteps.ingest.staging import Receipt, Staging
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.logs import decode_logs_protobuf
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Receipt, Staging
 from tests.ingest.collector import table_rows
 from tests.ingest.requests import logs_request_of, proto_logs, proto_spans, request_of
 from tests.ingest.stories import Recording

@@ -11,10 +11,10 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging, StagingUnavailable
 from otel_jobsteps.errors import ConfigurationError
-from otel_jobsteps.ingest.decode import decode_protobuf
-from otel_jobsteps.ingest.settings import CollectSettings
-from otel_jobsteps.ingest.staging import Staging, StagingUnavailable
 from tests.ingest.requests import request_of
 from tests.ingest.stories import Recording, seed_story
 

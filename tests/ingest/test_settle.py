@@ -9,10 +9,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.trace import Tracer
 
 from otel_jobsteps import job_attempt, record_job_event, step
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Receipt, Staging
 from otel_jobsteps.attributes import JOB_EVENT_TYPE, JOB_ID
-from otel_jobsteps.ingest.decode import decode_protobuf
-from otel_jobsteps.ingest.settings import CollectSettings
-from otel_jobsteps.ingest.staging import Receipt, Staging
 from tests.ingest.collector import table_rows
 from tests.ingest.requests import request_of, start_markers
 from tests.ingest.stories import Recording, seed_story

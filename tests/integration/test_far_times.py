@@ -22,7 +22,7 @@ from otel_jobsteps import (
     job_detail,
     step,
 )
-from otel_jobsteps.times import EARLIEST, LATEST, read_any_time
+from otel_jobsteps._times import EARLIEST, LATEST, read_any_time
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.app import job_url
 from tests.helpers import TracingFactory, record_two_attempts, rows

@@ -10,9 +10,9 @@ from typing import Any
 
 import psycopg
 
-from otel_jobsteps.batch import CloseForeign, CloseStep, Progress
+from otel_jobsteps._batch import CloseForeign, CloseStep, Progress
+from otel_jobsteps._store import _params
 from otel_jobsteps.sql import qualified_queries
-from otel_jobsteps.store import _params
 
 AT_US = 1_900_000_000_000_000
 

@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from otel_jobsteps.batch import Abandon, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from otel_jobsteps._batch import Abandon, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from otel_jobsteps._store import _params
 from otel_jobsteps.sql import load_queries, qualified_queries
-from otel_jobsteps.store import _params
 
 OPEN_STEPS = 50_000
 INPUT_ROWS = 20

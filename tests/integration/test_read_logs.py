@@ -14,8 +14,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from otel_jobsteps import job_detail, list_jobs, prune
+from otel_jobsteps._demo import record_seed_story
 from otel_jobsteps.cli import main
-from otel_jobsteps.demo import record_seed_story
 from otel_jobsteps.query import ActivityFollower
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.app import job_url
@@ -184,8 +184,8 @@ def test_show_logs_and_tail_escape_what_job_code_wrote(
 
     changes = follower.poll()
     assert [change.change for change in changes] == ["log", "log", "log"]
+    from otel_jobsteps._timeline import Style
     from otel_jobsteps.cli import _activity_line
-    from otel_jobsteps.timeline import Style
 
     tailed = [_activity_line(change, Style(color=False)) for change in changes]
     assert "\x1b" not in "".join(tailed)

@@ -10,8 +10,8 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps.recorder import Scope, StepRecorder
-from otel_jobsteps.store import StepStore
+from otel_jobsteps._recorder import Scope, StepRecorder
+from otel_jobsteps._store import StepStore
 from tests.unit.recorder_support import SCOPES, FakeClock, command, script_commands, settle, written
 
 _domains = itertools.count()

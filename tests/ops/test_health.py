@@ -14,9 +14,9 @@ from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
-from otel_jobsteps.ingest.app import create_app as create_collect
-from otel_jobsteps.ingest.settings import CollectSettings
-from otel_jobsteps.ingest.staging import Staging
+from otel_jobsteps._ingest.app import create_app as create_collect
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging
 from otel_jobsteps.web import create_app as create_serve
 from otel_jobsteps.web.app import loopback_hosts
 from tests.faults.proxy import FaultProxy, Mode, Upstream

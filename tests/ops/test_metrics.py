@@ -20,12 +20,11 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_jobsteps import job_attempt, step
-from otel_jobsteps.demo import record_seed_story
-from otel_jobsteps.errors import ConfigurationError
-from otel_jobsteps.ingest.decode import decode_protobuf
-from otel_jobsteps.ingest.settings import CollectSettings
-from otel_jobsteps.ingest.staging import Staging
-from otel_jobsteps.metrics import (
+from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging
+from otel_jobsteps._metrics import (
     ATTEMPTS,
     DEFAULT_MAX_STEP_KEYS,
     DURATION_BUCKETS_S,
@@ -35,6 +34,7 @@ from otel_jobsteps.metrics import (
     StepMetrics,
     max_step_keys_from_environment,
 )
+from otel_jobsteps.errors import ConfigurationError
 from tests.faults.proxy import FaultProxy
 from tests.faults.support import BridgeFactory, run_jobs
 from tests.helpers import TracingFactory, free_port, wait_until

@@ -7,8 +7,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_jobsteps.errors import ConfigurationError
-from otel_jobsteps.metrics import (
+from otel_jobsteps._metrics import (
     DEFAULT_MAX_JOB_TYPES,
     DEFAULT_MAX_REASONS,
     MAX_JOB_TYPES_ENV,
@@ -18,6 +17,7 @@ from otel_jobsteps.metrics import (
     FinishedAttempt,
     StepMetrics,
 )
+from otel_jobsteps.errors import ConfigurationError
 from tests.ops.test_metrics import attempt_counts, step_counts
 
 X = OTHER_STEP_KEY  # folded

@@ -17,11 +17,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging, StagingUnavailable
+from otel_jobsteps._metrics import StepMetrics
 from otel_jobsteps.attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
-from otel_jobsteps.ingest.decode import decode_protobuf
-from otel_jobsteps.ingest.settings import CollectSettings
-from otel_jobsteps.ingest.staging import Staging, StagingUnavailable
-from otel_jobsteps.metrics import StepMetrics
 from tests.faults.proxy import FaultProxy
 from tests.helpers import wait_until
 from tests.ingest.requests import proto_spans, request_of

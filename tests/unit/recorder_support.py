@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from otel_jobsteps.recorder import (
+from otel_jobsteps._recorder import (
     JobEnded,
     JobStarted,
     ProgressReported,

@@ -10,10 +10,10 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps.batch import EventRow, JobLogRow
-from otel_jobsteps.recorder import JobEnded, JobStarted, LogRecorded, StepRecorder
+from otel_jobsteps._batch import EventRow, JobLogRow
+from otel_jobsteps._recorder import JobEnded, JobStarted, LogRecorded, StepRecorder
+from otel_jobsteps._vocabulary import ABANDONED, LOG
 from otel_jobsteps.testing import apply
-from otel_jobsteps.vocabulary import ABANDONED, LOG
 from tests.unit.recorder_support import MS, SCOPES, FakeClock, command, script_commands, written
 
 line = st.tuples(

@@ -7,8 +7,8 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, step
+from otel_jobsteps._vocabulary import LOG, STEP
 from otel_jobsteps.testing import InMemoryStore
-from otel_jobsteps.vocabulary import LOG, STEP
 
 
 def test_log_records_are_shed_before_spans_when_the_queue_is_three_quarters_full() -> None:

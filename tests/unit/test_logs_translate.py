@@ -7,19 +7,19 @@ from typing import Any
 import pytest
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor
-from otel_jobsteps.batch import EventRow
-from otel_jobsteps.errors import ConfigurationError
-from otel_jobsteps.facts import LogFacts, SpanEvent
-from otel_jobsteps.recorder import Command, LogRecorded, ProgressReported, StepRecorder
-from otel_jobsteps.testing import InMemoryStore
-from otel_jobsteps.translate import (
+from otel_jobsteps._batch import EventRow
+from otel_jobsteps._facts import LogFacts, SpanEvent
+from otel_jobsteps._recorder import Command, LogRecorded, ProgressReported, StepRecorder
+from otel_jobsteps._translate import (
     MAX_LOG_MESSAGE_CHARS,
     SpanTranslator,
     logs_settings,
     severity_name,
     severity_number,
 )
-from otel_jobsteps.vocabulary import LOG, STEP
+from otel_jobsteps._vocabulary import LOG, STEP
+from otel_jobsteps.errors import ConfigurationError
+from otel_jobsteps.testing import InMemoryStore
 from tests.unit.recorder_support import MS, settle, written
 from tests.unit.test_translate import JOB, TRACE, span
 

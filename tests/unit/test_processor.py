@@ -28,7 +28,7 @@ from otel_jobsteps import (
     record_event,
     step,
 )
-from otel_jobsteps.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
+from otel_jobsteps._batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
 from otel_jobsteps.processor import LogEmitted, SpanEnded, SpanStarted
 from otel_jobsteps.testing import InMemoryStore
 from tests.helpers import wait_until

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from otel_jobsteps.formatting import LINE_CHARS, severity_word, shorten
+from otel_jobsteps._formatting import LINE_CHARS, severity_word, shorten
+from otel_jobsteps._timeline import Style, render_log_line
 from otel_jobsteps.query import LogLine
-from otel_jobsteps.timeline import Style, render_log_line
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 ROW = {"attempt": 2, "step_key": "RENDER", "message": "hello", "trace_id": "a" * 32}

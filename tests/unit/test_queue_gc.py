@@ -23,9 +23,9 @@ from otel_jobsteps import (
     job_attempt,
     step,
 )
+from otel_jobsteps._vocabulary import LOG, STEP
+from otel_jobsteps._watch import LogEmitted
 from otel_jobsteps.testing import InMemoryStore
-from otel_jobsteps.vocabulary import LOG, STEP
-from otel_jobsteps.watch import LogEmitted
 from tests.unit.recorder_support import written
 
 # Tracked objects per queued span: its start, its end, the fields, their events and one event.

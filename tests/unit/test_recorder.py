@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from otel_jobsteps.batch import CloseForeign, CloseStep, EventRow, JobLogRow, Progress
-from otel_jobsteps.errors import ConfigurationError
-from otel_jobsteps.recorder import (
+from otel_jobsteps._batch import CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from otel_jobsteps._recorder import (
     JobEnded,
     JobStarted,
     ProgressReported,
@@ -14,6 +13,7 @@ from otel_jobsteps.recorder import (
     StepRecorder,
     StepStarted,
 )
+from otel_jobsteps.errors import ConfigurationError
 from tests.unit.recorder_support import MS, Driver, FakeClock, scope, settle, written
 
 

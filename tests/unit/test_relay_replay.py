@@ -9,9 +9,9 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
-from otel_jobsteps.facts import span_fields
-from otel_jobsteps.relay import _Outbox
-from otel_jobsteps.watch import ended_fields
+from otel_jobsteps._facts import span_fields
+from otel_jobsteps._relay import _Outbox
+from otel_jobsteps._watch import ended_fields
 
 
 def _told(messages: list[Any]) -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ import pytest
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from otel_jobsteps.spans import (
+from otel_jobsteps._spans import (
     attribute_dict,
     events_added,
     newest_progress_event,

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
+from otel_jobsteps._stats import Stats
 from otel_jobsteps.errors import MAX_MESSAGE_CHARS
-from otel_jobsteps.stats import Stats
 
 
 class _SqlError(Exception):

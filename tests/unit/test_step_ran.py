@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps.recorder import (
+from otel_jobsteps._recorder import (
     ProgressReported,
     StepEnded,
     StepRan,

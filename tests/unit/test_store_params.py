@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from otel_jobsteps.batch import EventRow
-from otel_jobsteps.detail import encode_detail
-from otel_jobsteps.store import _rows_json
+from otel_jobsteps._batch import EventRow
+from otel_jobsteps._detail import encode_detail
+from otel_jobsteps._store import _rows_json
 
 DETAILS: list[Any] = [
     None,

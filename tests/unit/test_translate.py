@@ -16,9 +16,9 @@ from otel_jobsteps import (
     JOB_STEP_KEY,
     JOB_TYPE,
 )
-from otel_jobsteps.batch import EventRow
-from otel_jobsteps.facts import SpanEvent, SpanFacts
-from otel_jobsteps.recorder import (
+from otel_jobsteps._batch import EventRow
+from otel_jobsteps._facts import SpanEvent, SpanFacts
+from otel_jobsteps._recorder import (
     Command,
     EventRecorded,
     JobEnded,
@@ -27,7 +27,7 @@ from otel_jobsteps.recorder import (
     StepRecorder,
     StepStarted,
 )
-from otel_jobsteps.translate import SpanTranslator
+from otel_jobsteps._translate import SpanTranslator
 from tests.unit.recorder_support import MS, settle, written
 
 TRACE = 0xABC

@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from ..facts import LogFacts, SpanEvent, SpanFacts
+from .._facts import LogFacts, SpanEvent, SpanFacts
 from .mapping import BULLMQ_FAILED_EVENT
 
 __all__ = [

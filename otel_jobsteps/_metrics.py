@@ -21,8 +21,8 @@ from opentelemetry.sdk.metrics._internal._view_instrument_match import _hash_att
 from opentelemetry.sdk.metrics._internal.aggregation import _ExplicitBucketHistogramAggregation
 from opentelemetry.sdk.metrics.view import DefaultAggregation
 
+from ._batch import EventRow, JobLogRow
 from .attributes import JOB_DOMAIN, JOB_STEP_KEY, JOB_TYPE
-from .batch import EventRow, JobLogRow
 from .errors import ConfigurationError
 
 __all__ = [

@@ -30,9 +30,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..health import COLLECT_RIGHTS, HealthMiddleware, Readiness
-from ..requestlog import RequestLog
-from ..stats import logger
+from .._health import COLLECT_RIGHTS, HealthMiddleware, Readiness
+from .._requestlog import RequestLog
+from .._stats import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
 from .intake import Answer, Intake, Outcome, accepted
 from .logs import decode_logs_json, decode_logs_protobuf

@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.abc import PQGen
 
-from .batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
-from .db import check_schema_name, connection_kwargs
-from .detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
-from .metrics import ClosedStep, Committed, FinishedAttempt
+from ._batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from ._db import check_schema_name, connection_kwargs
+from ._detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
+from ._metrics import ClosedStep, Committed, FinishedAttempt
+from ._vocabulary import ABANDONED, FAILED, STEP
 from .sql import qualified_queries
-from .vocabulary import ABANDONED, FAILED, STEP
 
 __all__ = [
     "SQLSTATE_CLASSES",

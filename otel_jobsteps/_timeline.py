@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
+from ._formatting import format_duration, format_time, severity_word, shorten
 from .errors import printable
-from .formatting import format_duration, format_time, severity_word, shorten
 from .query import AttemptSummary, JobDetail, JobSummary, LogLine, StepRecord
 
 __all__ = [

@@ -24,10 +24,10 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Any
 
+from .._facts import LogFacts, SpanFacts
+from .._recorder import Command
+from .._translate import DEFAULT_LOGS_MIN_SEVERITY, Problem, SpanTranslator
 from ..attributes import JOB_EVENT_TYPE
-from ..facts import LogFacts, SpanFacts
-from ..recorder import Command
-from ..translate import DEFAULT_LOGS_MIN_SEVERITY, Problem, SpanTranslator
 from .mapping import JobMapping, map_trace
 
 __all__ = ["job_commands", "latest_copies", "with_logs"]

@@ -19,15 +19,15 @@ from typing import Any, NamedTuple, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
-from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
-from .facts import SpanEvent, SpanFacts, span_fields
-from .spans import (
+from ._facts import SpanEvent, SpanFacts, span_fields
+from ._spans import (
     ended_events,
     events_added,
     events_read,
     newest_progress_event,
     plain_attributes,
 )
+from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 
 __all__ = [
     "POLL_BUDGET",

@@ -19,12 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .attributes import JOB_STEP_DETAIL
-from .batch import Abandon, Batch, BatchBuilder, CloseStep, Detail, EventRow, JobLogRow
-from .debounce import Debounce, Window
-from .detail import clean_text, parse_detail
-from .errors import ConfigurationError
-from .vocabulary import (
+from ._batch import Abandon, Batch, BatchBuilder, CloseStep, Detail, EventRow, JobLogRow
+from ._debounce import Debounce, Window
+from ._detail import clean_text, parse_detail
+from ._vocabulary import (
     CANCELLED,
     COMPLETED,
     ERROR,
@@ -36,6 +34,8 @@ from .vocabulary import (
     TAG,
     TIME_LIMIT,
 )
+from .attributes import JOB_STEP_DETAIL
+from .errors import ConfigurationError
 
 __all__ = [
     "EventRecorded",

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .db import connection_kwargs
+from ._db import connection_kwargs
 from .errors import describe
 from .schema import is_partitioned
 from .sql import load_queries

@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
-from ..facts import LogFacts
+from .._facts import LogFacts
 from .decode import Decoded, attribute_values, parse_json, parse_protobuf
 
 __all__ = ["decode_log_record", "decode_logs_json", "decode_logs_protobuf", "log_key"]

@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 
-from .batch import Batch
+from ._batch import Batch
+from ._metrics import Committed
+from ._stats import Stats, logger
+from ._store import rejects_row
 from .errors import describe
-from .metrics import Committed
-from .stats import Stats, logger
-from .store import rejects_row
 
 __all__ = ["CommandHandler", "RowStore", "Writer"]
 

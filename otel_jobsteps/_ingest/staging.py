@@ -26,6 +26,19 @@ from typing import Any
 
 import psycopg
 
+from .._batch import Batch
+from .._facts import LogFacts, SpanFacts
+from .._metrics import Committed
+from .._recorder import (
+    DEFAULT_MAX_OPEN_ATTEMPTS,
+    Command,
+    JobStarted,
+    LogRecorded,
+    StepRecorder,
+)
+from .._stats import Stats
+from .._store import StepStore, rejects_row
+from .._translate import SpanTranslator
 from ..attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
@@ -34,22 +47,9 @@ from ..attributes import (
     JOB_STEP_KEY,
     JOB_TYPE,
 )
-from ..batch import Batch
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
-from ..facts import LogFacts, SpanFacts
-from ..metrics import Committed
-from ..recorder import (
-    DEFAULT_MAX_OPEN_ATTEMPTS,
-    Command,
-    JobStarted,
-    LogRecorded,
-    StepRecorder,
-)
 from ..schema import check_writable_tables
 from ..sql import qualified_queries
-from ..stats import Stats
-from ..store import StepStore, rejects_row
-from ..translate import SpanTranslator
 from .decode import decode_span
 from .derive import job_commands
 from .logs import decode_log_record

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .metrics import Committed
+from ._metrics import Committed
+from ._relay import WriterSettings, decode_facts, decode_log, read_frames, write_frame
+from ._stats import Stats, logger
+from ._store import StepStore
+from ._writer import Writer
 from .processor import Interpretation, build_interpretation
-from .relay import WriterSettings, decode_facts, decode_log, read_frames, write_frame
 from .schema import check_writable_tables, migrate
-from .stats import Stats, logger
-from .store import StepStore
-from .writer import Writer
 
 __all__ = ["main"]
 

@@ -19,15 +19,15 @@ from typing import TextIO
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
+from ._db import redact
+from ._formatting import format_time
+from ._timeline import Style, render_detail
 from .context import job_attempt, progress, record_event, record_job_event, step
-from .db import redact
 from .embedded import embedded_server
 from .errors import ConfigurationError, DatabaseUnavailableError
-from .formatting import format_time
 from .processor import JobStepsProcessor
 from .query import JobDetail, job_detail
 from .schema import migrate, pending_migrations
-from .timeline import Style, render_detail
 
 __all__ = ["DOMAIN", "JOB_TYPE", "Consent", "record_seed_story", "run_demo"]
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._facts import SpanFacts
 from ..attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
@@ -38,7 +39,6 @@ from ..attributes import (
     JOB_TYPE,
 )
 from ..errors import ConfigurationError
-from ..facts import SpanFacts
 from ..integrations import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 
 __all__ = ["JobMapping", "map_trace"]

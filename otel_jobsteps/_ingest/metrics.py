@@ -43,11 +43,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._metrics import StepMetrics
+from .._prometheus import CONTENT_TYPE_LATEST, OpenTelemetryCollector, exposition
+from .._requestlog import Answered
+from .._stats import Stats
 from ..errors import ConfigurationError
-from ..metrics import StepMetrics
-from ..prometheus import CONTENT_TYPE_LATEST, OpenTelemetryCollector, exposition
-from ..requestlog import Answered
-from ..stats import Stats
 
 __all__ = [
     "WORKERS_DIR_ENV",

@@ -2,7 +2,7 @@
 
 With ``JobStepsProcessor(writer="process")`` the job's hooks queue spans exactly as with the
 writer thread, and a relay thread reads them as facts (`watch`) and sends the facts, in
-order, through a pipe to a child process (`otel_jobsteps.writer_process`) that
+order, through a pipe to a child process (`otel_jobsteps._writer_process`) that
 interprets and writes them as the writer thread would. The job's interpreter then spends per
 span only the hooks and the facts' encoding; the translation, the recorder, the statements
 and psycopg run on another core, with their own garbage collector.
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._facts import LogFacts, SpanFacts, log_fields
+from ._metrics import ClosedStep, Committed, FinishedAttempt
+from ._stats import Stats, logger
+from ._translate import body_text
+from ._watch import SpanWatch, fields_facts, plain_dict
 from .attributes import JOB_EVENT_TYPE
-from .facts import LogFacts, SpanFacts, log_fields
-from .metrics import ClosedStep, Committed, FinishedAttempt
-from .stats import Stats, logger
-from .translate import body_text
-from .watch import SpanWatch, fields_facts, plain_dict
 
 __all__ = [
     "Relay",
@@ -217,7 +217,7 @@ class _FlushRequest:
 # The job's working directory leaves the path first (no module there shadows ours; `-P` is
 # 3.11+), then the writer process runs.
 _START = (
-    "import sys; del sys.path[0]; from otel_jobsteps.writer_process import main; "
+    "import sys; del sys.path[0]; from otel_jobsteps._writer_process import main; "
     "sys.exit(main(sys.argv[1:]))"
 )
 

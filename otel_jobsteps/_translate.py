@@ -18,10 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import attributes as attr
-from .detail import clean_text, parse_detail
-from .errors import ConfigurationError
-from .facts import LogFacts, SpanFacts
-from .recorder import (
+from ._detail import clean_text, parse_detail
+from ._facts import LogFacts, SpanFacts
+from ._recorder import (
     DEFAULT_LOGS_MAX_PER_STEP,
     Command,
     EventRecorded,
@@ -34,9 +33,10 @@ from .recorder import (
     StepRan,
     StepStarted,
 )
-from .spans import latest_progress
-from .times import EARLIEST_NS, LATEST_NS, clamp_ns
-from .vocabulary import MAX_ATTEMPT
+from ._spans import latest_progress
+from ._times import EARLIEST_NS, LATEST_NS, clamp_ns
+from ._vocabulary import MAX_ATTEMPT
+from .errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_LOGS_MIN_SEVERITY",

@@ -14,9 +14,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .._listen import check_free, parse_listen
+from .._translate import logs_settings
 from ..errors import ConfigurationError
-from ..listen import check_free, parse_listen
-from ..translate import logs_settings
 from .mapping import JobMapping
 from .settings import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -37,8 +37,8 @@ SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
 def app_from_environment() -> Starlette:
     """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
     (uvicorn's factory for each worker process)."""
-    from ..loopback import LoopbackHostMiddleware, loopback_hosts
-    from ..stats import Stats
+    from .._loopback import LoopbackHostMiddleware, loopback_hosts
+    from .._stats import Stats
     from .app import create_app
     from .metrics import CollectMetrics, RequestMetricsMiddleware, exporting_readers
     from .staging import Staging
@@ -97,9 +97,9 @@ def serve_collect(
     """
     import uvicorn
 
-    from ..db import redact
-    from ..health import COLLECT_RIGHTS, Readiness
-    from ..loopback import is_loopback
+    from .._db import redact
+    from .._health import COLLECT_RIGHTS, Readiness
+    from .._loopback import is_loopback
     from .grpc_service import grpc_target
     from .metrics import metric_exporters, shared_across_workers
     from .staging import Staging

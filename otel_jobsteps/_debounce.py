@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from .batch import Detail
+from ._batch import Detail
 
 __all__ = ["Debounce", "Window"]
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from .spans import EventLike, attribute_dict, ended_events, plain_attributes
+from ._spans import EventLike, attribute_dict, ended_events, plain_attributes
 
 __all__ = [
     "EventLike",

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from .._facts import SpanFacts
+from .._recorder import EventRecorded, JobStarted
+from .._translate import SpanTranslator
 from ..attributes import JOB_EVENT_TYPE
-from ..facts import SpanFacts
-from ..recorder import EventRecorded, JobStarted
-from ..translate import SpanTranslator
 from .mapping import JobMapping, map_trace
 
 __all__ = ["EVENT", "JOB", "NAMING_EVENT", "PLAIN", "Attempt", "Skeleton", "place", "skeleton"]

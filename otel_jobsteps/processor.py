@@ -32,7 +32,6 @@ from ._detail import DEFAULT_MAX_DETAIL_BYTES
 from ._facts import LogFacts, SpanFacts, log_facts
 from ._metrics import StepMetrics
 from ._recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
-from ._relay import Relay, WriterSettings
 from ._spans import attribute_dict
 from ._stats import Stats, logger
 from ._store import StepStore
@@ -54,6 +53,7 @@ from ._watch import (
     fields_facts,
 )
 from ._writer import RowStore, Writer
+from ._writer_process import Relay, WriterSettings
 from .attributes import JOB_EVENT_TYPE, JOB_ID
 from .errors import ConfigurationError
 from .schema import check_writable_tables, migrate
@@ -537,8 +537,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         self._stats.reset()
         self._in_scope = OrderedDict()
         if self._relay is not None:
-            self._relay.after_fork_in_child()
-            return
+            return  # the relay's queue re-inits itself
         self._live = self._live_spans()
         self._live.shed_progress_when(self._writer.backlogged)
         self._writer.after_fork_in_child(self._live)

@@ -78,7 +78,7 @@ def test_spans_outside_a_job_cost_no_thread_and_no_connection(
         tracer.start_as_current_span("not-a-step", attributes={JOB_STEP_KEY: "RENDER"}) as span,
     ):
         span.add_event("progress", {"pct": 1})
-    assert processor._writer._thread is None
+    assert processor._writer._queue._thread is None
     assert processor.force_flush(1000)
     assert recording.batches == []
 

@@ -10,8 +10,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
 from otel_jobsteps._facts import span_fields
-from otel_jobsteps._relay import _Outbox
 from otel_jobsteps._watch import ended_fields
+from otel_jobsteps._writer_process.outbox import Outbox
 
 
 def _told(messages: list[Any]) -> list[tuple[str, str]]:
@@ -20,7 +20,7 @@ def _told(messages: list[Any]) -> list[tuple[str, str]]:
 
 def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_the_bound() -> None:
     tracer = TracerProvider().get_tracer("t")
-    outbox = _Outbox(max_open=3)
+    outbox = Outbox(max_open=3)
     job = tracer.start_span("job")
     event = tracer.start_span("event", attributes={JOB_EVENT_TYPE: "STALLED"})
     fetch = tracer.start_span("FETCH", attributes={JOB_STEP_KEY: "FETCH"})

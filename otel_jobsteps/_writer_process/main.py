@@ -20,13 +20,30 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ._metrics import Committed
-from ._relay import WriterSettings, decode_facts, decode_log, read_frames, write_frame
-from ._stats import Stats, logger
-from ._store import StepStore
-from ._writer import Writer
-from .processor import Interpretation, build_interpretation
-from .schema import check_writable_tables, migrate
+from .._metrics import Committed
+from .._stats import Stats, logger
+from .._store import StepStore
+from .._writer import Writer
+from ..processor import Interpretation, build_interpretation
+from ..schema import check_writable_tables, migrate
+from .wire import (
+    ENDED,
+    FLUSH,
+    FLUSHED,
+    LOG,
+    METRICS,
+    PROGRESS,
+    REPLAYED,
+    STARTED,
+    STATS,
+    WARNING,
+    WHOLE,
+    WriterSettings,
+    decode_facts,
+    decode_log,
+    read_frames,
+    write_frame,
+)
 
 __all__ = ["main"]
 
@@ -34,12 +51,12 @@ _STATS_EVERY_S = 0.5
 _FULL_QUEUE_PAUSE_S = 0.01
 # Relay messages by the name the writer thread's counters give the same thing.
 _KINDS = {
-    "s": "SpanStarted",
-    "r": "SpanStarted",
-    "w": "SpanEnded",
-    "e": "SpanEnded",
-    "p": "ProgressReported",
-    "L": "LogEmitted",
+    STARTED: "SpanStarted",
+    REPLAYED: "SpanStarted",
+    WHOLE: "SpanEnded",
+    ENDED: "SpanEnded",
+    PROGRESS: "ProgressReported",
+    LOG: "LogEmitted",
 }
 _FLUSH_WAIT_S = 3600.0  # the relay's caller decides how long it waits
 
@@ -60,17 +77,17 @@ class _ReceivedFacts:
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         reader = self.interpretation
-        if kind == "L":
+        if kind == LOG:
             reader.log(decode_log(message))
-        elif kind == "p":
+        elif kind == PROGRESS:
             reader.progress(*message[1:])
-        elif kind == "s":
+        elif kind == STARTED:
             reader.started(decode_facts(message))
-        elif kind == "w":
+        elif kind == WHOLE:
             reader.whole(decode_facts(message))
-        elif kind == "r":
+        elif kind == REPLAYED:
             reader.resumed(decode_facts(message))
-        else:
+        else:  # ENDED
             reader.ended(decode_facts(message))
 
 
@@ -149,7 +166,7 @@ def main(argv: list[str]) -> int:
     try:
         for frame in frames:
             for message in frame:
-                if message[0] == "f":
+                if message[0] == FLUSH:
                     flushes.request(message[1])  # answered by its thread: reading goes on
                     continue
                 if not _room_for(writer, settings.max_queue_size, parent):
@@ -158,7 +175,7 @@ def main(argv: list[str]) -> int:
     finally:
         writer.shutdown(settings.shutdown_timeout_ms / 1000.0)
         # The last counters (what shutdown dropped among them) before the relay sees us exit.
-        replies.send(lambda: ("t", flushes.snapshot()))
+        replies.send(lambda: (STATS, flushes.snapshot()))
     return 0
 
 
@@ -179,7 +196,7 @@ class _Flushes:
             self._requested.notify()
 
     def _answer(self, number: int, ok: bool) -> tuple[Any, ...]:
-        return ("a", number, ok, self.snapshot())
+        return (FLUSHED, number, ok, self.snapshot())
 
     def run(self) -> None:
         answered = 0
@@ -221,7 +238,7 @@ class _Replies:
         """What a batch closed and finished: the job's process records the metrics."""
         steps, attempts = committed.closed_steps(), committed.finished_attempts()
         if steps or attempts:
-            message = ("m", list(map(tuple, steps)), list(map(tuple, attempts)))
+            message = (METRICS, list(map(tuple, steps)), list(map(tuple, attempts)))
             self.send(lambda: message)
 
     def report(self, snapshot: Callable[[], dict[str, Any]]) -> None:
@@ -233,7 +250,7 @@ class _Replies:
             if current == sent:
                 return None
             sent = current
-            return ("t", current)
+            return (STATS, current)
 
         while self._fd is not None:
             time.sleep(_STATS_EVERY_S)  # a period, not a wait for something
@@ -250,5 +267,5 @@ class _ToTheJob(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
-        if not self._replies.send(lambda: ("l", record.levelno, text)) and logging.lastResort:
+        if not self._replies.send(lambda: (WARNING, record.levelno, text)) and logging.lastResort:
             logging.lastResort.handle(record)

@@ -110,12 +110,8 @@ class Writer:
         return self._queue.flush(timeout_s)
 
     def shutdown(self, timeout_s: float) -> None:
-        """Write what can be written within ``timeout_s``, then stop the thread.
-
-        The writer thread closes the connection itself as it ends (psycopg's must not be closed
-        under another thread); one still busy at the timeout ends on its own, bounded by the
-        store's reply timeout.
-        """
+        """Write what can be written within ``timeout_s``, then stop; a thread still busy ends
+        on its own (bounded by the store's reply timeout) and closes its connection itself."""
         if self._queue.shutdown(timeout_s) is False:
             self._stats.problem(
                 "shutdown_timeout",
@@ -264,12 +260,8 @@ class Writer:
         self._stats.add("retries")
 
     def _settle_uncertain_commit(self) -> bool:
-        """Resolve a batch whose COMMIT may have landed before the connection broke.
-
-        Writing it again blindly would duplicate its rows, so the server is asked what became
-        of its transaction: committed -> done; aborted or unknown -> written again, ahead of
-        what came after it; still in progress -> ask again later (False).
-        """
+        """Ask the server what became of a batch whose COMMIT went unanswered (a blind retry
+        would duplicate rows): committed, done; else written again first; running, False."""
         if self._uncertain is None:
             return True
         transaction, batch = self._uncertain

@@ -1,11 +1,8 @@
 """The writer process's main: facts from the relay's pipe -> interpretation -> the writer.
 
-Started by `relay.Relay` (``python -c`` importing `main`, with the job's working directory off
-the path) with the pipe's two descriptors as arguments; the first frame holds its settings
-(JSON). It writes exactly as the writer thread does (same
-recorder, batches, retries, heartbeats, bounds) and answers each flush once it is committed.
-It ends when its input closes (the relay shut down, or the job's process is gone): it writes
-what it holds within the shutdown timeout, then exits.
+Started by `relay.Relay` with the pipe's two descriptors; the first frame holds its settings.
+It writes exactly as the writer thread does and answers each flush once it is committed; it
+ends when its input closes, writing what it holds within the shutdown timeout.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -101,9 +98,8 @@ def _snapshot(stats: Stats, writer: Writer, interpretation: Interpretation) -> d
 
 
 def _room_for(writer: Writer, limit: int, parent: int) -> bool:
-    """Wait while the writer's queue is full: the pipe fills, the relay waits, and the job's
-    queue drops what it cannot hold, as the writer thread's does. False if the job's process
-    has gone meanwhile (this one was handed to another parent)."""
+    """Wait while the writer's queue is full, so the job's queue drops as the writer thread's
+    would; False if the job's process has gone meanwhile."""
     while writer.queue_length() >= limit - 1:  # room for a flush's request too
         if os.getppid() != parent:
             return False
@@ -131,6 +127,26 @@ def main(argv: list[str]) -> int:
         logs_min_severity=settings.logs_min_severity,
         logs_max_per_step=settings.logs_max_per_step,
     )
+    replies = _Replies(out_fd)
+    writer = _writer(settings, interpretation, stats, replies)
+    logger.addHandler(_ToTheJob(replies))
+    logger.propagate = False  # the job's logging configuration decides where it goes
+    flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, interpretation))
+    threading.Thread(target=flushes.run, daemon=True).start()
+    threading.Thread(target=replies.report, args=(flushes.snapshot,), daemon=True).start()
+    try:
+        _take(frames, writer, flushes, limit=settings.max_queue_size, parent=parent)
+    finally:
+        writer.shutdown(settings.shutdown_timeout_ms / 1000.0)
+        # The last counters (what shutdown dropped among them) before the relay sees us exit.
+        replies.send(lambda: (STATS, flushes.snapshot()))
+    return 0
+
+
+def _writer(
+    settings: WriterSettings, interpretation: Interpretation, stats: Stats, replies: _Replies
+) -> Writer:
+    """The writer thread of this process, writing as the job's own writer thread would."""
 
     def prepare(conn: Any) -> None:
         if settings.auto_migrate:
@@ -146,7 +162,6 @@ def main(argv: list[str]) -> int:
         max_detail_bytes=settings.max_detail_bytes,
         on_connect=prepare,
     )
-    replies = _Replies(out_fd)
     writer = Writer(
         _ReceivedFacts(interpretation),
         store,
@@ -158,25 +173,21 @@ def main(argv: list[str]) -> int:
         on_committed=replies.committed,
     )
     interpretation.backlogged = writer.backlogged
-    logger.addHandler(_ToTheJob(replies))
-    logger.propagate = False  # the job's logging configuration decides where it goes
-    flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, interpretation))
-    threading.Thread(target=flushes.run, daemon=True).start()
-    threading.Thread(target=replies.report, args=(flushes.snapshot,), daemon=True).start()
-    try:
-        for frame in frames:
-            for message in frame:
-                if message[0] == FLUSH:
-                    flushes.request(message[1])  # answered by its thread: reading goes on
-                    continue
-                if not _room_for(writer, settings.max_queue_size, parent):
-                    return 0  # the job's process is gone: write what is held, then exit
-                writer.submit(message)
-    finally:
-        writer.shutdown(settings.shutdown_timeout_ms / 1000.0)
-        # The last counters (what shutdown dropped among them) before the relay sees us exit.
-        replies.send(lambda: (STATS, flushes.snapshot()))
-    return 0
+    return writer
+
+
+def _take(
+    frames: Iterator[list[Any]], writer: Writer, flushes: _Flushes, *, limit: int, parent: int
+) -> None:
+    """The relay's messages into the writer's queue, until the input closes or the job is gone."""
+    for frame in frames:
+        for message in frame:
+            if message[0] == FLUSH:
+                flushes.request(message[1])  # answered by its thread: reading goes on
+                continue
+            if not _room_for(writer, limit, parent):
+                return  # the job's process is gone: write what is held, then exit
+            writer.submit(message)
 
 
 class _Flushes:

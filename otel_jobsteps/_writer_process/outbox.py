@@ -16,12 +16,8 @@ __all__ = ["Outbox"]
 
 
 class Outbox:
-    """The watch's reader on the relay thread: span facts become messages for the next frame.
-
-    It keeps the start facts of the spans started and not yet ended in a frame sent (at most
-    ``max_open``, oldest out; not the spans, which a job may drop unended), to replay them to a
-    writer process that replaces a dead one.
-    """
+    """Span facts -> messages for the next frame; keeps the open spans' start facts (at most
+    ``max_open``, oldest out) to replay them to a writer process that replaces a dead one."""
 
     def __init__(self, max_open: int) -> None:
         self.messages: list[Any] = []

@@ -34,9 +34,8 @@ _START = (
 
 
 def _child_environment() -> dict[str, str]:
-    """The job's environment, with the directory this package was imported from first on the
-    path (the writer process runs the same copy as the job), and without what would make it
-    trace itself: auto-instrumentation's sitecustomize on PYTHONPATH, an SDK it configures."""
+    """The job's environment, this copy of the package first on the path, and no
+    auto-instrumentation or SDK that would make the writer process trace itself."""
     environment = dict(os.environ, OTEL_SDK_DISABLED="true")
     ours = str(Path(__file__).resolve().parents[2])
     path = [
@@ -49,11 +48,8 @@ def _child_environment() -> dict[str, str]:
 
 
 class WriterChild:
-    """One writer process and the two pipe ends the relay keeps.
-
-    Every descriptor it opens is in ``fds`` (the relay's) from the moment it exists, so a
-    fork at any point closes them in the forked child.
-    """
+    """One writer process and the two pipe ends the relay keeps; every descriptor is in
+    ``fds`` from the moment it exists, so a fork at any point closes it in the forked child."""
 
     def __init__(self, settings: WriterSettings, fds: set[int]) -> None:
         self.exited = False

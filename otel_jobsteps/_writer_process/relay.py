@@ -40,12 +40,9 @@ _RESTART_BACKOFF_S = (0.5, 30.0)
 
 
 class Relay:
-    """Queue -> facts -> frames to the writer process, on one background thread.
+    """Queue -> facts -> frames to the writer process, with `_writer.Writer`'s contract.
 
-    The same queue contract as `_writer.Writer` (``submit`` on the hot path, ``flush``,
-    ``shutdown``); a flush is True once the writer process has committed everything queued
-    before it. While no writer process runs (starting, or restarting after one died: what it
-    held is lost, counted as ``writer_process_exited``) the queue waits, within its bound.
+    While no writer process runs (starting, or replacing a dead one) the queue waits, bounded.
     """
 
     def __init__(
@@ -213,11 +210,24 @@ class Relay:
         if self._clock() < self._restart_at and not (self._queue.stopping or self._flush_waiting):
             return None  # shutting down or flushing, one start is tried regardless
         self._flush_waiting = False
+        child = self._start_child()
+        if child is None:
+            self._schedule_restart()
+            return None
+        self._child = child
+        if self._started_one:
+            # The spans the dead one knew are still open here: their ends must find them.
+            self._outbox.replay()
+            self._watch.offer_progress_again()
+        self._started_one = True
+        return child
+
+    def _start_child(self) -> WriterChild | None:
+        """A new writer process with its replies' reader, or None (counted) if either failed."""
         try:
             child = WriterChild(self._settings, self._fds)
         except Exception as error:  # noqa: BLE001 - whatever it was, try again later
             self._stats.problem("writer_process_failed", error)
-            self._schedule_restart()
             return None
         try:
             threading.Thread(
@@ -229,14 +239,7 @@ class Relay:
         except Exception as error:  # noqa: BLE001 - no replies, no writer process
             self._stats.problem("writer_process_failed", error)
             child.close_pipe()
-            self._schedule_restart()
             return None
-        self._child = child
-        if self._started_one:
-            # The spans the dead one knew are still open here: their ends must find them.
-            self._outbox.replay()
-            self._watch.offer_progress_again()
-        self._started_one = True
         return child
 
     def _retire(self, child: WriterChild) -> None:
@@ -256,19 +259,13 @@ class Relay:
             self._stats.problem("internal_error", error)
 
     def _read_replies(self, child: WriterChild) -> None:
-        flushes = self._flushes
+        """The writer process's replies, on their own thread, until it exits."""
         try:
             for frame in read_frames(child.from_fd):
                 for reply in frame:
                     if reply[0] == FLUSHED:
-                        # It committed what it was sent: a later death starts the backoff afresh.
-                        self._failures = 0
                         _, number, ok, self._counters.latest = reply
-                        for done in [n for n in list(flushes) if n <= number]:
-                            request = flushes.pop(done, None)
-                            if request is not None:
-                                request.ok = ok
-                                request.done.set()
+                        self._flushed(number, ok)
                     elif reply[0] == WARNING:  # a warning of the writer process's
                         logger.log(reply[1], "%s (writer process %d)", reply[2], child.process.pid)
                     elif reply[0] == METRICS:
@@ -280,21 +277,35 @@ class Relay:
             with contextlib.suppress(OSError):
                 child.process.kill()
         finally:
-            child.process.wait()
-            child.close_replies()
-            self._counters.retire()
-            child.exited = True
-            child.replies_read.set()
-            if not self._queue.stopping:
-                # What it held is lost; the flushes waiting on it cannot say "committed".
-                self._stats.problem(
-                    "writer_process_exited", f"writer process exited ({child.process.returncode})"
-                )
-                for number in list(flushes):
-                    request = flushes.pop(number, None)
-                    if request is not None:
-                        request.done.set()
-                self._queue.wake()
+            self._exited(child)
+
+    def _flushed(self, number: int, ok: bool) -> None:
+        """Flush ``number`` and those before it are done (committed if ``ok``)."""
+        self._failures = 0  # it committed what it was sent: a later death backs off afresh
+        flushes = self._flushes
+        for done in [n for n in list(flushes) if n <= number]:
+            request = flushes.pop(done, None)
+            if request is not None:
+                request.ok = ok
+                request.done.set()
+
+    def _exited(self, child: WriterChild) -> None:
+        child.process.wait()
+        child.close_replies()
+        self._counters.retire()
+        child.exited = True
+        child.replies_read.set()
+        if self._queue.stopping:
+            return
+        # What it held is lost; the flushes waiting on it cannot say "committed".
+        self._stats.problem(
+            "writer_process_exited", f"writer process exited ({child.process.returncode})"
+        )
+        for number in list(self._flushes):
+            request = self._flushes.pop(number, None)
+            if request is not None:
+                request.done.set()
+        self._queue.wake()
 
     def _schedule_restart(self) -> None:
         self._failures += 1

@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 
 from .._db import Record, connection_kwargs, fetch, session
 from .._times import read_any_time
-from .._translate import MAX_ID_CHARS
+from .._vocabulary import MAX_ID_CHARS
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     TAG_SCAN_PER_JOB,

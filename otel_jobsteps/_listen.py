@@ -22,9 +22,8 @@ def parse_listen(
 
 
 def check_free(host: str, port: int, *, option: str = "--listen") -> None:
-    """`ConfigurationError` in one line unless the server can bind ``host:port`` now (probed as
-    the server binds, with SO_REUSEADDR: TIME_WAIT is no owner), instead of the server's own
-    errno and traceback; for gRPC's SO_REUSEPORT, instead of sharing the port silently."""
+    """`ConfigurationError` in one line unless ``host:port`` can be bound now (as the server
+    binds, SO_REUSEADDR): not a traceback, nor gRPC's SO_REUSEPORT sharing it silently."""
     shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)

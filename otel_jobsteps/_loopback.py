@@ -1,6 +1,5 @@
-"""The loopback Host rule of both servers (``serve``, ``collect``): listening on loopback, they
-answer requests naming a loopback Host only (421 otherwise), so a web page elsewhere cannot
-reach them through DNS rebinding (its own name, resolved to 127.0.0.1)."""
+"""The loopback Host rule of ``serve`` and ``collect``: on loopback, a request naming another
+Host gets 421, so a page elsewhere cannot reach them by DNS rebinding."""
 
 from __future__ import annotations
 

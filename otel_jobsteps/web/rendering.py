@@ -31,11 +31,8 @@ _FRAGILE_SEGMENTS = {"", ".", ".."}
 def job_url(
     domain: str, job_id: str, attempt: int | None = None, step: str | None = None, **more: str
 ) -> str:
-    """The permalink of a job: ``/jobs/{domain}/{job_id}``, each part one percent-encoded segment;
-    a part a browser would normalise away (``.``, ``..``, empty) takes ``/job?domain=&job_id=``.
-
-    ``attempt`` and ``step`` select an attempt and one of its steps; ``more`` goes in the query.
-    """
+    """The permalink of a job (``attempt``, ``step``, ``more`` in the query): an encoded segment
+    a part, or ``/job?domain=&job_id=`` for parts a browser drops (``.``, ``..``, empty)."""
     query = {} if attempt is None else {"attempt": str(attempt)}
     if step is not None:
         query["step"] = step

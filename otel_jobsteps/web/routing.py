@@ -46,13 +46,8 @@ def create_app(
     silent_after: timedelta = DEFAULT_SILENT_AFTER,
     access_log: bool = False,
 ) -> ASGIApp:
-    """The ASGI app of ``serve``: pages, ``/api/...``, ``/static``, ``/healthz`` and ``/readyz``
-    behind the security layer (the two health paths need no token).
-
-    ``trace_url`` is validated here (http or https only); ``token``, if given, is required on
-    every request; ``hosts``, if given, are the only Host header names answered;
-    ``access_log`` writes a line per request.
-    """
+    """The ASGI app of ``serve`` behind the security layer: ``token`` required but on the health
+    paths, only ``hosts`` answered, ``trace_url`` checked here, ``access_log`` a line a request."""
     if not refresh_s > 0:
         raise ConfigurationError("refresh_s must be positive")
     links = TraceLinks(trace_url) if trace_url else None

@@ -1,8 +1,5 @@
-"""The security layer of ``serve``: headers, token and Host check, one ASGI middleware each.
-
-`secure` composes them: the Host check answers first, then the token; every answer, a refusal
-included, carries the security headers.
-"""
+"""The security layer of ``serve``: headers (a strict CSP), token and Host check, one middleware
+each; `secure` composes them, so every answer, a refusal too, carries the headers."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ import ipaddress
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ._listen import url_host
+
 __all__ = ["LoopbackHostMiddleware", "is_loopback", "loopback_hosts", "refused_host"]
 
 _LOOPBACK_NAMES = {"localhost"}
@@ -25,7 +27,7 @@ def is_loopback(host: str) -> bool:
 
 def loopback_hosts(host: str) -> frozenset[str]:
     """Host names a browser uses for a server listening on loopback address ``host``."""
-    return frozenset({"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host})
+    return frozenset({"127.0.0.1", "localhost", "[::1]", url_host(host)})
 
 
 def _host_name(header: str) -> str:

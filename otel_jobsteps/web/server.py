@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from .._db import redact
 from .._health import SERVE_RIGHTS, Readiness
-from .._listen import check_free, parse_listen
+from .._listen import check_free, parse_listen, url_host
 from .._loopback import is_loopback, loopback_hosts
 from .metrics import DEFAULT_SILENT_AFTER
 from .routing import create_app
@@ -54,9 +54,8 @@ def serve(
 
 def _serving_line(dsn: str, schema: str, host: str, port: int) -> str:
     """The line printed at start: the URL, the database (no password), schema and layout."""
-    shown = f"[{host}]" if ":" in host else host
     layout = Readiness(dsn, schema=schema, rights=SERVE_RIGHTS).layout()
     return (
-        f"serving http://{shown}:{port}/ (database {redact(dsn)}, schema {schema!r},"
+        f"serving http://{url_host(host)}:{port}/ (database {redact(dsn)}, schema {schema!r},"
         f" layout {layout})"
     )

@@ -4,7 +4,7 @@ template or JSON. Errors become pages in `routing`."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -33,6 +33,17 @@ __all__ = ["FAILURES_WINDOW", "Pages"]
 # that read would scan the whole table (no index leads with the job type).
 FAILURES_WINDOW = "30d"
 _EVERYTHING = timedelta(days=36500)  # the window "all" of the step reads
+
+
+class _Selection(TypedDict):
+    """What a jobs page and a tag's jobs are read by."""
+
+    domain: str | None
+    job_type: str | None
+    status: str | None
+    since: timedelta | None
+    cursor: Cursor | None
+    limit: int
 
 
 def _jobs_filters(request: Request, window: str) -> dict[str, str | None]:
@@ -75,8 +86,7 @@ class Pages:
         limit = limit_param(request)
         cursor = Cursor.parse(dict(request.query_params))
         trail = Cursor.parse_trail(request.query_params.getlist("back"))
-        chosen = {"since": window, "cursor": cursor, "limit": limit}
-        page = self._read_jobs(request, filters, tag_param(request), chosen)
+        page = self._read_jobs(request, filters, tag_param(request), (window, cursor, limit))
         kept = {k: v for k, v in filters.items() if v and not (k == "window" and v == "all")}
         if limit != PAGE_SIZE:
             kept["limit"] = str(limit)
@@ -105,14 +115,21 @@ class Pages:
         request: Request,
         filters: dict[str, str | None],
         tag: tuple[str, str] | None,
-        chosen: dict[str, Any],
+        where: tuple[timedelta | None, Cursor | None, int],
     ) -> JobsPage:
         """The jobs page's read: an id search, the jobs of a tag, or the latest jobs."""
+        since, cursor, limit = where
         domain, query = filters["domain"], filters["q"]
         if query:
-            cursor, limit = chosen["cursor"], chosen["limit"]
             return self.reader.find_jobs(query, domain=domain, cursor=cursor, limit=limit)
-        chosen.update(domain=domain, job_type=filters["type"], status=status_param(request))
+        chosen: _Selection = {
+            "domain": domain,
+            "job_type": filters["type"],
+            "status": status_param(request),
+            "since": since,
+            "cursor": cursor,
+            "limit": limit,
+        }
         if tag is not None:
             return self.reader.tagged_jobs(tag, **chosen)
         return self.reader.jobs_page(**chosen)

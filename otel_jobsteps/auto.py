@@ -10,16 +10,16 @@ progress and LOG rows), beside the exporters configured there.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
-from collections.abc import Iterator
 
 from opentelemetry import trace
 from opentelemetry._logs import get_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
+from ._feeds import feeds_job_steps
+from ._log import logger
 from .errors import JobStepsError
 from .processor import JobStepsProcessor
 
@@ -32,33 +32,10 @@ __all__ = [
     "log_into",
 ]
 
-logger = logging.getLogger("otel_jobsteps")
-
 DSN_VARIABLE = "OTEL_JOBSTEPS_DSN"
 DOMAIN_VARIABLE = "OTEL_JOBSTEPS_DOMAIN"
 """The ``job.domain`` of jobs whose queue integration was not given one (zero-code setup)."""
 _lock = threading.Lock()
-
-
-def _span_processors(processor: object) -> Iterator[object]:
-    """``processor`` and, through the SDK's multi processors, every processor inside it."""
-    yield processor
-    for child in getattr(processor, "_span_processors", None) or ():
-        yield from _span_processors(child)
-
-
-def feeds_job_steps(owner: object) -> bool | None:
-    """Whether the SDK provider, tracer or span ``owner`` feeds a `JobStepsProcessor`.
-
-    None when that cannot be told: not an SDK object, or an SDK without the (private) active
-    span processor this reads.
-    """
-    active = getattr(owner, "_active_span_processor", None) or getattr(
-        owner, "_span_processor", None
-    )
-    if active is None or not hasattr(active, "_span_processors"):
-        return None
-    return any(isinstance(p, JobStepsProcessor) for p in _span_processors(active))
 
 
 def log_into(processor: JobStepsProcessor, provider: object | None = None) -> bool:

@@ -23,7 +23,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from ._stats import logger
+from ._log import logger
 from .auto import DOMAIN_VARIABLE
 
 __all__ = [

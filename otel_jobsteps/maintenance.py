@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from ._db import Record, Target, borrowed_connection, fetch, session
-from ._stats import logger
+from ._log import logger
 from .errors import ConfigurationError
 from .schema import is_partitioned
 from .sql import qualified_queries

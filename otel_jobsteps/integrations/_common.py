@@ -5,7 +5,6 @@ The outcome and event names themselves are public: they live in the package ``__
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -13,6 +12,7 @@ from typing import Any, TypeVar
 from opentelemetry import trace
 
 from .. import auto, context
+from .._log import logger as package_logger
 from ..attributes import JOB_OUTCOME
 from . import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 
@@ -27,7 +27,7 @@ __all__ = [
     "require_domain",
 ]
 
-logger = logging.getLogger("otel_jobsteps.integrations")
+logger = package_logger.getChild("integrations")
 
 _WRAPPED = "__otel_jobsteps_wrapped__"
 _ensured: set[int] = set()

@@ -25,6 +25,7 @@ __all__ = [
     "mark_wrapped",
     "record_retry_scheduled",
     "require_domain",
+    "try_number",
 ]
 
 logger = package_logger.getChild("integrations")
@@ -37,6 +38,15 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def require_domain(domain: str) -> None:
     if not domain:
         raise ValueError("domain must be a non-empty string")
+
+
+def try_number(value: object) -> int | None:
+    """A try count a broker gave back (ASCII digits, as bytes or str), else None."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return None
 
 
 def is_wrapped(function: object) -> bool:

@@ -41,6 +41,7 @@ from ._common import (
     mark_wrapped,
     record_retry_scheduled,
     require_domain,
+    try_number,
 )
 
 __all__ = ["RUNNING_KEY_PREFIX", "instrument", "instrument_function"]
@@ -159,7 +160,7 @@ async def _mark_running(
     except Exception as error:  # noqa: BLE001 - bookkeeping must not fail the job
         logger.warning("marking arq job %s as running failed: %s", job_id, error)
         return
-    stalled_try = _try_number(previous)
+    stalled_try = try_number(previous)
     if stalled_try is not None and stalled_try < job_try:
         context.record_job_event(
             domain,
@@ -180,11 +181,3 @@ async def _clear_running(redis: Any, job_id: str) -> None:
         await redis.delete(RUNNING_KEY_PREFIX + job_id)
     except Exception as error:  # noqa: BLE001 - bookkeeping must not fail the job
         logger.warning("clearing the running mark of arq job %s failed: %s", job_id, error)
-
-
-def _try_number(value: object) -> int | None:
-    if isinstance(value, bytes):
-        value = value.decode("ascii", "replace")
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None

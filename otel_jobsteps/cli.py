@@ -39,7 +39,7 @@ from .query import (
 )
 from .schema import migrate
 
-__all__ = ["main", "parse_duration"]
+__all__ = ["activity_line", "main", "parse_duration"]
 
 PROG = "otel-jobsteps"
 EXIT_NOT_FOUND = 1
@@ -227,7 +227,8 @@ def _jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _activity_line(activity: JobActivity, style: Style) -> str:
+def activity_line(activity: JobActivity, style: Style) -> str:
+    """One line of ``tail``: a follower's change, every text from job data made printable."""
     where = f"{printable(activity.domain)} / {printable(activity.job_id)} #{activity.attempt}"
     key = printable(activity.step_key or "")
     if activity.change == "log":
@@ -262,7 +263,7 @@ def _tail(args: argparse.Namespace) -> int:
             )
             while True:
                 for activity in follower.poll():
-                    print(_activity_line(activity, style), flush=True)
+                    print(activity_line(activity, style), flush=True)
                 time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0

@@ -158,17 +158,26 @@ def prune(
             batches += 1
             if counts.job_logs < batch_size:
                 break
-        attempts = 0
-        for name in ("prune_settled_attempts", "prune_idle_otlp_jobs", "prune_idle_otlp_traces"):
-            while True:
-                count = partial(_row_count, conn, queries[name], params)
-                forgotten = _retrying(conn, schema, count)
-                attempts += forgotten if name == "prune_settled_attempts" else 0
-                if forgotten < batch_size:
-                    break
+        attempts = _forget_settled(conn, queries, params, schema)
     return PruneResult(
         logs, events, batches, dry_run=False, partitions=partitions, settled_attempts=attempts
     )
+
+
+def _forget_settled(
+    conn: psycopg.Connection[Any], queries: dict[str, sql.Composed], params: Any, schema: str
+) -> int:
+    """Forget what `collect` keeps of settled OTLP attempts, then idle jobs and traces, in
+    batches; the number of attempts forgotten."""
+    attempts = 0
+    for name in ("prune_settled_attempts", "prune_idle_otlp_jobs", "prune_idle_otlp_traces"):
+        while True:
+            count = partial(_row_count, conn, queries[name], params)
+            forgotten = _retrying(conn, schema, count)
+            attempts += forgotten if name == "prune_settled_attempts" else 0
+            if forgotten < params["batch_size"]:
+                break
+    return attempts
 
 
 def _row_count(conn: psycopg.Connection[Any], query: sql.Composed, params: Any) -> int:

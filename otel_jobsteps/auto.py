@@ -1,11 +1,7 @@
-"""Is a `JobStepsProcessor` on the tracer provider, and adding one from the environment.
+"""Adding a `JobStepsProcessor` from the environment where no user code sets a provider up.
 
-Used where no code of the user's sets a provider up: under ``opentelemetry-instrument`` (the
-``opentelemetry_post_instrument`` entry point, after the SDK configurator built the provider)
-and by the queue adapters at their first job. Nothing here replaces a provider, exporter or
-sampler someone configured: the processor is added beside them, once. The same processor is
-added to the global LoggerProvider when that is an SDK one (log records in job scopes become
-progress and LOG rows), beside the exporters configured there.
+Used by ``opentelemetry-instrument`` and the queue adapters; it adds beside what is configured
+(tracer and SDK logger provider), once, and never replaces a provider, exporter or sampler.
 """
 
 from __future__ import annotations

@@ -135,10 +135,7 @@ def _utf8(text: str, what: str) -> str:
 
 def _dsn(args: argparse.Namespace, *, read: bool = False) -> str:
     """The primary's DSN; ``read``: a replica's first (--read-dsn, $OTEL_JOBSTEPS_READ_DSN).
-
-    Command-line options come before the environment: an explicit --dsn beats
-    $OTEL_JOBSTEPS_READ_DSN.
-    """
+    Options beat the environment: an explicit --dsn beats $OTEL_JOBSTEPS_READ_DSN."""
     dsn: str | None = (
         (args.read_dsn if read else None)
         or args.dsn
@@ -160,9 +157,8 @@ def _json_escape(char: str) -> str:
 
 
 def _print_json(value: Any) -> None:
-    # json escapes C0 controls itself; every other character a terminal could act on (only
-    # ever inside strings) gets its \u escape too: the same values for a parser, inert on a
-    # terminal. The newlines left are the indentation's.
+    # Every character a terminal could act on gets its \u escape (json does only C0 controls):
+    # the same values for a parser, inert on a terminal.
     text = json.dumps(value, indent=2, ensure_ascii=False)
     print("\n".join(printable(line, _json_escape) for line in text.split("\n")))
 

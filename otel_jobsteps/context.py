@@ -210,9 +210,7 @@ def _current_attributes() -> Any:
 def _in_job() -> bool:
     """A job_attempt() encloses the current context, or the current span is a job span.
 
-    A plain-tracer job span further up is not visible from here (a span knows only its
-    parent's ids), so such a step warns once although the processor records it.
-    """
+    A plain-tracer job span further up is invisible here (a span knows only its parent's ids)."""
     return otel_context.get_value(_JOB_SPAN) is not None or attr.JOB_ID in _current_attributes()
 
 

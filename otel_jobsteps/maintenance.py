@@ -229,11 +229,8 @@ def _count_prunable(
 def _drop_partitions(
     conn: psycopg.Connection[Any], older_than: timedelta, batch_size: int, schema: str
 ) -> tuple[int, int]:
-    """Create the children rows will move into, move finished attempts into them, then drop
-    the children past the cutoff.
-
-    The work is done by functions of ``sql/partitioned.sql``. Returns (intervals dropped,
-    job_event rows they held).
+    """Move finished attempts into their interval's child, then drop the children past the
+    cutoff (functions of ``sql/partitioned.sql``); returns (intervals dropped, rows they held).
     """
     prepare = sql.SQL("SELECT {}()").format(
         sql.Identifier(schema, "otel_jobsteps_prepare_partitions")

@@ -1,7 +1,4 @@
-"""What the queue adapters share: their settings, the wrapped marker, retries, flushing.
-
-The outcome and event names themselves are public: they live in the package ``__init__``.
-"""
+"""What the queue adapters share: their settings, the wrapped marker, retries, flushing."""
 
 from __future__ import annotations
 
@@ -60,11 +57,8 @@ def mark_wrapped(function: _F) -> _F:
 
 
 def ensure_recording(provider: trace.TracerProvider | None) -> None:
-    """Once per process and provider, before jobs run: a JobStepsProcessor on the provider.
-
-    One is added from ``OTEL_JOBSTEPS_DSN`` when missing (so ``rq worker -w ...`` and the
-    ``arq`` command record with the variable alone); without it, a warning says what to do.
-    """
+    """Once per process and provider, before jobs run: a JobStepsProcessor on the provider,
+    added from ``OTEL_JOBSTEPS_DSN`` when missing, else a warning saying what to do."""
     if id(provider) in _ensured:
         return
     _ensured.add(id(provider))
@@ -100,10 +94,7 @@ def record_retry_scheduled(
 
 def flush_provider(provider: trace.TracerProvider | None, timeout_ms: int) -> bool:
     """Flush the (given or global) SDK tracer provider; True when it reported success.
-
-    Used where a queue ends a process with ``os._exit`` (RQ's work horse, Celery's pool
-    children), which skips the provider's atexit shutdown.
-    """
+    For processes a queue ends with ``os._exit``, which skips the atexit shutdown."""
     provider = provider or trace.get_tracer_provider()
     force_flush = getattr(provider, "force_flush", None)
     if force_flush is None:

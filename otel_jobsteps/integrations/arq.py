@@ -1,22 +1,7 @@
 """arq: ``instrument(WorkerSettings, domain="render")`` records every job run as a job attempt.
 
-It replaces the settings' ``functions`` with wrapped ones (same names, timeouts, tries), so
-``arq module.WorkerSettings`` and ``run_worker`` work unchanged. What maps to what (read from
-arq/worker.py of arq 0.28, ``Worker.run_job``):
-
-- ``job.id`` = ``ctx["job_id"]``; ``job.attempt`` = ``ctx["job_try"]``: the worker INCRs the
-  job's retry key at every start, so a run cut short by a dead worker also counts as a try.
-- ``job.time_limit`` = the function's timeout (else the worker's ``job_timeout``, default
-  300 s). ``asyncio.wait_for`` cancels the job at the timeout: that cancellation is FAILED
-  ``time_limit``, and so is a run that returns after it (a job blocking the event loop).
-  Other cancellations (worker shutdown, ``Job.abort``) are FAILED ``cancelled``.
-- ``arq.worker.Retry`` raised (with ``retry_jobs``, the default): FAILED ``retry`` plus a
-  RETRY_SCHEDULED event. arq retries nothing else but cancellations; a plain exception is
-  FAILED ``error`` and final.
-- Stalls: arq reports none. The adapter marks a run in Redis while it runs
-  (``otel_jobsteps:arq:running:<job id>``); a try that finds the previous try's mark left
-  behind (its worker died) records STALLED for that attempt, whose open step the new attempt
-  closes as abandoned.
+It swaps in wrapped ``functions`` (same names, timeouts, tries) and marks each run in Redis to
+detect stalls. What maps to what: docs/integrations.md (read from arq 0.28's ``Worker.run_job``).
 """
 
 from __future__ import annotations

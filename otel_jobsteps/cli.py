@@ -324,7 +324,8 @@ def _ask(question: str) -> bool:
 
 def _serve(args: argparse.Namespace) -> int:
     try:  # the web stack is an extra: load it only for this command
-        from .web.app import TOKEN_ENV, serve
+        from .web.security import TOKEN_ENV
+        from .web.server import serve
     except ImportError as error:
         raise ConfigurationError(
             f"serve needs the web extra ({error.name} is missing): {install_hint('web')}"

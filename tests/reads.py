@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from otel_jobsteps import job_detail
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import job_url
+from otel_jobsteps.web.rendering import job_url
 
 TIMEOUT_S = 120
 

@@ -24,7 +24,7 @@ from otel_jobsteps import (
 )
 from otel_jobsteps._times import EARLIEST, LATEST, read_any_time
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import job_url
+from otel_jobsteps.web.rendering import job_url
 from tests.helpers import TracingFactory, record_two_attempts, rows
 from tests.reads import assert_every_read_answers, cli, tail_while
 

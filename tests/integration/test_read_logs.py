@@ -18,9 +18,9 @@ from otel_jobsteps._demo import record_seed_story
 from otel_jobsteps.cli import main
 from otel_jobsteps.query import ActivityFollower
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import job_url
 from otel_jobsteps.web.data import Reader
 from otel_jobsteps.web.layout import build_timeline, drawn_rows
+from otel_jobsteps.web.rendering import job_url
 from tests.helpers import TracingFactory, finished_attempt, rows
 from tests.web.support import HOSTILE, add_line, tagged_job
 

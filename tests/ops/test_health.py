@@ -17,8 +17,8 @@ from starlette.types import ASGIApp
 from otel_jobsteps._ingest.app import create_app as create_collect
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
+from otel_jobsteps._loopback import loopback_hosts
 from otel_jobsteps.web import create_app as create_serve
-from otel_jobsteps.web.app import loopback_hosts
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 
 SECRET = "pa55-for-nobody"

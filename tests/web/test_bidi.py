@@ -11,7 +11,7 @@ import pytest
 
 from otel_jobsteps import job_attempt, progress, record_job_event, step
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import job_url
+from otel_jobsteps.web.rendering import job_url
 from tests.helpers import TracingFactory
 from tests.web.support import live_server, tagged_job
 

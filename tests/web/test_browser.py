@@ -18,7 +18,7 @@ from opentelemetry.trace import set_span_in_context
 from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
 from otel_jobsteps._demo import record_seed_story
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import job_url
+from otel_jobsteps.web.rendering import job_url
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.helpers import TracingFactory
 from tests.web.support import (

@@ -19,10 +19,12 @@ from starlette.testclient import TestClient
 from otel_jobsteps import JOB_STEP_DETAIL, ConfigurationError, job_attempt, job_detail, step
 from otel_jobsteps._demo import record_seed_story
 from otel_jobsteps._listen import parse_listen
+from otel_jobsteps._loopback import loopback_hosts
 from otel_jobsteps.cli import main
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.app import CSP, check_exposure, job_url, loopback_hosts
 from otel_jobsteps.web.data import Reader
+from otel_jobsteps.web.rendering import job_url
+from otel_jobsteps.web.security import CSP, check_exposure
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.helpers import TracingFactory
 from tests.web.support import HOSTILE, ODD_JOBS

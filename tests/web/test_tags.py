@@ -22,7 +22,7 @@ from otel_jobsteps import (
 )
 from otel_jobsteps._translate import MAX_TAG_NAME_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS
 from otel_jobsteps.cli import main
-from otel_jobsteps.web.app import job_url
+from otel_jobsteps.web.rendering import job_url
 from tests.helpers import TracingFactory
 from tests.ingest.collector import CollectorFactory, table_rows
 from tests.web.support import HOSTILE, tagged_job

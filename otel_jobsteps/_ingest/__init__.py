@@ -2,9 +2,10 @@
 language's exporter or an OpenTelemetry Collector become the same rows `JobStepsProcessor`
 writes.
 
-listener (app: HTTP, grpc_service: gRPC) -> intake (one budget) -> decode (protobuf / JSON ->
-span facts) -> staging (durable, per trace) -> derive (mapping, span order) -> translate (shared
-with the processor) -> recorder -> store.
+server (start) -> listener (app: HTTP, grpc_service: gRPC) -> intake (one budget) -> decode
+(protobuf / JSON -> facts) -> staging (pool, one transaction a request) -> request (place,
+stage; records: log records) -> derive (pure: order, mapping) -> translate (shared with the
+processor) -> recorder -> store.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ as the writer's (bounded waits, statement timeout), each lent to a request as a 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,6 +34,17 @@ class PooledStore(StepStore):
         """The pool owns the connection: a broken one is replaced when it is returned."""
 
 
+class _Pool(ConnectionPool[Any]):
+    """psycopg_pool's pool with its connections' jitter drawn from a generator of its own: the
+    global one is the application's (a property test's draws must not change under it)."""
+
+    _random = random.Random()
+
+    @classmethod
+    def _jitter(cls, value: float, min_pc: float, max_pc: float) -> float:
+        return value * (1.0 + (max_pc - min_pc) * cls._random.random() + min_pc)
+
+
 class StorePool:
     """``settings.connections`` connections, opened in the background and reopened when they
     break; a request waits ``connect_timeout_s`` at most for one."""
@@ -44,7 +56,7 @@ class StorePool:
         kwargs = connection_kwargs(
             connect_timeout_s=settings.connect_timeout_s, tcp_user_timeout_s=reply_timeout_s
         )
-        self._pool: ConnectionPool[Any] = ConnectionPool(
+        self._pool: ConnectionPool[Any] = _Pool(
             settings.dsn,
             min_size=settings.connections,
             max_size=settings.connections,

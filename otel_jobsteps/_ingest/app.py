@@ -290,9 +290,8 @@ def create_app(
     grpc_listen: str | None = None,
     access_log: bool = False,
 ) -> Starlette:
-    """The receiver as an ASGI app over ``staging`` (which it closes on shutdown); with
-    ``grpc_listen`` (``HOST:PORT``) it also serves OTLP/gRPC there, on the same budget. It
-    answers ``/healthz`` and ``/readyz``; ``access_log`` writes a line per request."""
+    """The receiver as an ASGI app over ``staging`` (closed on shutdown), with /healthz and
+    /readyz; with ``grpc_listen`` (``HOST:PORT``) also OTLP/gRPC, on the same budget."""
     intake = Intake(staging, max_in_flight=max_in_flight)
     limits = _Limits(max_body_bytes, body_timeout_s, retry_after_s)
     export = _Export(staging, intake, limits, max_in_flight)

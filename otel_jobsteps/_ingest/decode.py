@@ -209,9 +209,8 @@ def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
 
 
 def _events(span: Span) -> list[SpanEvent]:
-    """The span's events; of the events that are neither ``exception`` nor BullMQ's ``job
-    failed`` (progress snapshots), only the newest keeps its attributes: a snapshot replaces
-    the one before, so the translation reads no other, and decoding them is work for nothing."""
+    """The span's events; of progress snapshots only the newest keeps its attributes (each
+    replaces the one before, so decoding the older ones is work for nothing)."""
     events = []
     newest_seen = False
     for event in reversed(span.events):

@@ -11,9 +11,8 @@ __all__ = ["Receipt", "Transaction"]
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """What a request changed: spans (log records) new to the staging table, copies of ones
-    staged before, late copies of settled traces (dropped), and spans over their trace's limit
-    (rejected); of log records, how many wait for their span."""
+    """Spans (records) new, copies, late copies (dropped), over the trace's limit (rejected),
+    and of records how many wait for their span."""
 
     staged: int
     duplicates: int

@@ -63,8 +63,7 @@ class RequestLogs:
 
     def choose_direct(self, derived: set[Job]) -> None:
         """The jobs whose only news are this request's records, none a progress event: their
-        LOG rows can be written as they come, without deriving the job again (a LOG row
-        depends only on its record and the step its span lies in), unless a cap says no."""
+        LOG rows are written without deriving the job (a LOG row needs only its step)."""
         progress = {where[:2] for log, where in self.placed if log[4].event_name == "progress"}
         waited = {m[5][:2] for m in self.moved}
         self.direct = {where[:2] for _, where in self.placed} - progress - waited - derived
@@ -143,9 +142,8 @@ class RequestLogs:
         return found
 
     def write_direct(self, staged: dict[Any, Staged]) -> set[Job]:
-        """The LOG rows of the direct jobs' new records, if every one of their steps stays
-        within its cap and each attempt has a row naming its execution; returns the jobs that
-        must be derived instead (nothing of theirs was written)."""
+        """The direct jobs' LOG rows, unless a step would pass its cap or no row names the
+        attempt's execution yet: returns those jobs, to derive instead."""
         return self._write_lines(staged, self._direct, settled=False)
 
     def write_settled(self, staged: dict[Any, Staged]) -> None:

@@ -44,10 +44,8 @@ class StagingUnavailable(Exception):
 
 
 class Staging:
-    """Stages received spans and derives rows; one instance per receiver process, thread-safe.
-
-    ``settings.connections`` pooled connections serve requests in parallel.
-    """
+    """Stages received spans and derives rows; one per receiver process, thread-safe, with
+    ``settings.connections`` pooled connections serving requests in parallel."""
 
     def __init__(
         self,
@@ -164,9 +162,8 @@ class Staging:
             self.stats.problem("metrics_uncounted", "a lost COMMIT's rows left out of the metrics")
 
     def _count_uncertain(self, store: StepStore) -> None:
-        """Count what each transaction whose COMMIT went unanswered changed, once the server
-        says it committed (its retry is all duplicates: nothing derives it again); forget it
-        if it did not; ask again later while it is in progress or the database is away."""
+        """Count each transaction whose COMMIT went unanswered once the server says it
+        committed (its retry is all duplicates); forget it if not; else ask again later."""
         with self._uncertain_lock:
             uncertain, self._uncertain = self._uncertain, []
         kept = []
@@ -188,9 +185,8 @@ class Staging:
                 self._uncertain[:0] = kept
 
     def ready(self) -> None:
-        """Raise `StagingUnavailable` unless a connection is at hand or opens now: checked
-        (after `resting`) before a request's body is decoded, so a database that is away costs
-        no decoding memory."""
+        """`StagingUnavailable` unless a connection is at hand or opens now: checked before a
+        body is decoded, so a database that is away costs no decoding memory."""
         try:
             with self._pool.store():
                 pass

@@ -339,30 +339,51 @@ def history_cost(dbs: Databases, *, quick: bool) -> list[Row]:
             for start in range(0, behind, 50):  # the history, 1,000 spans a request
                 history = [span for r in rounds[start : start + 50] for span in r]
                 session.post(url, content=_body(history), headers=HEADERS)
-            old, fresh = [], []
-            for sample in range(samples):
+
+            def fresh_request(sample: int) -> bytes:
                 new_markers, new_rounds = _running_jobs(f"new{sample}", 1)
                 session.post(url, content=_body(new_markers), headers=HEADERS)
-                for bodies, times in ((rounds[behind + sample], old), (new_rounds[0], fresh)):
-                    sent = time.perf_counter()
-                    if session.post(url, content=_body(bodies), headers=HEADERS).status_code != 200:
-                        raise RuntimeError("a history request was refused")
-                    times.append(time.perf_counter() - sent)
+                return _body(new_rounds[0])
+
+            old_bodies = [_body(rounds[behind + sample]) for sample in range(samples)]
+            old, fresh = _old_against_fresh(session, url, old_bodies, fresh_request)
     finally:
         dbs.drop(dsn)
+    what = (
+        f"collect: a request of {HISTORY_ATTEMPTS} step spans to {HISTORY_ATTEMPTS} running "
+        f"attempts with {HISTORY_SPANS:,} spans staged behind them (median)"
+    )
+    return [_history_row("I4", what, old, fresh)]
+
+
+def _old_against_fresh(
+    session: httpx.Client, url: str, old_bodies: list[bytes], fresh_request: Callable[[int], bytes]
+) -> tuple[list[float], list[float]]:
+    """Per sample, the request to the attempts with a history and the same to fresh attempts
+    (``fresh_request`` sets them up), each timed."""
+    old: list[float] = []
+    fresh: list[float] = []
+    for sample, old_body in enumerate(old_bodies):
+        fresh_body = fresh_request(sample)
+        for body, times in ((old_body, old), (fresh_body, fresh)):
+            sent = time.perf_counter()
+            if session.post(url, content=body, headers=HEADERS).status_code != 200:
+                raise RuntimeError("a history request was refused")
+            times.append(time.perf_counter() - sent)
+    return old, fresh
+
+
+def _history_row(code: str, what: str, old: list[float], fresh: list[float]) -> Row:
     ratio = median(old) / median(fresh)
-    return [
-        Row(
-            "I4",
-            f"collect: a request of {HISTORY_ATTEMPTS} step spans to {HISTORY_ATTEMPTS} running "
-            f"attempts with {HISTORY_SPANS:,} spans staged behind them (median)",
-            f"{median(old) * 1000:.1f} ms",
-            f"same to fresh attempts {median(fresh) * 1000:.1f} ms",
-            fmt_ratio(ratio),
-            f"<= {TARGET_HISTORY_RATIO}x",
-            verdict(ratio <= TARGET_HISTORY_RATIO),
-        )
-    ]
+    return Row(
+        code,
+        what,
+        f"{median(old) * 1000:.1f} ms",
+        f"same to fresh attempts {median(fresh) * 1000:.1f} ms",
+        fmt_ratio(ratio),
+        f"<= {TARGET_HISTORY_RATIO}x",
+        verdict(ratio <= TARGET_HISTORY_RATIO),
+    )
 
 
 def _rss(pid: int) -> int:
@@ -529,30 +550,21 @@ def log_history_cost(dbs: Databases, *, quick: bool) -> list[Row]:
                 for body in rounds[start : start + per_body]:
                     history.MergeFromString(body)
                 session.post(logs_url, content=history.SerializeToString(), headers=HEADERS)
-            old, fresh = [], []
-            for sample in range(samples):
+
+            def fresh_request(sample: int) -> bytes:
                 new_spans, new_rounds = _logged_attempts(f"newlog{sample}", 1)
                 session.post(url, content=new_spans, headers=HEADERS)
-                for body, times in ((rounds[behind + sample], old), (new_rounds[0], fresh)):
-                    sent = time.perf_counter()
-                    if session.post(logs_url, content=body, headers=HEADERS).status_code != 200:
-                        raise RuntimeError("a log history request was refused")
-                    times.append(time.perf_counter() - sent)
+                return new_rounds[0]
+
+            old_bodies = [rounds[behind + sample] for sample in range(samples)]
+            old, fresh = _old_against_fresh(session, logs_url, old_bodies, fresh_request)
     finally:
         dbs.drop(dsn)
-    ratio = median(old) / median(fresh)
-    return [
-        Row(
-            "I6",
-            f"collect: a request of {HISTORY_ATTEMPTS} log records to {HISTORY_ATTEMPTS} "
-            f"attempts with {HISTORY_SPANS:,} records staged behind them (median)",
-            f"{median(old) * 1000:.1f} ms",
-            f"same to fresh attempts {median(fresh) * 1000:.1f} ms",
-            fmt_ratio(ratio),
-            f"<= {TARGET_HISTORY_RATIO}x",
-            verdict(ratio <= TARGET_HISTORY_RATIO),
-        )
-    ]
+    what = (
+        f"collect: a request of {HISTORY_ATTEMPTS} log records to {HISTORY_ATTEMPTS} "
+        f"attempts with {HISTORY_SPANS:,} records staged behind them (median)"
+    )
+    return [_history_row("I6", what, old, fresh)]
 
 
 def run(dbs: Databases, *, quick: bool) -> list[Row]:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 
 import anyio
 from google.protobuf import json_format
@@ -153,84 +154,103 @@ class _Gunzip:
         return self._inflater.eof
 
 
-def create_app(
-    staging: Staging,
-    *,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    max_in_flight: int = 16,
-    retry_after_s: int = 2,
-    settle_every_s: float = 60.0,
-    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
-    grpc_listen: str | None = None,
-    access_log: bool = False,
-) -> Starlette:
-    """The receiver as an ASGI app over ``staging`` (which it closes on shutdown); with
-    ``grpc_listen`` (``HOST:PORT``) it also serves OTLP/gRPC there, on the same budget. It
-    answers ``/healthz`` and ``/readyz``; ``access_log`` writes a line per request."""
-    intake = Intake(staging, max_in_flight=max_in_flight)
-    buffers = _Buffers(max_in_flight * max_body_bytes)  # what in-flight bodies may hold
-    retry_after = {"Retry-After": str(retry_after_s)}
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    max_body_bytes: int
+    body_timeout_s: float
+    retry_after_s: int
 
-    async def traces(request: Request) -> Response:
-        return await export(request, _DECODERS)
 
-    async def logs(request: Request) -> Response:
-        return await export(request, _LOG_DECODERS)
+class _Export:
+    """The two routes' handler: read the body within its limits, decode, stage, answer."""
 
-    async def export(request: Request, decoders: dict[str, Callable[[bytes], Decoded]]) -> Response:
+    def __init__(self, staging: Staging, intake: Intake, limits: _Limits, max_in_flight: int):
+        self._staging = staging
+        self._intake = intake
+        self._limits = limits
+        self._buffers = _Buffers(max_in_flight * limits.max_body_bytes)  # in-flight bodies
+
+    async def traces(self, request: Request) -> Response:
+        return await self._export(request, _DECODERS)
+
+    async def logs(self, request: Request) -> Response:
+        return await self._export(request, _LOG_DECODERS)
+
+    async def _export(
+        self, request: Request, decoders: dict[str, Callable[[bytes], Decoded]]
+    ) -> Response:
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         decode = decoders.get(media_type)
         if decode is None:
-            return _status(
-                _INVALID_ARGUMENT,
-                f"content-type must be {PROTOBUF} or {JSON}",
-                JSON,
-                415,
-            )
-        with buffers.request() as take:
-            try:
-                with anyio.fail_after(body_timeout_s):
-                    body = await _body(request, max_body_bytes, take)
-            except TimeoutError:  # a slow client: its connection is closed, not kept for more
-                staging.stats.add("body_timeouts")
-                message = f"the body took over {body_timeout_s:g} s to arrive"
-                return _status(_DEADLINE_EXCEEDED, message, media_type, 408, Connection="close")
-            except _TooLarge:
-                staging.stats.add("too_large_answers")
-                message = f"body over {max_body_bytes} bytes"
-                return _status(_INVALID_ARGUMENT, message, media_type, 413)
-            except ClientDisconnect:  # gone before its body arrived: nobody reads an answer
-                staging.stats.add("clients_gone")
-                return Response(status_code=400)
-            except _Busy:  # the rest of its body is not read: its connection is closed
-                staging.stats.add("busy_answers")
-                busy = Outcome(Answer.BUSY, "too many request bytes held")
-                return answer(busy, media_type, logs=False, Connection="close")
-            except BadRequest as error:
-                staging.stats.add("bad_requests")
-                return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
-            outcome = await intake.export(body, decode)
+            message = f"content-type must be {PROTOBUF} or {JSON}"
+            return _status(_INVALID_ARGUMENT, message, JSON, 415)
+        with self._buffers.request() as take:
+            body = await self._read(request, media_type, take)
+            if isinstance(body, Response):
+                return body
+            outcome = await self._intake.export(body, decode)
         request.state.spans_staged = outcome.staged  # for the access log
-        return answer(outcome, media_type, logs=decoders is _LOG_DECODERS)
+        return self._answer(outcome, media_type, logs=decoders is _LOG_DECODERS)
 
-    def answer(outcome: Outcome, media_type: str, *, logs: bool, **headers: str) -> Response:
+    async def _read(
+        self, request: Request, media_type: str, take: Callable[[int], None]
+    ) -> bytes | Response:
+        """The body, or the answer when it cannot be read within the limits."""
+        limits, stats = self._limits, self._staging.stats
+        try:
+            with anyio.fail_after(limits.body_timeout_s):
+                return await _body(request, limits.max_body_bytes, take)
+        except TimeoutError:  # a slow client: its connection is closed, not kept for more
+            stats.add("body_timeouts")
+            message = f"the body took over {limits.body_timeout_s:g} s to arrive"
+            return _status(_DEADLINE_EXCEEDED, message, media_type, 408, Connection="close")
+        except _TooLarge:
+            stats.add("too_large_answers")
+            message = f"body over {limits.max_body_bytes} bytes"
+            return _status(_INVALID_ARGUMENT, message, media_type, 413)
+        except ClientDisconnect:  # gone before its body arrived: nobody reads an answer
+            stats.add("clients_gone")
+            return Response(status_code=400)
+        except _Busy:  # the rest of its body is not read: its connection is closed
+            stats.add("busy_answers")
+            busy = Outcome(Answer.BUSY, "too many request bytes held")
+            return self._answer(busy, media_type, logs=False, Connection="close")
+        except BadRequest as error:
+            stats.add("bad_requests")
+            return _status(_INVALID_ARGUMENT, str(error)[:500], media_type, 400)
+
+    def _answer(self, outcome: Outcome, media_type: str, *, logs: bool, **headers: str) -> Response:
         if outcome.answer is Answer.BAD_REQUEST:
             return _status(_INVALID_ARGUMENT, outcome.message, media_type, 400)
         if outcome.answer is Answer.BUSY:
             headers["Retry-After"] = "1"
             return _status(_RESOURCE_EXHAUSTED, outcome.message, media_type, 429, **headers)
         if outcome.answer is Answer.UNAVAILABLE:
-            return _status(_UNAVAILABLE, outcome.message, media_type, 503, **retry_after)
+            retry_after = str(self._limits.retry_after_s)
+            return _status(
+                _UNAVAILABLE, outcome.message, media_type, 503, **{"Retry-After": retry_after}
+            )
         response = accepted(outcome, logs=logs)
         return Response(_encoded(response, media_type), media_type=media_type)
 
-    async def settle_forever() -> None:
-        while True:
-            await asyncio.sleep(settle_every_s)
-            try:
-                await run_in_threadpool(staging.settle)
-            except Exception as error:  # noqa: BLE001 - the next round tries again
-                staging.stats.problem("settle_failed", error)
+
+async def _settle_forever(staging: Staging, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await run_in_threadpool(staging.settle)
+        except Exception as error:  # noqa: BLE001 - the next round tries again
+            staging.stats.problem("settle_failed", error)
+
+
+def _lifespan(
+    staging: Staging,
+    intake: Intake,
+    limits: _Limits,
+    settle_every_s: float,
+    grpc_listen: str | None,
+) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    """Settle passes and the gRPC listener for the app's lifetime; staging closed after."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -239,9 +259,12 @@ def create_app(
             from .grpc_service import start_grpc
 
             grpc_server = await start_grpc(
-                intake, grpc_listen, max_message_bytes=max_body_bytes, retry_after_s=retry_after_s
+                intake,
+                grpc_listen,
+                max_message_bytes=limits.max_body_bytes,
+                retry_after_s=limits.retry_after_s,
             )
-        task = asyncio.create_task(settle_forever())
+        task = asyncio.create_task(_settle_forever(staging, settle_every_s))
         try:
             yield
         finally:
@@ -253,9 +276,28 @@ def create_app(
             staging.close()
             logger.info("collect stopped: %s", staging.stats.snapshot())
 
+    return lifespan
+
+
+def create_app(
+    staging: Staging,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_in_flight: int = 16,
+    retry_after_s: int = 2,
+    settle_every_s: float = 60.0,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    grpc_listen: str | None = None,
+    access_log: bool = False,
+) -> Starlette:
+    """The receiver as an ASGI app over ``staging`` (closed on shutdown), with /healthz and
+    /readyz; with ``grpc_listen`` (``HOST:PORT``) also OTLP/gRPC, on the same budget."""
+    intake = Intake(staging, max_in_flight=max_in_flight)
+    limits = _Limits(max_body_bytes, body_timeout_s, retry_after_s)
+    export = _Export(staging, intake, limits, max_in_flight)
     routes = [
-        Route("/v1/traces", traces, methods=["POST"]),
-        Route("/v1/logs", logs, methods=["POST"]),
+        Route("/v1/traces", export.traces, methods=["POST"]),
+        Route("/v1/logs", export.logs, methods=["POST"]),
     ]
     readiness = Readiness(
         staging.settings.dsn, schema=staging.settings.schema, rights=COLLECT_RIGHTS
@@ -264,6 +306,7 @@ def create_app(
         Middleware(RequestLog, name="collect", access_log=access_log, answers=intake.listen),
         Middleware(HealthMiddleware, readiness=readiness),
     ]
+    lifespan = _lifespan(staging, intake, limits, settle_every_s, grpc_listen)
     app = Starlette(routes=routes, lifespan=lifespan, middleware=layers)
     app.state.intake = intake  # its gRPC calls are counted by whoever listens (the metrics)
     return app

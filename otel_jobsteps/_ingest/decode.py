@@ -13,8 +13,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
@@ -35,6 +36,7 @@ __all__ = [
     "decode_json",
     "decode_protobuf",
     "decode_span",
+    "decoder",
     "parse_json",
     "parse_protobuf",
 ]
@@ -45,6 +47,7 @@ LOGFIRE_PENDING_PARENT = "logfire.pending_parent_id"
 _MARKER_ATTRIBUTES = (PARTIAL, LOGFIRE_SPAN_TYPE, LOGFIRE_PENDING_PARENT)
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
 _ERROR = Status.STATUS_CODE_ERROR
+M = TypeVar("M", bound=Message)
 
 
 class BadRequest(ValueError):
@@ -71,20 +74,6 @@ class Decoded:
             self.reason = reason
 
 
-def decode_protobuf(body: bytes) -> Decoded:
-    """A binary ``ExportTraceServiceRequest``."""
-    request = ExportTraceServiceRequest()
-    parse_protobuf(body, request)
-    return _facts(request)
-
-
-def decode_json(body: bytes) -> Decoded:
-    """The OTLP JSON mapping: ids in hex, 64-bit integers as strings or numbers, enums as ints."""
-    request = ExportTraceServiceRequest()
-    parse_json(body, request)
-    return _facts(request)
-
-
 def parse_json(body: bytes, request: Message) -> None:
     """Fill ``request`` (an OTLP export request) from its OTLP JSON mapping; `BadRequest`."""
     name = type(request).__name__
@@ -107,6 +96,21 @@ def parse_protobuf(body: bytes, request: Message) -> None:
         request.ParseFromString(body)
     except (DecodeError, ValueError, RuntimeError) as error:
         raise BadRequest(f"not a protobuf {type(request).__name__}: {error}") from None
+
+
+def decoder(
+    message: Callable[[], M], facts: Callable[[M], Decoded], *, json_mapping: bool
+) -> Callable[[bytes], Decoded]:
+    """A body decoder: an export request (``message``) parsed from binary protobuf or from the
+    OTLP JSON mapping, then its usable items (``facts``)."""
+    parse = parse_json if json_mapping else parse_protobuf
+
+    def decode(body: bytes) -> Decoded:
+        request = message()
+        parse(body, request)
+        return facts(request)
+
+    return decode
 
 
 def _hex_ids_to_base64(node: Any) -> None:
@@ -139,6 +143,12 @@ def _facts(request: ExportTraceServiceRequest) -> Decoded:
                     spans.append(facts)
                     wire.append(span.SerializeToString())
     return decoded
+
+
+# A binary ``ExportTraceServiceRequest``; its OTLP JSON mapping (ids in hex, 64-bit integers
+# as strings or numbers, enums as ints).
+decode_protobuf = decoder(ExportTraceServiceRequest, _facts, json_mapping=False)
+decode_json = decoder(ExportTraceServiceRequest, _facts, json_mapping=True)
 
 
 def decode_span(body: bytes) -> SpanFacts:
@@ -199,9 +209,8 @@ def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
 
 
 def _events(span: Span) -> list[SpanEvent]:
-    """The span's events; of the events that are neither ``exception`` nor BullMQ's ``job
-    failed`` (progress snapshots), only the newest keeps its attributes: a snapshot replaces
-    the one before, so the translation reads no other, and decoding them is work for nothing."""
+    """The span's events; of progress snapshots only the newest keeps its attributes (each
+    replaces the one before, so decoding the older ones is work for nothing)."""
     events = []
     newest_seen = False
     for event in reversed(span.events):

@@ -1,51 +1,75 @@
-"""All received spans of one job (any attempts, any traces) -> the recorder's commands, in the
-order the processor would have seen them live.
-
-The order rule: every span starts and ends once (a start marker only starts it); a span starts
-after its parent started; its end comes at its end time, so a step ending after its job span is
-closed by the job's end, as live. Where a child started before its parent the clocks disagree
-(spans of one trace from two processes): that parent's end then also waits for its children's
-ends. Among what may come next, the earliest time goes first. The tie rule, at one instant:
-ends of spans that began earlier come first (inner before outer), then starts, outer before
-inner; of spans starting together, those that lasted no time first, each ending right after its
-own descendants of that instant. So a step ending in the tick the next one starts is closed by
-its own end, with its status and error, at any clock resolution; span ids break what is left.
-
-Log records join that order at their time, as live: after their span's start (right after it
-if earlier), before its end (right before it if later); records at one place go by time, then
-by their place in their request, then by span and key.
+"""The pure derivation: the staged spans and records of the jobs a request touched -> the
+recorder's commands in the order the processor would have seen them live (`order`), the batch
+that replaces their attempts' rows, and what to note of each attempt. No database here.
 """
 
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_right
-from collections.abc import Iterable, Sequence
-from itertools import accumulate
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
+from .._batch import Batch
 from .._facts import LogFacts, SpanFacts
-from .._recorder import Command
+from .._recorder import (
+    DEFAULT_LOGS_MAX_PER_STEP,
+    DEFAULT_MAX_OPEN_ATTEMPTS,
+    Command,
+    JobStarted,
+    StepRecorder,
+)
 from .._translate import DEFAULT_LOGS_MIN_SEVERITY, Problem, SpanTranslator
-from ..attributes import JOB_EVENT_TYPE
+from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
+from .ids import ID_MASK, signed
 from .mapping import JobMapping, map_trace
+from .order import in_span_order, latest_copies, with_logs
+from .place import JOB, Attempt
 
-__all__ = ["job_commands", "latest_copies", "with_logs"]
+__all__ = [
+    "Derivation",
+    "JobSpan",
+    "derive_jobs",
+    "job_commands",
+    "latest_copies",
+    "settled_start",
+    "with_logs",
+]
 
-_Node = tuple[int, int]  # trace id, span id
-_Key = tuple[int, int, tuple[Any, ...]]
+Job = tuple[str, str]  # domain, job id
 
 
-def latest_copies(spans: Iterable[SpanFacts]) -> dict[_Node, SpanFacts]:
-    """One fact per span: the first ended copy (staging keeps the first copy too), else the
-    marker."""
-    latest: dict[_Node, SpanFacts] = {}
-    for span in spans:
-        node = (span.trace_id, span.span_id)
-        known = latest.get(node)
-        if known is None or (span.end_ns and not known.end_ns):
-            latest[node] = span
-    return latest
+class JobSpan(NamedTuple):
+    """A staged span of an attempt being derived: its trace and signed id, whether this is its
+    ended copy, its facts, its kind (`place`) and its attempt."""
+
+    trace: str
+    span_id: int
+    ended: bool
+    facts: SpanFacts
+    kind: int
+    attempt: Attempt
+
+
+@dataclass(slots=True)
+class Derivation:
+    """What a derivation decided: the rows of ``derived`` attempts (``batch``), which of them
+    still wait for a span (``pending``), each one's job span start (trace, signed span id and
+    start), later attempts' starts (they abandon settled earlier ones), and failed jobs."""
+
+    batch: Batch | None = None
+    derived: list[Attempt] = field(default_factory=list)
+    pending: set[Attempt] = field(default_factory=set)
+    firsts: dict[Attempt, tuple[str, int, int]] = field(default_factory=dict)
+    starts: list[tuple[str, str, int, int]] = field(default_factory=list)
+    failed: set[Job] = field(default_factory=set)
+
+
+def settled_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> SpanFacts:
+    """A settled attempt's job span as a start marker: all a derivation needs of it now."""
+    domain, job_id, number = attempt
+    names = {JOB_DOMAIN: domain, JOB_ID: job_id, JOB_ATTEMPT: number}
+    start = start_ns & ID_MASK  # kept signed, as the ids: OTLP times reach 2**64 - 1
+    return SpanFacts(int(trace, 16), span_id & ID_MASK, 0, "settled attempt", start, 0, names)
 
 
 def job_commands(
@@ -57,8 +81,8 @@ def job_commands(
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
 ) -> list[Command]:
     """The commands of the spans in span order and of the log records (each with its tie)
-    in it (see the module docstring); each trace has its own translator (span ids are unique
-    within a trace only)."""
+    in it (see `order`); each trace has its own translator (span ids are unique within a
+    trace only)."""
     by_trace: dict[int, list[SpanFacts]] = {}
     for span in latest_copies(spans).values():
         by_trace.setdefault(span.trace_id, []).append(span)
@@ -69,7 +93,7 @@ def job_commands(
     }
     translators: dict[int, SpanTranslator] = {}
     commands: list[Command] = []
-    for is_start, item in with_logs(_in_span_order(nodes), logs):
+    for is_start, item in with_logs(in_span_order(nodes), logs):
         if isinstance(item, LogFacts):
             found = translators.get(item.trace_id)
             if found is not None:
@@ -88,128 +112,77 @@ def job_commands(
     return commands
 
 
-def with_logs(
-    order: list[tuple[bool, SpanFacts]], logs: Iterable[tuple[LogFacts, Any]]
-) -> list[tuple[bool, SpanFacts | LogFacts]]:
-    """``order`` with each record placed at its time within its span's start and end (a
-    record whose span is not in ``order`` is outside these spans: left out)."""
-    starts: dict[_Node, int] = {}
-    ends: dict[_Node, int] = {}
-    for index, (is_start, span) in enumerate(order):
-        (starts if is_start else ends)[(span.trace_id, span.span_id)] = index
-    # The latest time reached by each place (the order's times may step back: tie rules).
-    reached = list(accumulate((s.start_ns if st else s.end_ns for st, s in order), max))
-    slots: dict[int, list[tuple[Any, LogFacts]]] = {}
-    for record, tie in logs:
-        node = (record.trace_id, record.span_id)
-        start = starts.get(node)
-        if start is None:
-            continue
-        end = ends.get(node, len(order))
-        at = bisect_right(reached, record.time_ns, start + 1, end)  # before the first later
-        slots.setdefault(at, []).append(((record.time_ns, tie, record.span_id), record))
-    if not slots:
-        return list(order)
-    merged: list[tuple[bool, SpanFacts | LogFacts]] = []
-    for index in range(len(order) + 1):
-        for _, record in sorted(slots.get(index, ()), key=lambda item: item[0]):
-            merged.append((False, record))
-        if index < len(order):
-            merged.append(order[index])
-    return merged
-
-
-def _parent(nodes: dict[_Node, SpanFacts], node: _Node) -> _Node | None:
-    parent = (node[0], nodes[node].parent_span_id)
-    return parent if parent[1] and parent != node and parent in nodes else None
-
-
-def _in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]]:
-    """The order rule as a scheduler: of the events whose prerequisites are done, the least."""
-    children: dict[_Node, list[_Node]] = {}
-    roots = []
-    for node in nodes:
-        parent = _parent(nodes, node)
-        if parent is None:
-            roots.append(node)
+def derive_jobs(
+    jobs: Sequence[Job],
+    spans: Iterable[JobSpan],
+    *,
+    attempts: Iterable[Attempt],
+    started: Iterable[SpanFacts] = (),
+    logs: Mapping[Job, Sequence[tuple[LogFacts, Any]]] | None = None,
+    problem: Problem,
+    mappings: Sequence[JobMapping] = (),
+    logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
+    logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
+) -> Derivation:
+    """Derive ``jobs`` from all their staged ``spans`` (``attempts``: theirs not settled) and
+    records; settled attempts take part by their job span's start only (``started``): it
+    abandons earlier attempts still open then, as live."""
+    by_job: dict[Job, list[SpanFacts]] = {job: [] for job in jobs}
+    for start in started:
+        by_job[(start.attributes[JOB_DOMAIN], start.attributes[JOB_ID])].append(start)
+    known = set(attempts)
+    markers: dict[Attempt, list[tuple[str, int]]] = {}
+    ended: set[tuple[str, int]] = set()
+    jobs_ended: set[Attempt] = set()  # attempts whose job span's ended copy is staged
+    for span in spans:
+        by_job[span.attempt[:2]].append(span.facts)
+        known.add(span.attempt)
+        if span.ended:
+            ended.add((span.trace, span.span_id))
+            if span.kind == JOB:
+                jobs_ended.add(span.attempt)
         else:
-            children.setdefault(parent, []).append(node)
-    paths = _paths(nodes, children, roots)
-    # An end waits for its own start, for the children starting at its instant (and the ends
-    # of those lasting no time), and where a child started before it for every child's end.
-    pending = {
-        node: 1
-        + sum(
-            (nodes[child].start_ns == span.end_ns) + _end_waits(nodes, node, child)
-            for child in children.get(node, ())
-        )
-        for node, span in nodes.items()
-        if span.end_ns
-    }
-    ready: list[tuple[_Key, bool, _Node]] = []
-
-    def push_end(node: _Node) -> None:
-        span = nodes[node]
-        if span.end_ns > span.start_ns:
-            key: _Key = (span.end_ns, 0, (-len(paths[node][1]), *node))
-        else:
-            key = (span.start_ns, 1, (*paths[node][0], (2, 0, 0)))
-        heapq.heappush(ready, (key, False, node))
-
-    def one_done(node: _Node) -> None:
-        pending[node] -= 1
-        if not pending[node]:
-            push_end(node)
-
-    for node in roots:
-        heapq.heappush(ready, ((nodes[node].start_ns, 1, paths[node][0]), True, node))
-    order: list[tuple[bool, SpanFacts]] = []
-    while ready:
-        _, is_start, node = heapq.heappop(ready)
-        span = nodes[node]
-        order.append((is_start, span))
-        if is_start:
-            for child in children.get(node, ()):
-                heapq.heappush(ready, ((nodes[child].start_ns, 1, paths[child][0]), True, child))
-            if node in pending:
-                one_done(node)
-        parent = _parent(nodes, node)
-        if parent is None or parent not in pending:
+            markers.setdefault(span.attempt, []).append((span.trace, span.span_id))
+    recorder = StepRecorder(
+        debounce_ms=0,
+        max_open_attempts=max(DEFAULT_MAX_OPEN_ATTEMPTS, len(known) + 1),
+        logs_max_per_step=logs_max_per_step,
+    )
+    found = Derivation()
+    for job in jobs:
+        try:
+            commands = job_commands(
+                by_job[job],
+                problem=problem,
+                mappings=mappings,
+                logs=(logs or {}).get(job, ()),
+                logs_min_severity=logs_min_severity,
+            )
+        except Exception as error:  # noqa: BLE001 - one job must not fail the request
+            # Its spans stay staged and its rows as they were; a later span derives it again.
+            problem("derive_failed", error)
+            found.failed.add(job)
             continue
-        if (
-            _end_waits(nodes, parent, node)
-            if not is_start
-            else span.start_ns == nodes[parent].end_ns
-        ):
-            one_done(parent)
-    return order
-
-
-def _end_waits(nodes: dict[_Node, SpanFacts], parent: _Node, child: _Node) -> bool:
-    """Whether the parent's end waits for this child's end: the child lasts no time and starts
-    as the parent ends, or it started before the parent (the clocks disagree)."""
-    span, outer = nodes[child], nodes[parent]
-    if not span.end_ns:
-        return False
-    return span.start_ns < outer.start_ns or (span.end_ns == span.start_ns == outer.end_ns)
-
-
-def _paths(
-    nodes: dict[_Node, SpanFacts], children: dict[_Node, list[_Node]], roots: list[_Node]
-) -> dict[_Node, tuple[tuple[Any, ...], tuple[_Node, ...]]]:
-    """Per span reachable from a root: its tie path (the ancestors starting at its instant and
-    itself, each as (lasts no time ? 0 : 1, trace, span id)) and its ancestors (depth)."""
-    found: dict[_Node, tuple[tuple[Any, ...], tuple[_Node, ...]]] = {}
-    stack: list[tuple[_Node, tuple[Any, ...], tuple[_Node, ...]]] = [
-        (node, (), ()) for node in roots
-    ]
-    while stack:
-        node, inherited, ancestors = stack.pop()
-        span = nodes[node]
-        step = (0 if span.end_ns == span.start_ns else 1, *node)
-        path = (*inherited, step)
-        found[node] = (path, ancestors)
-        for child in children.get(node, ()):
-            same_instant = nodes[child].start_ns == span.start_ns
-            stack.append((child, path if same_instant else (), (*ancestors, node)))
+        _apply(commands, recorder, found)
+    found.derived = sorted(a for a in known if a[:2] not in found.failed)
+    found.batch = recorder.take_batch()
+    found.pending = {a for a, seen in markers.items() if any(m not in ended for m in seen)}
+    found.pending.update(a for a in found.derived if a not in jobs_ended)
     return found
+
+
+def _apply(commands: list[Command], recorder: StepRecorder, found: Derivation) -> None:
+    """Feed a job's commands to the recorder, noting each attempt's first job span start."""
+    for command in commands:
+        recorder.handle(command)
+        if isinstance(command, JobStarted):
+            scope = command.scope
+            where = (scope.domain, scope.job_id, scope.attempt)
+            first = (
+                format(scope.trace_id, "032x"),
+                signed(scope.span_id),
+                signed(command.start_ns),
+            )
+            found.firsts.setdefault(where, first)
+            if scope.attempt > 1:
+                found.starts.append((*where, command.start_ns))

@@ -57,9 +57,8 @@ class Intake:
         self._staging = staging
         self._max_in_flight = max_in_flight
         self._in_flight = 0  # changed on the event loop only
-        # Only as many bodies are decoded as connections can stage them: the others wait
-        # encoded, so memory holds at most that many decoded requests (a 16 MiB body of small
-        # spans decodes to some 200 MiB).
+        # As many bodies decoded at once as connections can stage: the others wait encoded
+        # (a 16 MiB body of small spans decodes to some 200 MiB).
         self._staging_slots = asyncio.Semaphore(staging.settings.connections)
         self._listeners: list[Callable[[Answered], None]] = []
 

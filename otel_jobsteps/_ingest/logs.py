@@ -18,23 +18,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from .._facts import LogFacts
-from .decode import Decoded, attribute_values, parse_json, parse_protobuf
+from .decode import Decoded, attribute_values, decoder
 
 __all__ = ["decode_log_record", "decode_logs_json", "decode_logs_protobuf", "log_key"]
-
-
-def decode_logs_protobuf(body: bytes) -> Decoded:
-    """A binary ``ExportLogsServiceRequest``."""
-    request = ExportLogsServiceRequest()
-    parse_protobuf(body, request)
-    return _records(request)
-
-
-def decode_logs_json(body: bytes) -> Decoded:
-    """The OTLP JSON mapping of an ``ExportLogsServiceRequest`` (ids in hex)."""
-    request = ExportLogsServiceRequest()
-    parse_json(body, request)
-    return _records(request)
 
 
 def log_key(wire: bytes, occurrence: int) -> bytes:
@@ -59,6 +45,11 @@ def _records(request: ExportLogsServiceRequest) -> Decoded:
                 decoded.wire.append(wire)
                 decoded.keys.append(log_key(wire, occurrence))
     return decoded
+
+
+# A binary ``ExportLogsServiceRequest``; its OTLP JSON mapping (ids in hex).
+decode_logs_protobuf = decoder(ExportLogsServiceRequest, _records, json_mapping=False)
+decode_logs_json = decoder(ExportLogsServiceRequest, _records, json_mapping=True)
 
 
 def decode_log_record(body: bytes) -> LogFacts:

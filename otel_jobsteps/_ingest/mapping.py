@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._facts import SpanFacts
+from .._vocabulary import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 from ..attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
@@ -39,7 +40,6 @@ from ..attributes import (
     JOB_TYPE,
 )
 from ..errors import ConfigurationError
-from ..integrations import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 
 __all__ = ["JobMapping", "map_trace"]
 

@@ -74,9 +74,8 @@ _REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 1
 
 
 def metric_exporters(environ: Mapping[str, str] = os.environ) -> list[Any]:
-    """The exporter (or reader) classes ``OTEL_METRICS_EXPORTER`` names, loaded from their
-    entry points as the SDK's configuration does (``prometheus``: /metrics, already there).
-    `ConfigurationError` for a name no installed package provides."""
+    """The exporter classes ``OTEL_METRICS_EXPORTER`` names, from their entry points as the
+    SDK loads them (``prometheus``: /metrics); `ConfigurationError` for an unknown name."""
     names = [n.strip() for n in environ.get("OTEL_METRICS_EXPORTER", "").split(",") if n.strip()]
     protocol = environ.get(
         "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")

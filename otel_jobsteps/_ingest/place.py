@@ -9,6 +9,7 @@ and what a span names itself, so staging keeps that per span and never decodes i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from .._facts import SpanFacts
@@ -17,7 +18,17 @@ from .._translate import SpanTranslator
 from ..attributes import JOB_EVENT_TYPE
 from .mapping import JobMapping, map_trace
 
-__all__ = ["EVENT", "JOB", "NAMING_EVENT", "PLAIN", "Attempt", "Skeleton", "place", "skeleton"]
+__all__ = [
+    "EVENT",
+    "JOB",
+    "NAMING_EVENT",
+    "PLAIN",
+    "Attempt",
+    "Skeleton",
+    "Staged",
+    "place",
+    "skeleton",
+]
 
 Attempt = tuple[str, str, int]  # domain, job id, attempt
 
@@ -30,6 +41,18 @@ class Skeleton(NamedTuple):
     parent: int
     kind: int
     own: Attempt | None
+
+
+@dataclass(slots=True)
+class Staged:
+    """A span of a locked trace as staged (from its skeleton row) or new in this request
+    (``new``: its key, facts and bytes as received)."""
+
+    skeleton: Skeleton
+    place: Attempt | None
+    gone: bool = False  # its attempt is settled: only the row is kept
+    new: tuple[str, int, int, SpanFacts, bytes] | None = None
+    step_key: str | None = None  # a step span's job.step.key (settled records find it)
 
 
 def _ignore(kind: str, detail: object) -> None:

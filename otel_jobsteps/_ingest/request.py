@@ -1,0 +1,305 @@
+"""One request's statements, in the transaction `staging` opened: lock its traces, place every
+span in its attempt, lock the jobs touched, stage the new spans and records, and replace the
+rows of those jobs' attempts that are not settled by one derivation (`derive`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._facts import SpanFacts
+from .._metrics import Committed
+from ..attributes import JOB_DOMAIN, JOB_ID, JOB_STEP_KEY
+from .decode import decode_span
+from .derive import Derivation, JobSpan, derive_jobs, settled_start
+from .ids import ID_MASK, signed
+from .place import Attempt, Skeleton, Staged, place, skeleton
+from .receipt import Receipt, Transaction
+from .records import LogRow, RequestLogs
+from .session import Session
+
+__all__ = ["SpanRow", "receive"]
+
+Key = tuple[str, int, int]  # trace, signed span id, phase
+SpanRow = tuple[str, int, int, SpanFacts, bytes]  # the key, facts, as received
+Job = tuple[str, str]  # domain, job id
+Moved = dict[Key, tuple[Attempt | None, Attempt | None]]  # staged spans placed anew: old, new
+
+
+@dataclass(slots=True)
+class _Jobs:
+    """The locked jobs' attempts as collect derived them before."""
+
+    settled: set[Attempt] = field(default_factory=set)
+    attempts: set[Attempt] = field(default_factory=set)  # not settled
+    new: set[Job] = field(default_factory=set)  # jobs new in this request
+    started: list[SpanFacts] = field(default_factory=list)  # settled attempts' job span starts
+
+
+def receive(
+    session: Session, rows: list[SpanRow], logs: list[LogRow], transaction: Transaction
+) -> tuple[Receipt, Committed]:
+    """Stage and derive (noted in ``transaction``); what it closed and finished that no
+    earlier derivation had (the metrics count each step and attempt once)."""
+    noted = session.execute("share_move_lock", {"schema": session.settings.schema}).fetchone()
+    transaction.txid = noted[1] if noted else None
+    traces = sorted({row[0] for row in rows} | {log[0] for log in logs})
+    counts: dict[str, int] = dict(session.execute("lock_traces", {"trace_id": traces}).fetchall())
+    staged = _skeletons(session.execute("trace_skeletons", {"trace_id": traces}).fetchall())
+    unique = {row[:3]: row for row in reversed(rows)}  # the first copy of a span wins
+    fresh = [row for key, row in sorted(unique.items()) if key not in staged]
+    copies = [key for key in unique if key in staged]
+    late = sum(1 for key in copies if staged[key].gone)
+    duplicates = len(rows) - len(unique) + len(copies) - late
+    kept = _within_limit(session, fresh, counts)
+    over, fresh = len(fresh) - len(kept), kept
+    for row in fresh:
+        shape = skeleton(row[3], session.settings.mappings)
+        staged[row[:3]] = Staged(shape, None, new=row, step_key=_key_of(row))
+    moved, places = _place(staged)
+    records = RequestLogs(session, traces, logs, places)
+    derived = {(p[0], p[1]) for span in staged.values() if span.new and (p := span.place)}
+    derived |= {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
+    records.choose_direct(derived)
+    jobs = sorted(derived | records.jobs())
+    known = _lock_jobs(session, jobs)
+    dropped = _stage(session, staged, moved, known.settled)
+    log_receipt = records.stage(known.settled)
+    late += dropped
+    if late:
+        session.stats.problem("late_spans", f"{late} spans of settled attempts dropped")
+    _note_traces(session, traces, staged)
+    jobs = sorted({job for job in jobs if job not in records.direct} | records.write_direct(staged))
+    committed = _derive(session, jobs, staged, known, records) if jobs else Committed()
+    records.write_settled(staged)
+    transaction.committed = committed  # its statements ran: only the COMMIT is left
+    if logs:
+        return log_receipt, committed
+    return Receipt(len(fresh) - dropped, duplicates, late, over), committed
+
+
+def _key_of(row: SpanRow) -> str | None:
+    """A new span's ``job.step.key`` as text (kept beside its skeleton)."""
+    key = row[3].attributes.get(JOB_STEP_KEY)
+    return None if key is None else str(key)
+
+
+def _skeletons(found: list[tuple[Any, ...]]) -> dict[Key, Staged]:
+    staged = {}
+    for row in found:
+        trace, span_id, phase, parent, kind, own, domain, job_id, attempt, gone, key = row
+        where = None if domain is None else (domain, job_id, attempt)
+        shape = Skeleton(parent & ID_MASK, kind, None if own is None else tuple(own))
+        staged[(trace, span_id, phase)] = Staged(shape, where, gone, step_key=key)
+    return staged
+
+
+def _within_limit(session: Session, rows: list[SpanRow], counts: dict[str, int]) -> list[SpanRow]:
+    """The rows that fit under the per-trace span limit (a trace's skeleton is read with every
+    request that touches it): the earliest spans are kept, as the processor saw them first."""
+    limit = session.settings.max_spans_per_trace
+    room = {trace: limit - count for trace, count in counts.items()}
+    kept = []
+    for row in sorted(rows, key=lambda row: (row[0], row[3].start_ns, row[1:3])):
+        if room[row[0]] > 0:
+            room[row[0]] -= 1
+            kept.append(row)
+    kept.sort(key=lambda row: row[:3])
+    if len(kept) < len(rows):
+        session.stats.problem(
+            "spans_over_trace_limit",
+            f"{len(rows) - len(kept)} spans rejected: their trace has {limit} spans already",
+        )
+    return kept
+
+
+def _place(staged: dict[Key, Staged]) -> tuple[Moved, dict[str, dict[int, Attempt | None]]]:
+    """Place every span of the locked traces; returns the staged ones whose place changed
+    (old, new), and every span's place. The ended copy of a span speaks for it (a marker may
+    not name its job)."""
+    by_trace: dict[str, dict[int, Skeleton]] = {}
+    for (trace, span_id, phase), span in sorted(staged.items()):
+        nodes = by_trace.setdefault(trace, {})
+        unsigned = span_id & ID_MASK
+        if phase or unsigned not in nodes:
+            nodes[unsigned] = span.skeleton
+    places = {trace: place(nodes) for trace, nodes in by_trace.items()}
+    moved = {}
+    for key, span in staged.items():
+        where = places[key[0]][key[1] & ID_MASK]
+        if where != span.place:
+            if span.new is None:
+                moved[key] = (span.place, where)
+            span.place = where
+    return moved, places
+
+
+def _lock_jobs(session: Session, jobs: list[Job]) -> _Jobs:
+    """Lock the jobs (sorted) and read their attempts."""
+    known = _Jobs()
+    if not jobs:
+        return known
+    columns = {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]}
+    cur = session.execute("lock_jobs", columns)
+    known.new.update((domain, job_id) for domain, job_id, new in cur if new)
+    for domain, job_id, attempt, is_settled, trace, span_id, start_ns in session.execute(
+        "job_attempts", columns
+    ):
+        where = (domain, job_id, attempt)
+        (known.settled if is_settled else known.attempts).add(where)
+        if is_settled and start_ns is not None:
+            known.started.append(settled_start(where, trace, span_id, start_ns))
+    return known
+
+
+def _stage(session: Session, staged: dict[Key, Staged], moved: Moved, settled: set[Attempt]) -> int:
+    """Keep the new spans and the new places of staged ones; a span placed in a settled
+    attempt is a late one: a new one is dropped, a staged one loses its body. Returns the new
+    spans dropped."""
+    new = []
+    for span in staged.values():
+        if span.new is not None:
+            span.gone = span.place in settled
+            if not span.gone:
+                new.append(span)
+    if new:
+        _insert_spans(session, new)
+    if moved:
+        keys = sorted(moved)
+        places = [moved[key][1] or (None, None, None) for key in keys]
+        for key in keys:
+            staged[key].gone = staged[key].gone or staged[key].place in settled
+        session.execute(
+            "place_spans",
+            {
+                "trace_id": [key[0] for key in keys],
+                "span_id": [key[1] for key in keys],
+                "domain": [p[0] for p in places],
+                "job_id": [p[1] for p in places],
+                "attempt": [p[2] for p in places],
+                "late": [staged[key].gone for key in keys],
+            },
+        )
+    return sum(1 for span in staged.values() if span.new is not None) - len(new)
+
+
+def _insert_spans(session: Session, new: list[Staged]) -> None:
+    rows = [span.new for span in new if span.new is not None]
+    owns = [span.skeleton.own for span in new]
+    places = [span.place or (None, None, None) for span in new]
+    session.execute(
+        "stage_spans",
+        {
+            "trace_id": [r[0] for r in rows],
+            "span_id": [r[1] for r in rows],
+            "phase": [r[2] for r in rows],
+            "body": [r[4] for r in rows],
+            "parent": [signed(span.skeleton.parent) for span in new],
+            "kind": [span.skeleton.kind for span in new],
+            "own": [None if own is None else json.dumps(own) for own in owns],
+            "domain": [p[0] for p in places],
+            "job_id": [p[1] for p in places],
+            "attempt": [p[2] for p in places],
+            "step_key": [span.step_key for span in new],
+        },
+    )
+
+
+def _note_traces(session: Session, traces: list[str], staged: dict[Key, Staged]) -> None:
+    added = dict.fromkeys(traces, 0)
+    for span in staged.values():
+        if span.new and not span.gone:
+            added[span.new[0]] += 1
+    session.execute(
+        "note_traces", {"trace_id": traces, "added": [added[trace] for trace in traces]}
+    )
+
+
+def _derive(
+    session: Session, jobs: list[Job], staged: dict[Key, Staged], known: _Jobs, records: RequestLogs
+) -> Committed:
+    """Replace the rows of the jobs' attempts that are not settled by a derivation from all
+    their staged spans; returns what it closed and finished that the rows it replaced had not
+    (the metrics count each step and attempt once)."""
+    chosen = set(jobs)
+    settings = session.settings
+    found = derive_jobs(
+        jobs,
+        list(_job_spans(session, jobs, staged, known.new)),
+        attempts={a for a in known.attempts if a[:2] in chosen},
+        started=[
+            s for s in known.started if (s.attributes[JOB_DOMAIN], s.attributes[JOB_ID]) in chosen
+        ],
+        logs=records.job_logs(jobs),
+        problem=session.stats.problem,
+        mappings=settings.mappings,
+        logs_min_severity=settings.logs_min_severity,
+        logs_max_per_step=settings.logs_max_per_step,
+    )
+    return _write_derived(session, found)
+
+
+def _write_derived(session: Session, found: Derivation) -> Committed:
+    """The derivation's rows in place of the earlier ones, and its notes of each attempt."""
+    derived = found.derived
+    columns = {
+        "domain": [a[0] for a in derived],
+        "job_id": [a[1] for a in derived],
+        "attempt": [a[2] for a in derived],
+    }
+    counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
+    if derived:
+        counted = session.execute("forget_derived_rows", columns).fetchall()
+    committed = Committed() if found.batch is None else session.write(found.batch)
+    if found.starts:
+        starts = found.starts
+        session.execute(
+            "abandon_settled_attempts",
+            {
+                "domain": [s[0] for s in starts],
+                "job_id": [s[1] for s in starts],
+                "attempt": [s[2] for s in starts],
+                "at_us": [s[3] // 1000 for s in starts],
+            },
+        )
+    firsts = found.firsts
+    session.execute(
+        "note_attempts",
+        {
+            **columns,
+            "pending": [a in found.pending for a in derived],
+            "trace_id": [firsts.get(a, (None,))[0] for a in derived],
+            "span_id": [firsts.get(a, (None, None))[1] for a in derived],
+            "start_ns": [firsts.get(a, (None, None, None))[2] for a in derived],
+        },
+    )
+    return committed.without(
+        [(trace, span, key) for trace, span, key, *_, n in counted if n is None],
+        [(domain, job, n) for *_, domain, job, n in counted if n is not None],
+    )
+
+
+def _job_spans(
+    session: Session, jobs: list[Job], staged: dict[Key, Staged], new_jobs: set[Job]
+) -> Iterator[JobSpan]:
+    """Every staged span of the jobs' attempts not settled. A new job's are this request's
+    spans, at hand; the others' are read (and decoded, the ones this request did not bring)."""
+    placed = [(key, span) for key, span in staged.items() if span.place and not span.gone]
+    for _, span in placed:
+        if span.new is None and span.place:  # placed now, staged before: read its job
+            new_jobs.discard(span.place[:2])
+    for key, span in placed:
+        if span.new is not None and span.place and span.place[:2] in new_jobs:
+            yield JobSpan(key[0], key[1], bool(key[2]), span.new[3], span.skeleton.kind, span.place)
+    read = [job for job in jobs if job not in new_jobs]
+    if not read:
+        return
+    rows = session.execute(
+        "job_spans", {"domain": [j[0] for j in read], "job_id": [j[1] for j in read]}
+    ).fetchall()
+    for trace, span_id, phase, kind, domain, job_id, attempt, body in rows:
+        known = staged.get((trace, span_id, phase))
+        facts = decode_span(body) if known is None or known.new is None else known.new[3]
+        yield JobSpan(trace, span_id, bool(phase), facts, kind, (domain, job_id, attempt))

@@ -36,16 +36,17 @@ if TYPE_CHECKING:
 
 # Loaded at first use, so job code importing the sugar does not load the write path (psycopg).
 _LAZY = {
-    **dict.fromkeys(["PruneResult", "SweptStep", "prune", "sweep"], "maintenance"),
-    "JobStepsProcessor": "processor",
-    **dict.fromkeys(
-        [
+    name: module
+    for module, names in {
+        "maintenance": ("PruneResult", "SweptStep", "prune", "sweep"),
+        "processor": ("JobStepsProcessor",),
+        "query": (
             *("AttemptSummary", "EventRecord", "JobDetail", "JobLogEntry", "JobSummary"),
             *("StepRecord", "job_detail", "list_jobs"),
-        ],
-        "query",
-    ),
-    "migrate": "schema",
+        ),
+        "schema": ("migrate",),
+    }.items()
+    for name in names
 }
 
 
@@ -56,6 +57,10 @@ def __getattr__(name: str) -> object:
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __version__ = "0.1.0"  # the one source: pyproject.toml reads it (tool.setuptools.dynamic)

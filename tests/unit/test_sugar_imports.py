@@ -23,5 +23,7 @@ def test_the_package_still_offers_the_write_path() -> None:
     from otel_jobsteps.processor import JobStepsProcessor
 
     assert otel_jobsteps.JobStepsProcessor is JobStepsProcessor
+    assert all(getattr(otel_jobsteps, name) is not None for name in otel_jobsteps.__all__)
+    assert set(otel_jobsteps.__all__) <= set(dir(otel_jobsteps))
     with pytest.raises(AttributeError):
         _ = otel_jobsteps.no_such_name  # type: ignore[attr-defined]

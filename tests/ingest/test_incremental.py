@@ -5,18 +5,23 @@ the tables equal the processor's rows for the same spans."""
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
+from otel_jobsteps.maintenance import sweep
 from tests.ingest.collector import table_rows
 from tests.ingest.histories import AttemptPlan, History, StepPlan, histories, tell
 from tests.ingest.requests import request_of
@@ -134,3 +139,45 @@ def test_any_history_in_time_order_gives_the_processors_rows(
         start += len(part)
         _send(staging, part)
     assert table_rows(second_dsn, job_id) == table_rows(dsn, job_id)
+
+
+def _span(span_id: int, parent: int, start_ns: int, end_ns: int, **names: Any) -> Span:
+    attributes = [
+        KeyValue(key=k, value=AnyValue(int_value=v) if isinstance(v, int) else
+                 AnyValue(string_value=v))
+        for k, v in names.items()
+    ]  # fmt: skip
+    return Span(
+        trace_id=b"\x07" * 16,
+        span_id=span_id.to_bytes(8, "big"),
+        parent_span_id=parent.to_bytes(8, "big") if parent else b"",
+        name=f"s{span_id}",
+        start_time_unix_nano=start_ns,
+        end_time_unix_nano=end_ns,
+        attributes=attributes,
+    )
+
+
+def test_rows_sweep_closed_under_a_state_derive_the_job_in_full(
+    staging: Staging, second_dsn: str
+) -> None:
+    job_id = f"i-{uuid.uuid4().hex[:12]}"
+    names = {"job.domain": "sweep", "job.id": job_id, "job.attempt": 1}
+    hour_ago = time.time_ns() - 3600 * 10**9
+    minute = 60 * 10**9
+    _send(staging, [_span(1, 0, hour_ago, 0, **names)])  # the job, still running
+    _send(staging, [_span(2, 1, hour_ago + minute, hour_ago + 2 * minute, **{"job.step.key": "A"})])
+    assert staging.stats.get("jobs_resumed") == 1
+    sweep(second_dsn, timedelta(minutes=10))  # silent between steps: FAILED abandoned
+    with psycopg.connect(second_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM job_log WHERE job_id = %s", (job_id,)).fetchone()
+    late = hour_ago + 30 * minute
+    _send(staging, [_span(3, 1, late, late + minute, **{"job.step.key": "B"})])
+    assert staging.stats.get("jobs_resumed") == 1  # the state holds the attempt open: in full
+    with psycopg.connect(second_dsn) as conn:
+        rows = conn.execute(
+            "SELECT step_key, step_status FROM job_event WHERE job_id = %s ORDER BY id", (job_id,)
+        ).fetchall()
+        final = conn.execute("SELECT count(*) FROM job_log WHERE job_id = %s", (job_id,)).fetchone()
+    assert rows == [("A", "COMPLETED"), ("B", "COMPLETED")]  # derived from the spans, as before
+    assert final == (0,)

@@ -142,20 +142,17 @@ def test_any_history_in_time_order_gives_the_processors_rows(
 
 
 def _span(span_id: int, parent: int, start_ns: int, end_ns: int, **names: Any) -> Span:
-    attributes = [
-        KeyValue(key=k, value=AnyValue(int_value=v) if isinstance(v, int) else
-                 AnyValue(string_value=v))
-        for k, v in names.items()
-    ]  # fmt: skip
-    return Span(
-        trace_id=b"\x07" * 16,
-        span_id=span_id.to_bytes(8, "big"),
-        parent_span_id=parent.to_bytes(8, "big") if parent else b"",
-        name=f"s{span_id}",
-        start_time_unix_nano=start_ns,
-        end_time_unix_nano=end_ns,
-        attributes=attributes,
-    )
+    """A span of trace 0707...07 as an exporter would send it."""
+    found = Span(name=f"s{span_id}", start_time_unix_nano=start_ns, end_time_unix_nano=end_ns)
+    found.trace_id, found.span_id = b"\x07" * 16, span_id.to_bytes(8, "big")
+    if parent:
+        found.parent_span_id = parent.to_bytes(8, "big")
+    for key, value in names.items():
+        named = (
+            AnyValue(int_value=value) if isinstance(value, int) else AnyValue(string_value=value)
+        )
+        found.attributes.append(KeyValue(key=key, value=named))
+    return found
 
 
 def test_rows_sweep_closed_under_a_state_derive_the_job_in_full(

@@ -21,9 +21,10 @@ from .._recorder import (
 from .._translate import DEFAULT_LOGS_MIN_SEVERITY, Problem, SpanTranslator
 from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
 from .ids import ID_MASK, signed
-from .mapping import JobMapping, map_trace
+from .mapping import BULLMQ_OPERATION, JobMapping, map_trace
 from .order import in_span_order, latest_copies, with_logs
 from .place import JOB, Attempt
+from .state import JobState, capture, restore
 
 __all__ = [
     "Derivation",
@@ -31,6 +32,8 @@ __all__ = [
     "derive_jobs",
     "job_commands",
     "latest_copies",
+    "resumable",
+    "resume_jobs",
     "settled_start",
     "with_logs",
 ]
@@ -62,6 +65,7 @@ class Derivation:
     firsts: dict[Attempt, tuple[str, int, int]] = field(default_factory=dict)
     starts: list[tuple[str, str, int, int]] = field(default_factory=list)
     failed: set[Job] = field(default_factory=set)
+    states: dict[Job, JobState | None] = field(default_factory=dict)  # what the next resumes
 
 
 def settled_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> SpanFacts:
@@ -70,6 +74,55 @@ def settled_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> 
     names = {JOB_DOMAIN: domain, JOB_ID: job_id, JOB_ATTEMPT: number}
     start = start_ns & ID_MASK  # kept signed, as the ids: OTLP times reach 2**64 - 1
     return SpanFacts(int(trace, 16), span_id & ID_MASK, 0, "settled attempt", start, 0, names)
+
+
+class _Replay:
+    """One job's translators, one per trace (span ids are unique within a trace only): the
+    ordered spans and records -> commands."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        logs_min_severity: int,
+        translators: dict[int, SpanTranslator] | None = None,
+    ) -> None:
+        self._problem = problem
+        self._logs_min_severity = logs_min_severity
+        self.translators = translators if translators is not None else {}
+
+    def translator(self) -> SpanTranslator:
+        return SpanTranslator(problem=self._problem, logs_min_severity=self._logs_min_severity)
+
+    def commands(self, order: Iterable[tuple[bool, SpanFacts | LogFacts]]) -> list[Command]:
+        translators = self.translators
+        commands: list[Command] = []
+        for is_start, item in order:
+            if isinstance(item, LogFacts):
+                found = translators.get(item.trace_id)
+                if found is not None:
+                    commands.extend(found.log(item))
+                continue
+            translator = translators.get(item.trace_id)
+            if translator is None:
+                translator = translators[item.trace_id] = self.translator()
+            if is_start:
+                commands.extend(translator.started(item))
+            elif JOB_EVENT_TYPE not in item.attributes:  # an event span is complete at start
+                commands.extend(translator.ended(item))
+        return commands
+
+
+def _mapped_nodes(
+    spans: Iterable[SpanFacts], mappings: Sequence[JobMapping]
+) -> dict[tuple[int, int], SpanFacts]:
+    by_trace: dict[int, list[SpanFacts]] = {}
+    for span in latest_copies(spans).values():
+        by_trace.setdefault(span.trace_id, []).append(span)
+    return {
+        (trace, span.span_id): span
+        for trace, group in by_trace.items()
+        for span in map_trace(group, mappings)
+    }
 
 
 def job_commands(
@@ -81,35 +134,36 @@ def job_commands(
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
 ) -> list[Command]:
     """The commands of the spans in span order and of the log records (each with its tie)
-    in it (see `order`); each trace has its own translator (span ids are unique within a
-    trace only)."""
-    by_trace: dict[int, list[SpanFacts]] = {}
-    for span in latest_copies(spans).values():
-        by_trace.setdefault(span.trace_id, []).append(span)
-    nodes = {
-        (trace, span.span_id): span
-        for trace, group in by_trace.items()
-        for span in map_trace(group, mappings)
-    }
-    translators: dict[int, SpanTranslator] = {}
-    commands: list[Command] = []
-    for is_start, item in with_logs(in_span_order(nodes), logs):
-        if isinstance(item, LogFacts):
-            found = translators.get(item.trace_id)
-            if found is not None:
-                commands.extend(found.log(item))
-            continue
-        span = item
-        translator = translators.get(span.trace_id)
-        if translator is None:
-            translator = translators[span.trace_id] = SpanTranslator(
-                problem=problem, logs_min_severity=logs_min_severity
-            )
-        if is_start:
-            commands.extend(translator.started(span))
-        elif JOB_EVENT_TYPE not in span.attributes:  # an event span is complete at its start
-            commands.extend(translator.ended(span))
-    return commands
+    in it (see `order`)."""
+    order = with_logs(in_span_order(_mapped_nodes(spans, mappings)), logs)
+    return _Replay(problem, logs_min_severity).commands(order)
+
+
+@dataclass(slots=True)
+class _Gathered:
+    """The spans of the jobs being derived, by job, and what is noted of their attempts."""
+
+    by_job: dict[Job, list[SpanFacts]]
+    known: set[Attempt]
+    markers: dict[Attempt, set[tuple[str, int]]] = field(default_factory=dict)
+    ended: set[tuple[str, int]] = field(default_factory=set)
+    jobs_ended: set[Attempt] = field(default_factory=set)  # their job span's ended copy staged
+
+    def add(self, span: JobSpan) -> None:
+        self.by_job[span.attempt[:2]].append(span.facts)
+        self.known.add(span.attempt)
+        node = (span.trace, span.span_id)
+        if span.ended:
+            self.ended.add(node)
+            if span.kind == JOB:
+                self.jobs_ended.add(span.attempt)
+        else:
+            self.markers.setdefault(span.attempt, set()).add(node)
+
+    def open_markers(self) -> dict[Attempt, set[tuple[str, int]]]:
+        """Per attempt, its start markers whose ended copy is not staged."""
+        found = {a: {m for m in seen if m not in self.ended} for a, seen in self.markers.items()}
+        return {a: seen for a, seen in found.items() if seen}
 
 
 def derive_jobs(
@@ -127,47 +181,148 @@ def derive_jobs(
     """Derive ``jobs`` from all their staged ``spans`` (``attempts``: theirs not settled) and
     records; settled attempts take part by their job span's start only (``started``): it
     abandons earlier attempts still open then, as live."""
-    by_job: dict[Job, list[SpanFacts]] = {job: [] for job in jobs}
+    gathered = _Gathered({job: [] for job in jobs}, set(attempts))
     for start in started:
-        by_job[(start.attributes[JOB_DOMAIN], start.attributes[JOB_ID])].append(start)
-    known = set(attempts)
-    markers: dict[Attempt, list[tuple[str, int]]] = {}
-    ended: set[tuple[str, int]] = set()
-    jobs_ended: set[Attempt] = set()  # attempts whose job span's ended copy is staged
+        gathered.by_job[(start.attributes[JOB_DOMAIN], start.attributes[JOB_ID])].append(start)
     for span in spans:
-        by_job[span.attempt[:2]].append(span.facts)
-        known.add(span.attempt)
-        if span.ended:
-            ended.add((span.trace, span.span_id))
-            if span.kind == JOB:
-                jobs_ended.add(span.attempt)
-        else:
-            markers.setdefault(span.attempt, []).append((span.trace, span.span_id))
-    recorder = StepRecorder(
-        debounce_ms=0,
-        max_open_attempts=max(DEFAULT_MAX_OPEN_ATTEMPTS, len(known) + 1),
-        logs_max_per_step=logs_max_per_step,
-    )
+        gathered.add(span)
+    recorder = _recorder(len(gathered.known), logs_max_per_step)
     found = Derivation()
+    replays: dict[Job, _Replay] = {}
     for job in jobs:
+        job_logs = (logs or {}).get(job, ())
+        replay = replays[job] = _Replay(problem, logs_min_severity)
         try:
-            commands = job_commands(
-                by_job[job],
-                problem=problem,
-                mappings=mappings,
-                logs=(logs or {}).get(job, ()),
-                logs_min_severity=logs_min_severity,
+            order = with_logs(
+                in_span_order(_mapped_nodes(gathered.by_job[job], mappings)), job_logs
             )
+            commands = replay.commands(order)
         except Exception as error:  # noqa: BLE001 - one job must not fail the request
             # Its spans stay staged and its rows as they were; a later span derives it again.
             problem("derive_failed", error)
             found.failed.add(job)
             continue
         _apply(commands, recorder, found)
-    found.derived = sorted(a for a in known if a[:2] not in found.failed)
+    found.derived = sorted(a for a in gathered.known if a[:2] not in found.failed)
     found.batch = recorder.take_batch()
-    found.pending = {a for a, seen in markers.items() if any(m not in ended for m in seen)}
-    found.pending.update(a for a in found.derived if a not in jobs_ended)
+    markers = gathered.open_markers()
+    found.pending = set(markers) | {a for a in found.derived if a not in gathered.jobs_ended}
+    for job in jobs:
+        found.states[job] = None  # a failed job is derived in full next time
+        if job not in found.failed:
+            times = _latest(gathered.by_job[job], (logs or {}).get(job, ()))
+            state = _state(job, times, markers, gathered.jobs_ended, found.firsts)
+            found.states[job] = capture(job, replays[job].translators, recorder, state)
+    return found
+
+
+def _recorder(attempts: int, logs_max_per_step: int) -> StepRecorder:
+    return StepRecorder(
+        debounce_ms=0,
+        max_open_attempts=max(DEFAULT_MAX_OPEN_ATTEMPTS, attempts + 1),
+        logs_max_per_step=logs_max_per_step,
+    )
+
+
+def _latest(spans: Iterable[SpanFacts], logs: Iterable[tuple[LogFacts, Any]]) -> JobState:
+    """A state's times: the latest applied, the latest start, the latest record."""
+    last_start = last_end = last_log = 0
+    for span in spans:
+        last_start = max(last_start, span.start_ns)
+        last_end = max(last_end, span.end_ns)
+    for record, _ in logs:
+        last_log = max(last_log, record.time_ns)
+    return JobState(max(last_start, last_end, last_log), last_start, last_log)
+
+
+def _state(
+    job: Job,
+    times: JobState,
+    markers: Mapping[Attempt, set[tuple[str, int]]],
+    jobs_ended: set[Attempt],
+    firsts: Mapping[Attempt, tuple[str, int, int]],
+) -> JobState:
+    """A job's notes for its state (its translators and attempts are captured after)."""
+    times.markers = {a: set(m) for a, m in markers.items() if a[:2] == job}
+    times.ended = {a for a in jobs_ended if a[:2] == job}
+    times.firsts = {a: first for a, first in firsts.items() if a[:2] == job}
+    return times
+
+
+def resumable(state: JobState, spans: Iterable[JobSpan], mappings: Sequence[JobMapping]) -> bool:
+    """Whether a job's new spans can be applied on its state: each starts after everything
+    applied (so the full order is the old one, then the new spans'), none is the ended copy of
+    a start marker applied, none is named by a mapping, and no two end at one time (their
+    order would depend on ancestors the state does not keep)."""
+    ends: set[int] = set()
+    markers = set().union(*state.markers.values()) if state.markers else set()
+    new = {(span.facts.trace_id, span.facts.span_id) for span in spans}
+    for span in spans:
+        facts = span.facts
+        if (span.trace, span.span_id) in markers or not _after(state, facts, new):
+            return False
+        if facts.end_ns and facts.end_ns < facts.start_ns:
+            return False
+        if facts.end_ns > facts.start_ns:
+            if facts.end_ns in ends:
+                return False
+            ends.add(facts.end_ns)
+        names = facts.attributes
+        if BULLMQ_OPERATION in names or any(m.job_id in names for m in mappings):
+            return False
+    return True
+
+
+def _after(state: JobState, facts: SpanFacts, new: set[tuple[int, int]]) -> bool:
+    """Whether the span's start comes after everything applied: later, or at the latest
+    time when only ends were applied then (ends go first) and its parent has not ended."""
+    if facts.start_ns > state.frontier:
+        return True
+    if facts.start_ns < state.frontier or state.last_start >= facts.start_ns:
+        return False
+    parent = facts.parent_span_id
+    in_open = state.holds_open(facts.trace_id, parent) or (facts.trace_id, parent) in new
+    return in_open and state.last_log < facts.start_ns
+
+
+def resume_jobs(
+    states: Mapping[Job, JobState],
+    spans: Iterable[JobSpan],
+    *,
+    attempts: Iterable[Attempt],
+    problem: Problem,
+    logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
+    logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
+) -> Derivation:
+    """Apply each job's new ``spans`` (`resumable`) on its state: the commands the full
+    derivation would add after the ones it applied before, and the rows they change."""
+    gathered = _Gathered({job: [] for job in states}, set(attempts))
+    for span in spans:
+        gathered.add(span)
+    recorder = _recorder(len(gathered.known) + len(states), logs_max_per_step)
+    found = Derivation()
+    for job, state in states.items():
+        replay = _Replay(problem, logs_min_severity)
+        replay.translators = restore(state, recorder, replay.translator)
+        found.firsts.update(state.firsts)
+        _apply(
+            replay.commands(in_span_order(_mapped_nodes(gathered.by_job[job], ()))), recorder, found
+        )
+        markers = {a: set(m) for a, m in state.markers.items()}
+        for attempt, seen in gathered.open_markers().items():
+            if attempt[:2] == job:
+                markers.setdefault(attempt, set()).update(seen)
+        ended = state.ended | {a for a in gathered.jobs_ended if a[:2] == job}
+        times = _latest(gathered.by_job[job], ())
+        times.frontier = max(times.frontier, state.frontier)
+        times.last_start = max(times.last_start, state.last_start)
+        times.last_log = state.last_log
+        found.pending |= set(markers)
+        found.pending |= {a for a in gathered.known if a[:2] == job and a not in ended}
+        noted = _state(job, times, markers, ended, found.firsts)
+        found.states[job] = capture(job, replay.translators, recorder, noted)
+    found.derived = sorted(a for a in gathered.known if a[:2] not in found.failed)
+    found.batch = recorder.take_batch()
     return found
 
 

@@ -72,9 +72,12 @@ def skeleton(span: SpanFacts, mappings: Sequence[JobMapping] = ()) -> Skeleton:
     return Skeleton(span.parent_span_id, PLAIN if own is None else JOB, own)
 
 
-def place(nodes: Mapping[int, Skeleton]) -> dict[int, Attempt | None]:
-    """Per span id of one trace, the attempt it belongs to (None: no place yet)."""
-    places: dict[int, Attempt | None] = {}
+def place(
+    nodes: Mapping[int, Skeleton], known: Mapping[int, Attempt | None] | None = None
+) -> dict[int, Attempt | None]:
+    """Per span id of one trace, the attempt it belongs to (None: no place yet); ``known``:
+    places that stand (read, not computed again)."""
+    places: dict[int, Attempt | None] = dict(known or {})
     for start in nodes:
         chain: list[int] = []
         seen: set[int] = set()

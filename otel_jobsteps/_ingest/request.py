@@ -13,12 +13,20 @@ from .._facts import SpanFacts
 from .._metrics import Committed
 from ..attributes import JOB_DOMAIN, JOB_ID, JOB_STEP_KEY
 from .decode import decode_span
-from .derive import Derivation, JobSpan, derive_jobs, settled_start
+from .derive import (
+    Derivation,
+    JobSpan,
+    derive_jobs,
+    resumable,
+    resume_jobs,
+    settled_start,
+)
 from .ids import ID_MASK, signed
 from .place import Attempt, Skeleton, Staged, place, skeleton
 from .receipt import Receipt, Transaction
 from .records import LogRow, RequestLogs
 from .session import Session
+from .state import JobState, dump, load
 
 __all__ = ["SpanRow", "receive"]
 
@@ -36,6 +44,8 @@ class _Jobs:
     attempts: set[Attempt] = field(default_factory=set)  # not settled
     new: set[Job] = field(default_factory=set)  # jobs new in this request
     started: list[SpanFacts] = field(default_factory=list)  # settled attempts' job span starts
+    states: dict[Job, bytes] = field(default_factory=dict)  # what their last derivation left
+    placed_anew: set[Job] = field(default_factory=set)  # staged spans of theirs placed now
 
 
 def receive(
@@ -47,24 +57,18 @@ def receive(
     transaction.txid = noted[1] if noted else None
     traces = sorted({row[0] for row in rows} | {log[0] for log in logs})
     counts: dict[str, int] = dict(session.execute("lock_traces", {"trace_id": traces}).fetchall())
-    staged = _skeletons(session.execute("trace_skeletons", {"trace_id": traces}).fetchall())
-    unique = {row[:3]: row for row in reversed(rows)}  # the first copy of a span wins
-    fresh = [row for key, row in sorted(unique.items()) if key not in staged]
-    copies = [key for key in unique if key in staged]
-    late = sum(1 for key in copies if staged[key].gone)
-    duplicates = len(rows) - len(unique) + len(copies) - late
-    kept = _within_limit(session, fresh, counts)
-    over, fresh = len(fresh) - len(kept), kept
-    for row in fresh:
-        shape = skeleton(row[3], session.settings.mappings)
-        staged[row[:3]] = Staged(shape, None, new=row, step_key=_key_of(row))
-    moved, places = _place(staged)
+    found = None if logs else _placed(session, traces, rows, counts, partial=True)
+    if found is None:  # records need their spans' whole context; or a staged span moves
+        found = _placed(session, traces, rows, counts, partial=False)
+    assert found is not None
+    staged, fresh, duplicates, late, over, moved, places = found
     records = RequestLogs(session, traces, logs, places)
     derived = {(p[0], p[1]) for span in staged.values() if span.new and (p := span.place)}
     derived |= {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
     records.choose_direct(derived)
     jobs = sorted(derived | records.jobs())
     known = _lock_jobs(session, jobs)
+    known.placed_anew = {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
     dropped = _stage(session, staged, moved, known.settled)
     log_receipt = records.stage(known.settled)
     late += dropped
@@ -73,11 +77,79 @@ def receive(
     _note_traces(session, traces, staged)
     jobs = sorted({job for job in jobs if job not in records.direct} | records.write_direct(staged))
     committed = _derive(session, jobs, staged, known, records) if jobs else Committed()
+    _forget_states(session, records.direct - set(jobs))  # their LOG rows went around them
     records.write_settled(staged)
     transaction.committed = committed  # its statements ran: only the COMMIT is left
     if logs:
         return log_receipt, committed
     return Receipt(len(fresh) - dropped, duplicates, late, over), committed
+
+
+_Placed = tuple[
+    dict[Key, Staged], list[SpanRow], int, int, int, Moved, dict[str, dict[int, Attempt | None]]
+]
+
+
+def _placed(
+    session: Session,
+    traces: list[str],
+    rows: list[SpanRow],
+    counts: dict[str, int],
+    *,
+    partial: bool,
+) -> _Placed | None:
+    """The request's spans among what is staged of their traces, placed: (staged, fresh rows,
+    duplicates, late, over the limit, staged spans placed anew, places). ``partial`` reads only
+    what placing them needs; None if a placed span would move (its subtree is not read)."""
+    if partial:
+        staged = _skeletons(_request_skeletons(session, traces, rows))
+    else:
+        staged = _skeletons(session.execute("trace_skeletons", {"trace_id": traces}).fetchall())
+    unique = {row[:3]: row for row in reversed(rows)}  # the first copy of a span wins
+    fresh = [row for key, row in sorted(unique.items()) if key not in staged]
+    copies = [key for key in unique if key in staged]
+    late = sum(1 for key in copies if staged[key].gone)
+    duplicates = len(rows) - len(unique) + len(copies) - late
+    kept = _within_limit(session, fresh, counts)
+    over, fresh = len(fresh) - len(kept), kept
+    seeds = _seeds(staged, fresh) if partial else None
+    for row in fresh:
+        shape = skeleton(row[3], session.settings.mappings)
+        staged[row[:3]] = Staged(shape, None, new=row, step_key=_key_of(row))
+    moved, places = _place(staged, seeds)
+    if partial and any(old is not None for old, _ in moved.values()):
+        return None
+    return staged, fresh, duplicates, late, over, moved, places
+
+
+def _request_skeletons(
+    session: Session, traces: list[str], rows: list[SpanRow]
+) -> list[tuple[Any, ...]]:
+    ids = sorted({(r[0], r[1]) for r in rows} | {(r[0], signed(r[3].parent_span_id)) for r in rows})
+    new = sorted({(r[0], r[1]) for r in rows})
+    return session.execute(
+        "request_skeletons",
+        {
+            "trace_id": [i[0] for i in ids],
+            "span_id": [i[1] for i in ids],
+            "new_trace_id": [i[0] for i in new],
+            "new_span_id": [i[1] for i in new],
+            "traces": traces,
+        },
+    ).fetchall()
+
+
+def _seeds(staged: dict[Key, Staged], fresh: list[SpanRow]) -> dict[str, dict[int, Attempt | None]]:
+    """The places read that stand: of staged spans placed, all but the request's spans' own
+    copies and their children (placed again, to see whether they move)."""
+    new = {(row[0], row[1] & ID_MASK) for row in fresh}
+    seeds: dict[str, dict[int, Attempt | None]] = {}
+    for (trace, span_id, _), span in staged.items():
+        node = (trace, span_id & ID_MASK)
+        if span.place is None or node in new or (trace, span.skeleton.parent) in new:
+            continue
+        seeds.setdefault(trace, {})[node[1]] = span.place
+    return seeds
 
 
 def _key_of(row: SpanRow) -> str | None:
@@ -115,7 +187,9 @@ def _within_limit(session: Session, rows: list[SpanRow], counts: dict[str, int])
     return kept
 
 
-def _place(staged: dict[Key, Staged]) -> tuple[Moved, dict[str, dict[int, Attempt | None]]]:
+def _place(
+    staged: dict[Key, Staged], seeds: dict[str, dict[int, Attempt | None]] | None = None
+) -> tuple[Moved, dict[str, dict[int, Attempt | None]]]:
     """Place every span of the locked traces; returns the staged ones whose place changed
     (old, new), and every span's place. The ended copy of a span speaks for it (a marker may
     not name its job)."""
@@ -125,7 +199,8 @@ def _place(staged: dict[Key, Staged]) -> tuple[Moved, dict[str, dict[int, Attemp
         unsigned = span_id & ID_MASK
         if phase or unsigned not in nodes:
             nodes[unsigned] = span.skeleton
-    places = {trace: place(nodes) for trace, nodes in by_trace.items()}
+    known = seeds or {}
+    places = {trace: place(nodes, known.get(trace)) for trace, nodes in by_trace.items()}
     moved = {}
     for key, span in staged.items():
         where = places[key[0]][key[1] & ID_MASK]
@@ -142,8 +217,11 @@ def _lock_jobs(session: Session, jobs: list[Job]) -> _Jobs:
     if not jobs:
         return known
     columns = {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]}
-    cur = session.execute("lock_jobs", columns)
-    known.new.update((domain, job_id) for domain, job_id, new in cur if new)
+    for domain, job_id, new, state in session.execute("lock_jobs", columns).fetchall():
+        if new:
+            known.new.add((domain, job_id))
+        elif state is not None:
+            known.states[(domain, job_id)] = bytes(state)
     for domain, job_id, attempt, is_settled, trace, span_id, start_ns in session.execute(
         "job_attempts", columns
     ):
@@ -220,29 +298,107 @@ def _note_traces(session: Session, traces: list[str], staged: dict[Key, Staged])
 def _derive(
     session: Session, jobs: list[Job], staged: dict[Key, Staged], known: _Jobs, records: RequestLogs
 ) -> Committed:
-    """Replace the rows of the jobs' attempts that are not settled by a derivation from all
-    their staged spans; returns what it closed and finished that the rows it replaced had not
-    (the metrics count each step and attempt once)."""
-    chosen = set(jobs)
+    """Replace the rows of the jobs' attempts that are not settled: resumed from a job's state
+    where its new spans allow (`derive.resumable`), else by a derivation from all their staged
+    spans. Returns what it closed and finished that no earlier derivation had."""
     settings = session.settings
-    found = derive_jobs(
-        jobs,
-        list(_job_spans(session, jobs, staged, known.new)),
-        attempts={a for a in known.attempts if a[:2] in chosen},
-        started=[
-            s for s in known.started if (s.attributes[JOB_DOMAIN], s.attributes[JOB_ID]) in chosen
-        ],
-        logs=records.job_logs(jobs),
-        problem=session.stats.problem,
-        mappings=settings.mappings,
-        logs_min_severity=settings.logs_min_severity,
-        logs_max_per_step=settings.logs_max_per_step,
+    placed = [
+        JobSpan(key[0], key[1], bool(key[2]), span.new[3], span.skeleton.kind, span.place)
+        for key, span in staged.items()
+        if span.new is not None and span.place and not span.gone
+    ]
+    states = _resumable(session, jobs, known, records, placed)
+    full = [job for job in jobs if job not in states]
+    session.stats.add("jobs_resumed", len(states))  # the common live case
+    session.stats.add("jobs_derived_in_full", len(full))
+    committed = Committed()
+    if states:
+        found = resume_jobs(
+            states,
+            [span for span in placed if span.attempt[:2] in states],
+            attempts={a for a in known.attempts if a[:2] in states},
+            problem=session.stats.problem,
+            logs_min_severity=settings.logs_min_severity,
+            logs_max_per_step=settings.logs_max_per_step,
+        )
+        committed = _write_derived(session, found, forget=False)
+    if full:
+        chosen = set(full)
+        found = derive_jobs(
+            full,
+            list(_job_spans(session, full, staged, known.new)),
+            attempts={a for a in known.attempts if a[:2] in chosen},
+            started=[s for s in known.started if _job_of(s) in chosen],
+            logs=records.job_logs(full),
+            problem=session.stats.problem,
+            mappings=settings.mappings,
+            logs_min_severity=settings.logs_min_severity,
+            logs_max_per_step=settings.logs_max_per_step,
+        )
+        committed.extend(_write_derived(session, found, forget=True))
+    return committed
+
+
+def _job_of(span: SpanFacts) -> Job:
+    return (span.attributes[JOB_DOMAIN], span.attributes[JOB_ID])
+
+
+def _resumable(
+    session: Session, jobs: list[Job], known: _Jobs, records: RequestLogs, placed: list[JobSpan]
+) -> dict[Job, JobState]:
+    """The jobs whose state this request's spans can be applied on: only new spans of theirs
+    (none placed anew, no log record), all after what was applied, and nothing of what the
+    state holds open closed since by another writer."""
+    touched = known.placed_anew | records.jobs()
+    by_job: dict[Job, list[JobSpan]] = {}
+    for span in placed:
+        by_job.setdefault(span.attempt[:2], []).append(span)
+    states: dict[Job, JobState] = {}
+    for job in jobs:
+        blob = known.states.get(job)
+        if blob is None or job in touched:
+            continue
+        state = load(blob)
+        if state is not None and resumable(state, by_job.get(job, ()), session.settings.mappings):
+            states[job] = state
+    rows = [row for state in states.values() for row in state.open_rows()]
+    if rows:
+        closed = session.execute(
+            "closed_under_state",
+            {
+                "domain": [r[0] for r in rows],
+                "job_id": [r[1] for r in rows],
+                "attempt": [r[2] for r in rows],
+                "step_key": [r[3] for r in rows],
+                "execution": [r[4] for r in rows],
+            },
+        ).fetchall()
+        for domain, job_id in closed:
+            del states[(domain, job_id)]
+    return states
+
+
+def _forget_states(session: Session, jobs: set[Job]) -> None:
+    """Rows written without a derivation: the jobs' states no longer match them."""
+    if jobs:
+        _save_states(session, dict.fromkeys(jobs))
+
+
+def _save_states(session: Session, states: dict[Job, bytes | None]) -> None:
+    jobs = sorted(states)
+    session.execute(
+        "save_job_states",
+        {
+            "domain": [j[0] for j in jobs],
+            "job_id": [j[1] for j in jobs],
+            "state": [states[j] for j in jobs],
+        },
     )
-    return _write_derived(session, found)
 
 
-def _write_derived(session: Session, found: Derivation) -> Committed:
-    """The derivation's rows in place of the earlier ones, and its notes of each attempt."""
+def _write_derived(session: Session, found: Derivation, *, forget: bool) -> Committed:
+    """The derivation's rows (in place of the earlier ones: ``forget``, else on them), its notes
+    of each attempt and the state each job's next request may resume."""
     derived = found.derived
     columns = {
         "domain": [a[0] for a in derived],
@@ -250,7 +406,7 @@ def _write_derived(session: Session, found: Derivation) -> Committed:
         "attempt": [a[2] for a in derived],
     }
     counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
-    if derived:
+    if derived and forget:
         counted = session.execute("forget_derived_rows", columns).fetchall()
     committed = Committed() if found.batch is None else session.write(found.batch)
     if found.starts:
@@ -274,6 +430,10 @@ def _write_derived(session: Session, found: Derivation) -> Committed:
             "span_id": [firsts.get(a, (None, None))[1] for a in derived],
             "start_ns": [firsts.get(a, (None, None, None))[2] for a in derived],
         },
+    )
+    _save_states(
+        session,
+        {job: None if state is None else dump(state) for job, state in found.states.items()},
     )
     return committed.without(
         [(trace, span, key) for trace, span, key, *_, n in counted if n is None],

@@ -25,13 +25,33 @@ SELECT trace_id, span_id, phase, parent, kind, own, domain, job_id, attempt, bod
        step_key
 FROM {otlp_span} WHERE trace_id = ANY(%(trace_id)b::text[]);
 
+-- name: request_skeletons --
+-- What placing a request's spans needs of their traces: the staged copies of its spans and of
+-- their parents, the staged children of its spans, and the spans still waiting for a place.
+WITH wanted AS (
+    SELECT s.trace_id, s.span_id, s.phase FROM {otlp_span} AS s
+    JOIN unnest(%(trace_id)b::text[], %(span_id)b::bigint[]) AS t (trace_id, span_id)
+      ON s.trace_id = t.trace_id AND s.span_id = t.span_id
+    UNION
+    SELECT s.trace_id, s.span_id, s.phase FROM {otlp_span} AS s
+    JOIN unnest(%(new_trace_id)b::text[], %(new_span_id)b::bigint[]) AS t (trace_id, parent)
+      ON s.trace_id = t.trace_id AND s.parent = t.parent
+    UNION
+    SELECT trace_id, span_id, phase FROM {otlp_span}
+    WHERE trace_id = ANY(%(traces)b::text[]) AND domain IS NULL
+)
+SELECT s.trace_id, s.span_id, s.phase, s.parent, s.kind, s.own, s.domain, s.job_id, s.attempt,
+       s.body IS NULL, s.step_key
+FROM {otlp_span} AS s JOIN wanted USING (trace_id, span_id, phase);
+
 -- name: lock_jobs --
 -- Register the jobs a request touches and lock them, in the (sorted) order given: one job is
--- derived by one request at a time, and never while it is being settled. Says which are new.
+-- derived by one request at a time, and never while it is being settled. Says which are new,
+-- and the state the last derivation of each left.
 INSERT INTO {otlp_job} AS j (domain, job_id)
 SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[])
 ON CONFLICT (domain, job_id) DO UPDATE SET touched_at = now()
-RETURNING j.domain, j.job_id, j.xmax = 0;  -- new: nothing of it was staged before
+RETURNING j.domain, j.job_id, j.xmax = 0, j.state;  -- new: nothing of it was staged before
 
 -- name: job_attempts --
 -- The attempts collect derived of these jobs (read under the jobs' locks), with the start of
@@ -72,7 +92,7 @@ WHERE s.body IS NOT NULL;
 
 -- name: staging_columns --
 -- At startup: the staging tables exist with the newest columns (no row is read).
-SELECT s.step_key, a.final, j.touched_at, g.seq
+SELECT s.step_key, a.final, j.state, g.seq
 FROM {otlp_span} AS s, {otlp_attempt} AS a, {otlp_job} AS j, {otlp_log} AS g
 LIMIT 0;
 
@@ -113,6 +133,29 @@ SELECT trace_id, span_id, step_key, NULL AS domain, NULL AS job_id, NULL::int AS
 FROM events WHERE type = 'STEP' AND ended_at IS NOT NULL
 UNION ALL
 SELECT NULL, NULL, NULL, domain, job_id, attempt FROM logs;
+
+-- name: save_job_states --
+-- After a derivation: the state each job's next request may resume (NULL: derive it in full).
+UPDATE {otlp_job} AS j SET state = t.state
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(state)b::bytea[]) AS t (domain, job_id, state)
+WHERE j.domain = t.domain AND j.job_id = t.job_id;
+
+-- name: closed_under_state --
+-- Of the attempts and steps jobs' states hold open (step_key NULL: the attempt), the jobs with
+-- one closed since by another writer (sweep): their state is stale, they are derived in full.
+SELECT DISTINCT t.domain, t.job_id
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(step_key)b::text[],
+            %(execution)b::text[]) AS t (domain, job_id, attempt, step_key, execution)
+WHERE CASE WHEN t.step_key IS NULL
+           THEN EXISTS (SELECT 1 FROM {job_log} AS l
+                        WHERE l.domain = t.domain AND l.job_id = t.job_id
+                          AND l.attempt = t.attempt)
+           ELSE NOT EXISTS (SELECT 1 FROM {job_event} AS e
+                            WHERE e.domain = t.domain AND e.job_id = t.job_id
+                              AND e.attempt = t.attempt AND e.type = 'STEP'
+                              AND e.step_key = t.step_key AND e.execution_id = t.execution
+                              AND e.ended_at IS NULL)
+      END;
 
 -- name: note_attempts --
 -- After a derivation: each attempt derived, whether it has its final row now and whether it is

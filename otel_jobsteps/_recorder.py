@@ -1,14 +1,7 @@
-"""The sequential step model, as pure logic with an injectable clock.
+"""The sequential step model: the translation's commands -> row operations in a `Batch`.
 
-The recorder runs on the writer thread. It turns span facts (commands) into row operations in
-a `Batch`: one open step per attempt and execution, a new step closes the previous one, the same
-step reuses its row, progress is debounced (`debounce.Debounce`), and a job's end closes its
-step before its log row. Operations on a row that is still unwritten are folded into that row
-(`batch.BatchBuilder` says which are), so a step opened, updated and closed within one batch
-costs one insert. Impossible times follow one rule: a step never ends before it starts, and an
-attempt's final row is never dated before its start or its last step close. At most
-``max_open_attempts`` attempts are kept: beyond that the oldest is forgotten (job spans that
-never end must not grow memory without bound).
+Pure logic with an injectable clock, run by the writer: one open step per attempt, progress
+debounced, impossible times clamped, at most ``max_open_attempts`` attempts kept.
 """
 
 from __future__ import annotations
@@ -17,9 +10,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from ._batch import Abandon, Batch, BatchBuilder, CloseStep, Detail, EventRow, JobLogRow
+from ._commands import (
+    Command,
+    EventRecorded,
+    JobEnded,
+    JobStarted,
+    LogRecorded,
+    ProgressReported,
+    Scope,
+    StepEnded,
+    StepRan,
+    StepStarted,
+)
 from ._debounce import Debounce, Window
 from ._detail import clean_text, parse_detail
 from ._vocabulary import (
@@ -37,120 +42,12 @@ from ._vocabulary import (
 from .attributes import JOB_STEP_DETAIL
 from .errors import ConfigurationError
 
-__all__ = [
-    "EventRecorded",
-    "JobEnded",
-    "JobStarted",
-    "LogRecorded",
-    "ProgressReported",
-    "Scope",
-    "StepEnded",
-    "StepRan",
-    "StepRecorder",
-    "StepStarted",
-]
+__all__ = ["StepRecorder"]
 
 MAX_STEP_KEY_CHARS = 256
 MAX_REASON_CHARS = 64
 DEFAULT_MAX_OPEN_ATTEMPTS = 10_000
 DEFAULT_LOGS_MAX_PER_STEP = 1000  # LOG rows kept per attempt and step key; the rest counted
-
-
-class Scope(NamedTuple):
-    """One execution of one attempt of a job, as the job span declared it."""
-
-    domain: str
-    job_id: str
-    job_type: str | None
-    attempt: int
-    execution: str | None
-    trace_id: int
-    span_id: int
-    deadline_ns: int | None
-
-
-class JobStarted(NamedTuple):
-    scope: Scope
-    start_ns: int
-    tags: tuple[tuple[str, str], ...] = ()  # (name, value), already cut to the caps (translate)
-
-
-class StepStarted(NamedTuple):
-    scope: Scope
-    key: str
-    span_id: int
-    start_ns: int
-
-
-class ProgressReported(NamedTuple):
-    scope: Scope
-    key: str
-    attributes: Mapping[str, Any]  # the newest progress event's attributes: the new detail
-
-
-class StepEnded(NamedTuple):
-    scope: Scope
-    key: str
-    end_ns: int
-    failed: bool
-    explicit_detail: object
-    error: str | None
-
-
-class StepRan(NamedTuple):
-    """A step whose start, newest progress and end arrive together: what StepStarted,
-    ProgressReported (if ``progress`` is not empty) and StepEnded say one after the other."""
-
-    scope: Scope
-    key: str
-    span_id: int
-    start_ns: int
-    end_ns: int
-    failed: bool
-    explicit_detail: object
-    error: str | None
-    progress: Mapping[str, Any]  # the newest progress event's attributes; empty if none
-
-
-class JobEnded(NamedTuple):
-    scope: Scope
-    end_ns: int
-    failed: bool
-    outcome: object
-    error: str | None
-
-
-class EventRecorded(NamedTuple):
-    scope: Scope
-    type: str
-    message: str | None
-    detail: Mapping[str, Any] | None
-    time_ns: int
-
-
-class LogRecorded(NamedTuple):
-    """A log line of an attempt: the translation made its text and severity name already."""
-
-    scope: Scope
-    key: str | None  # the step open in the record's context; None between steps
-    time_ns: int
-    severity: str
-    message: str
-    attributes: Mapping[str, Any]
-    trace_id: int
-    span_id: int
-
-
-Command = (
-    JobStarted
-    | StepStarted
-    | ProgressReported
-    | StepEnded
-    | StepRan
-    | JobEnded
-    | EventRecorded
-    | LogRecorded
-)
 
 
 @dataclass(slots=True, eq=False)

@@ -18,10 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import attributes as attr
-from ._detail import clean_text, parse_detail
-from ._facts import LogFacts, SpanFacts
-from ._recorder import (
-    DEFAULT_LOGS_MAX_PER_STEP,
+from ._commands import (
     Command,
     EventRecorded,
     JobEnded,
@@ -33,6 +30,9 @@ from ._recorder import (
     StepRan,
     StepStarted,
 )
+from ._detail import clean_text, parse_detail
+from ._facts import LogFacts, SpanFacts
+from ._recorder import DEFAULT_LOGS_MAX_PER_STEP
 from ._spans import latest_progress
 from ._times import EARLIEST_NS, LATEST_NS, clamp_ns
 from ._vocabulary import MAX_ATTEMPT

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Any
 
+from .._commands import Command
 from .._facts import LogFacts, SpanFacts
-from .._recorder import Command
 from .._translate import DEFAULT_LOGS_MIN_SEVERITY, Problem, SpanTranslator
 from ..attributes import JOB_EVENT_TYPE
 from .mapping import JobMapping, map_trace

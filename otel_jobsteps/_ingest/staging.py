@@ -27,15 +27,10 @@ from typing import Any
 import psycopg
 
 from .._batch import Batch
+from .._commands import Command, JobStarted, LogRecorded
 from .._facts import LogFacts, SpanFacts
 from .._metrics import Committed
-from .._recorder import (
-    DEFAULT_MAX_OPEN_ATTEMPTS,
-    Command,
-    JobStarted,
-    LogRecorded,
-    StepRecorder,
-)
+from .._recorder import DEFAULT_MAX_OPEN_ATTEMPTS, StepRecorder
 from .._stats import Stats
 from .._store import StepStore, rejects_row
 from .._translate import SpanTranslator

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from ._interpretation import Interpretation, build_interpretation
 from ._metrics import Committed
 from ._relay import WriterSettings, decode_facts, decode_log, read_frames, write_frame
 from ._stats import Stats, logger
 from ._store import StepStore
 from ._writer import Writer
-from .processor import Interpretation, build_interpretation
 from .schema import check_writable_tables, migrate
 
 __all__ = ["main"]

@@ -17,7 +17,7 @@ import os
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -26,22 +26,18 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from ._batch import Batch
 from ._db import check_dsn
 from ._detail import DEFAULT_MAX_DETAIL_BYTES
-from ._facts import LogFacts, SpanFacts, log_facts
+from ._interpretation import FactsHandler, Interpretation, build_interpretation
 from ._metrics import StepMetrics
-from ._recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
 from ._relay import Relay, WriterSettings
 from ._spans import attribute_dict
 from ._stats import Stats, logger
 from ._store import StepStore
 from ._telemetry import register_metrics
 from ._translate import (
-    DEFAULT_LOGS_MIN_SEVERITY,
     DEFAULT_MAX_OPEN_SPANS,
     PROGRESS_EVENT,
-    SpanTranslator,
     logs_settings,
 )
 from ._watch import (
@@ -51,7 +47,6 @@ from ._watch import (
     SpanStarted,
     SpanWatch,
     ended_fields,
-    fields_facts,
 )
 from ._writer import RowStore, Writer
 from .attributes import JOB_EVENT_TYPE, JOB_ID
@@ -81,165 +76,6 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
-
-
-class Interpretation:
-    """Facts -> the translation's commands -> the recorder: what turns spans into rows.
-
-    It reads door one's facts on the writer thread, or in the writer process (`relay`).
-    Progress is shed first while the writer's held operations are at their bound (the close
-    still takes the step's newest detail).
-    """
-
-    def __init__(
-        self,
-        recorder: StepRecorder,
-        translator: SpanTranslator,
-        *,
-        count: Callable[[str, int], None],
-        problem: Callable[[str, object], None],
-    ) -> None:
-        self.recorder = recorder
-        self.translator = translator
-        self._record = recorder.handle
-        self._count = count
-        self._problem = problem
-        self.backlogged: Callable[[], bool] = lambda: False  # the writer's, once it exists
-
-    def started(self, facts: SpanFacts) -> None:
-        for command in self.translator.started(facts):
-            self._record(command)
-
-    def resumed(self, facts: SpanFacts) -> None:
-        """A span still open that a writer process which died had seen start: its rows may
-        exist already (`StepRecorder.resume`)."""
-        for command in self.translator.started(facts):
-            self.recorder.resume(command)
-
-    def whole(self, facts: SpanFacts) -> None:
-        for command in self.translator.whole(facts):
-            self._record(command)
-
-    def ended(self, facts: SpanFacts) -> None:
-        for command in self.translator.ended(facts):
-            self._record(command)
-
-    def log(self, facts: LogFacts) -> None:
-        """A log record: its progress or log line (never shed: nothing reads it again)."""
-        for command in self.translator.log(facts):
-            self._record(command)
-
-    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
-        """Record a running step's progress; False when shed (the writer is backlogged)."""
-        if self.backlogged():
-            self._problem("dropped_ProgressReported", "backlog: progress not read")
-            return False
-        progress = self.translator.progress(span_id, attributes, time_ns)
-        if progress is not None:
-            self._count("commands", 1)
-            self._record(progress)
-        return True
-
-    # The rest of what the writer needs is the recorder's.
-
-    def take_batch(self) -> Batch | None:
-        return self.recorder.take_batch()
-
-    def pending_operations(self) -> int:
-        return self.recorder.pending_operations()
-
-    def open_steps(self) -> list[tuple[str, str, int, str]]:
-        return self.recorder.open_steps()
-
-
-def build_interpretation(
-    stats: Stats,
-    *,
-    debounce_ms: float,
-    max_open_spans: int,
-    clock: Callable[[], float] = time.monotonic,
-    logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
-    logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
-) -> Interpretation:
-    """The translation and the recorder for live spans, counting into ``stats``."""
-    recorder = StepRecorder(
-        debounce_ms=debounce_ms,
-        clock=clock,
-        on_evict=lambda scope: stats.problem(
-            "evicted_attempts", "a job span never ended: its attempt is forgotten"
-        ),
-        logs_max_per_step=logs_max_per_step,
-    )
-    translator = SpanTranslator(
-        problem=stats.problem,
-        received=False,
-        max_open_spans=max_open_spans,
-        logs_min_severity=logs_min_severity,
-    )
-    return Interpretation(recorder, translator, count=stats.add, problem=stats.problem)
-
-
-class _SpanFacts:
-    """The watch's reader on the writer thread: each span's facts, to the interpretation."""
-
-    def __init__(self, interpretation: Interpretation) -> None:
-        self._interpretation = interpretation
-        self.progress = interpretation.progress
-
-    def started(self, fields: tuple[Any, ...]) -> None:
-        self._interpretation.started(SpanFacts(*fields))
-
-    def whole(self, fields: tuple[Any, ...]) -> None:
-        self._interpretation.whole(fields_facts(fields))
-
-    def ended(self, fields: tuple[Any, ...]) -> None:
-        self._interpretation.ended(fields_facts(fields))
-
-    def log(self, record: Any) -> None:
-        self._interpretation.log(log_facts(record))
-
-
-class _LiveSpans:
-    """The writer's handler for door one on its own thread: queued spans -> facts (`watch`)
-    -> interpretation, with running steps polled for progress."""
-
-    def __init__(self, watch: SpanWatch, interpretation: Interpretation) -> None:
-        self.watch = watch
-        self.interpretation = interpretation
-        self.handle = watch.handle
-        self._clock = watch.clock
-
-    def shed_progress_when(self, backlogged: Callable[[], bool]) -> None:
-        """The writer's backlog test: polling and recording progress both stop while it holds."""
-        self.watch.backlogged = self.interpretation.backlogged = backlogged
-
-    def next_due(self) -> float | None:
-        due = self.interpretation.recorder.next_due()
-        poll = self.watch.next_poll()
-        if poll is not None and (due is None or poll < due):
-            return poll
-        return due
-
-    def fire_due(self, now: float | None = None) -> None:
-        now = self._clock() if now is None else now
-        self.watch.poll_due(now)
-        self.interpretation.recorder.fire_due(now)
-
-    def flush_timers(self) -> None:
-        """A flush: every progress added before it is read now, and every window written."""
-        self.watch.poll_all()
-        self.interpretation.recorder.flush_timers()
-
-    def take_batch(self) -> Batch | None:
-        self.watch.settle()
-        return self.interpretation.take_batch()
-
-    def pending_operations(self) -> int:
-        return self.interpretation.pending_operations()
-
-    def open_steps(self) -> list[tuple[str, str, int, str]]:
-        self.watch.settle()
-        return self.interpretation.open_steps()
 
 
 class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
@@ -500,13 +336,13 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                     data[name] = data.get(name, 0) + value
             return data
         data["queued"] = self._writer.queue_length()
-        data["open_attempts"] = self._live.interpretation.recorder.open_attempts()
+        data["open_attempts"] = self._live.recorder.open_attempts()
         data["open_spans"] = self._live.interpretation.translator.open_spans()
         return data
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _live_spans(self) -> _LiveSpans:
+    def _live_spans(self) -> FactsHandler:
         interpretation = build_interpretation(
             self._stats,
             debounce_ms=self._debounce_ms,
@@ -515,7 +351,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             logs_min_severity=self._logs_min,
             logs_max_per_step=self._logs_max,
         )
-        return _LiveSpans(self._watch(_SpanFacts(interpretation)), interpretation)
+        return FactsHandler(interpretation, self._watch)
 
     def _watch(self, reader: SpanReader) -> SpanWatch:
         return SpanWatch(

@@ -26,19 +26,17 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from ._db import check_dsn
 from ._detail import DEFAULT_MAX_DETAIL_BYTES
 from ._interpretation import FactsHandler, Interpretation, build_interpretation
 from ._metrics import StepMetrics
 from ._relay import Relay, WriterSettings
+from ._settings import Settings
 from ._spans import attribute_dict
 from ._stats import Stats, logger
 from ._store import StepStore
 from ._telemetry import register_metrics
 from ._translate import (
-    DEFAULT_MAX_OPEN_SPANS,
     PROGRESS_EVENT,
-    logs_settings,
 )
 from ._watch import (
     LogEmitted,
@@ -50,7 +48,6 @@ from ._watch import (
 )
 from ._writer import RowStore, Writer
 from .attributes import JOB_EVENT_TYPE, JOB_ID
-from .errors import ConfigurationError
 from .schema import check_writable_tables, migrate
 
 __all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "SpanStarted"]
@@ -63,19 +60,6 @@ _new_started = object.__new__
 # A running step's events are looked at this often: the first progress is written this soon.
 PROGRESS_POLL_S = 0.05
 MIN_PROGRESS_POLL_S = 0.005  # with no debounce at all
-
-# Where spans are interpreted and written: a thread of the job's process, or a child process.
-WRITERS = ("thread", "process")
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
 
 
 class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
@@ -110,53 +94,35 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         logs_min_severity: str | int | None = None,
         logs_max_per_step: int | None = None,
     ) -> None:
-        dsn = dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
-        if store is None and not dsn:
-            raise ConfigurationError("no database: pass dsn= or set OTEL_JOBSTEPS_DSN")
-        if writer is None:  # the environment's choice is for processors that write to PostgreSQL
-            writer = "thread" if store is not None else os.environ.get("OTEL_JOBSTEPS_WRITER")
-        writer = writer or "thread"
-        if writer not in WRITERS:
-            raise ConfigurationError(f"writer must be one of {', '.join(WRITERS)}, got {writer!r}")
-        if writer == "process" and store is not None:
-            raise ConfigurationError("writer='process' writes to PostgreSQL: pass dsn=, not store=")
-        self._schema = schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public"
-        self._debounce_ms = (
-            debounce_ms if debounce_ms is not None else _env_int("OTEL_JOBSTEPS_DEBOUNCE_MS", 1000)
+        settings = Settings.from_environment(
+            has_store=store is not None,
+            dsn=dsn,
+            schema=schema,
+            writer=writer,
+            debounce_ms=debounce_ms,
+            max_queue_size=max_queue_size,
+            shutdown_timeout_ms=shutdown_timeout_ms,
+            connect_timeout_s=connect_timeout_s,
+            statement_timeout_ms=statement_timeout_ms,
+            heartbeat_interval_s=heartbeat_interval_s,
+            max_detail_bytes=max_detail_bytes,
+            max_open_spans=max_open_spans,
+            auto_migrate=auto_migrate,
+            logs_min_severity=logs_min_severity,
+            logs_max_per_step=logs_max_per_step,
         )
-        queue_size = (
-            max_queue_size
-            if max_queue_size is not None
-            else _env_int("OTEL_JOBSTEPS_MAX_QUEUE_SIZE", 50_000)
-        )
-        shutdown_ms = (
-            shutdown_timeout_ms
-            if shutdown_timeout_ms is not None
-            else _env_int("OTEL_JOBSTEPS_SHUTDOWN_TIMEOUT_MS", 5000)
-        )
-        self._max_open_spans = (
-            max_open_spans
-            if max_open_spans is not None
-            else _env_int("OTEL_JOBSTEPS_MAX_OPEN_SPANS", DEFAULT_MAX_OPEN_SPANS)
-        )
-        self._logs_min, self._logs_max = logs_settings(logs_min_severity, logs_max_per_step)
-        for name, value in (
-            ("debounce_ms", self._debounce_ms),
-            ("max_queue_size", queue_size),
-            ("shutdown_timeout_ms", shutdown_ms),
-            ("connect_timeout_s", connect_timeout_s),
-            ("statement_timeout_ms", statement_timeout_ms),
-            ("heartbeat_interval_s", heartbeat_interval_s),
-            ("max_detail_bytes", max_detail_bytes),
-            ("max_open_spans", self._max_open_spans),
-        ):
-            if value < 0 or (value == 0 and name != "debounce_ms"):
-                raise ConfigurationError(f"{name} must be positive, got {value!r}")
-        self._shutdown_timeout_s = shutdown_ms / 1000.0
-        # Log records are shed once the queue is this full: the rest of it is for spans.
-        self._logs_queue_limit = max(1, queue_size * 3 // 4)
+        self._settings = settings
+        self._schema = settings.schema
+        self._debounce_ms = settings.debounce_ms
+        queue_size = settings.max_queue_size
+        shutdown_ms = settings.shutdown_timeout_ms
+        self._max_open_spans = settings.max_open_spans
+        self._logs_min, self._logs_max = settings.logs_min_severity, settings.logs_max_per_step
+        self._shutdown_timeout_s = settings.shutdown_timeout_s
+        self._logs_queue_limit = settings.logs_queue_limit
         self._auto_migrate = auto_migrate
         self._clock = clock
+        writer = settings.writer
         self._stats = Stats()
         # Step metrics of what the writer committed (max_step_keys: distinct keys per job type).
         step_metrics = StepMetrics(
@@ -167,8 +133,8 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         )
         self._relay: Relay | None = None
         if writer == "process":
-            settings = WriterSettings(
-                check_dsn(dsn or ""),
+            child_settings = WriterSettings(
+                settings.dsn,
                 self._schema,
                 self._debounce_ms,
                 queue_size,
@@ -184,7 +150,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             )
             self._relay = Relay(
                 self._watch,
-                settings,
+                child_settings,
                 self._stats,
                 max_queue_size=queue_size,
                 on_committed=step_metrics.record,
@@ -193,7 +159,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             self._queued = self._relay.queue_length
         else:
             self._store = store or StepStore(
-                check_dsn(dsn or ""),
+                settings.dsn,
                 schema=self._schema,
                 connect_timeout_s=connect_timeout_s,
                 statement_timeout_ms=statement_timeout_ms,

@@ -31,6 +31,7 @@ from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 
 __all__ = [
     "POLL_BUDGET",
+    "PROGRESS_POLL_S",
     "LogEmitted",
     "SpanEnded",
     "SpanReader",
@@ -39,10 +40,19 @@ __all__ = [
     "ended_fields",
     "fields_facts",
     "plain_dict",
+    "progress_poll_s",
 ]
 
 # Running steps looked at per poll: about 1 ms of the writer's time, however many are open.
 POLL_BUDGET = 1000
+# A running step's events are looked at this often: the first progress is written this soon.
+PROGRESS_POLL_S = 0.05
+MIN_PROGRESS_POLL_S = 0.005  # with no debounce at all
+
+
+def progress_poll_s(debounce_ms: float) -> float:
+    """How often running steps are polled: never slower than the debounce window."""
+    return min(PROGRESS_POLL_S, debounce_ms / 1000) or MIN_PROGRESS_POLL_S
 
 
 class SpanStarted:

@@ -1,14 +1,9 @@
-"""JobStepsProcessor: door one. The job thread records facts; the writer interprets them.
+"""JobStepsProcessor: door one, the span and log record hooks of the job's own process.
 
-It is a span processor and a log record processor: one queue keeps spans and log records in
-the order the job made them.
-
-The SDK calls the hooks synchronously and does not catch what they raise. So a hook only asks
-"is this span in a job scope?" (a dict lookup), and if so appends to the writer's queue the SDK's
-own span at its start, its plain fields at its end (the start then gives the span up), and a log
-record as the SDK's own object, as the batch processors do. On the writer thread `watch` reads
-the queued items as facts and `Interpretation` turns them into the recorder's commands through
-`translate`, the same translation the OTLP receiver uses.
+The SDK calls the hooks synchronously and does not catch what they raise, so a hook only asks
+"is this span in a job scope?" (a dict lookup) and, if so, queues the SDK's span at its start,
+its plain fields at its end, or the log record. The writer side it is handed reads the queue
+(`_writer_side`): facts (`_watch`), translation, commands, recorder, batch, store.
 """
 
 from __future__ import annotations
@@ -27,28 +22,17 @@ from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ._detail import DEFAULT_MAX_DETAIL_BYTES
-from ._interpretation import FactsHandler, Interpretation, build_interpretation
+from ._interpretation import Interpretation
 from ._metrics import StepMetrics
-from ._relay import Relay, WriterSettings
 from ._settings import Settings
 from ._spans import attribute_dict
 from ._stats import Stats, logger
-from ._store import StepStore
 from ._telemetry import register_metrics
-from ._translate import (
-    PROGRESS_EVENT,
-)
-from ._watch import (
-    LogEmitted,
-    SpanEnded,
-    SpanReader,
-    SpanStarted,
-    SpanWatch,
-    ended_fields,
-)
-from ._writer import RowStore, Writer
+from ._translate import PROGRESS_EVENT
+from ._watch import LogEmitted, SpanEnded, SpanStarted, ended_fields
+from ._writer import RowStore
+from ._writer_side import WriterSide, build_writer_side
 from .attributes import JOB_EVENT_TYPE, JOB_ID
-from .schema import check_writable_tables, migrate
 
 __all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "SpanStarted"]
 
@@ -57,17 +41,13 @@ __all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "Sp
 _new = tuple.__new__
 _new_started = object.__new__
 
-# A running step's events are looked at this often: the first progress is written this soon.
-PROGRESS_POLL_S = 0.05
-MIN_PROGRESS_POLL_S = 0.005  # with no debounce at all
-
 
 class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
     """Records job attempts and their steps from spans into PostgreSQL.
 
     Add it to a TracerProvider (and the same instance to a LoggerProvider for progress log
     events and step log lines). Spans and log records outside a job scope cost a dictionary
-    lookup and nothing else; inside one, each hook appends a command to an in-memory queue that
+    lookup and nothing else; inside one, each hook appends an item to an in-memory queue that
     one background thread writes in batches. Database problems are counted (see `stats`),
     logged at most once a minute per kind, and never raised into the job.
     """
@@ -93,9 +73,11 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         clock: Callable[[], float] = time.monotonic,
         logs_min_severity: str | int | None = None,
         logs_max_per_step: int | None = None,
+        writer_side: WriterSide | None = None,
     ) -> None:
-        settings = Settings.from_environment(
-            has_store=store is not None,
+        """``writer_side``: what the hooks write through, for tests; built from the rest if None."""
+        settings = self._settings = Settings.from_environment(
+            has_store=store is not None or writer_side is not None,
             dsn=dsn,
             schema=schema,
             writer=writer,
@@ -111,76 +93,19 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             logs_min_severity=logs_min_severity,
             logs_max_per_step=logs_max_per_step,
         )
-        self._settings = settings
-        self._schema = settings.schema
-        self._debounce_ms = settings.debounce_ms
-        queue_size = settings.max_queue_size
-        shutdown_ms = settings.shutdown_timeout_ms
-        self._max_open_spans = settings.max_open_spans
-        self._logs_min, self._logs_max = settings.logs_min_severity, settings.logs_max_per_step
-        self._shutdown_timeout_s = settings.shutdown_timeout_s
-        self._logs_queue_limit = settings.logs_queue_limit
-        self._auto_migrate = auto_migrate
-        self._clock = clock
-        writer = settings.writer
-        self._stats = Stats()
+        self._stats = stats = Stats() if writer_side is None else writer_side.counters
         # Step metrics of what the writer committed (max_step_keys: distinct keys per job type).
         step_metrics = StepMetrics(
             meter_provider,
             max_step_keys=max_step_keys,
-            on_folded=partial(self._stats.add, "metrics_step_keys_folded"),
-            on_folded_values=partial(self._stats.add, "metrics_values_folded"),
+            on_folded=partial(stats.add, "metrics_step_keys_folded"),
+            on_folded_values=partial(stats.add, "metrics_values_folded"),
         )
-        self._relay: Relay | None = None
-        if writer == "process":
-            child_settings = WriterSettings(
-                settings.dsn,
-                self._schema,
-                self._debounce_ms,
-                queue_size,
-                shutdown_ms,
-                connect_timeout_s,
-                statement_timeout_ms,
-                heartbeat_interval_s,
-                max_detail_bytes,
-                self._max_open_spans,
-                auto_migrate,
-                self._logs_min,
-                self._logs_max,
-            )
-            self._relay = Relay(
-                self._watch,
-                child_settings,
-                self._stats,
-                max_queue_size=queue_size,
-                on_committed=step_metrics.record,
-            )
-            self._submit = self._relay.submit
-            self._queued = self._relay.queue_length
-        else:
-            self._store = store or StepStore(
-                settings.dsn,
-                schema=self._schema,
-                connect_timeout_s=connect_timeout_s,
-                statement_timeout_ms=statement_timeout_ms,
-                max_detail_bytes=max_detail_bytes,
-                on_connect=self._prepare_connection,
-            )
-            self._live = self._live_spans()
-            self._writer = Writer(
-                self._live,
-                self._store,
-                self._stats,
-                max_queue_size=queue_size,
-                # Unwritten row operations held while the database is away: same memory order.
-                max_pending_operations=2 * queue_size,
-                heartbeat_interval_s=heartbeat_interval_s,
-                clock=clock,
-                on_committed=step_metrics.record,
-            )
-            self._live.shed_progress_when(self._writer.backlogged)
-            self._submit = self._writer.submit
-            self._queued = self._writer.queue_length
+        self._side = writer_side or build_writer_side(
+            settings, stats, store=store, clock=clock, on_committed=step_metrics.record
+        )
+        self._submit, self._queued = self._side.submit, self._side.queue_length
+        self._max_open_spans, self._logs_min = settings.max_open_spans, settings.logs_min_severity
         # Span id -> its queued start, for every queued span not yet ended (job thread; bounded,
         # oldest out): its end swaps the span there for its fields (`watch.SpanStarted`).
         self._in_scope: OrderedDict[int, SpanStarted] = OrderedDict()
@@ -238,7 +163,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 severity is None or getattr(severity, "_value_", 0) < self._logs_min
             ) and not self._worth_reading(record):
                 return  # below the minimum severity, and not a progress event
-            if self._queued() >= self._logs_queue_limit:
+            if self._queued() >= self._settings.logs_queue_limit:
                 # A flood of lines must not take the room a step's start or end needs.
                 self._stats.problem("dropped_LogEmitted", "queue three quarters full")
                 return
@@ -263,10 +188,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """True once everything recorded before the call is in the database (trailing progress
         included); False if ``timeout_millis`` passed first."""
-        if self._relay is not None:
-            written = self._relay.flush(timeout_millis / 1000.0)
-        else:
-            written = self._writer.flush(timeout_millis / 1000.0)
+        written = self._side.flush(timeout_millis / 1000.0)
         if not written:  # one warning per call: the caller asked and is told
             self._stats.add("flushes_incomplete")
             data = self.stats()
@@ -284,63 +206,14 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         if self._shut_down:
             return
         self._shut_down = True
-        if self._relay is not None:
-            self._relay.shutdown(self._shutdown_timeout_s)
-        else:
-            self._writer.shutdown(self._shutdown_timeout_s)
+        self._side.shutdown(self._settings.shutdown_timeout_s)
 
     def stats(self) -> dict[str, Any]:
         """Counters: commands handled, operations written, retries, drops by kind, last error."""
-        data = self._stats.snapshot()
-        if self._relay is not None:
-            # The writer process's counters as of its latest reply, added to the relay's own.
-            data["queued"] = self._relay.queue_length()
-            for name, value in self._relay.child_stats().items():
-                if name == "last_error":
-                    data[name] = value or data[name]
-                elif name != "backlogged":
-                    data[name] = data.get(name, 0) + value
-            return data
-        data["queued"] = self._writer.queue_length()
-        data["open_attempts"] = self._live.recorder.open_attempts()
-        data["open_spans"] = self._live.interpretation.translator.open_spans()
-        return data
-
-    # -- internals ----------------------------------------------------------------------------
-
-    def _live_spans(self) -> FactsHandler:
-        interpretation = build_interpretation(
-            self._stats,
-            debounce_ms=self._debounce_ms,
-            max_open_spans=self._max_open_spans,
-            clock=self._clock,
-            logs_min_severity=self._logs_min,
-            logs_max_per_step=self._logs_max,
-        )
-        return FactsHandler(interpretation, self._watch)
-
-    def _watch(self, reader: SpanReader) -> SpanWatch:
-        return SpanWatch(
-            reader,
-            poll_interval_s=min(PROGRESS_POLL_S, self._debounce_ms / 1000) or MIN_PROGRESS_POLL_S,
-            clock=self._clock,
-            problem=self._stats.problem,
-            max_steps=self._max_open_spans,
-        )
-
-    def _prepare_connection(self, conn: Any) -> None:
-        if self._auto_migrate:
-            migrate(conn, schema=self._schema)
-        else:
-            check_writable_tables(conn, schema=self._schema)
+        return self._side.stats()
 
     def _after_fork_in_child(self) -> None:
         """The child starts with nothing of the parent's: its open spans belong to the parent."""
         self._stats.reset()
         self._in_scope = OrderedDict()
-        if self._relay is not None:
-            self._relay.after_fork_in_child()
-            return
-        self._live = self._live_spans()
-        self._live.shed_progress_when(self._writer.backlogged)
-        self._writer.after_fork_in_child(self._live)
+        self._side.after_fork_in_child()

@@ -49,7 +49,8 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
     events and step log lines). Spans and log records outside a job scope cost a dictionary
     lookup and nothing else; inside one, each hook appends an item to an in-memory queue that
     one background thread writes in batches. Database problems are counted (see `stats`),
-    logged at most once a minute per kind, and never raised into the job.
+    logged at most once a minute per kind, and never raised into the job. ``writer_side`` is
+    what the hooks write through (for tests); None builds it from the other arguments.
     """
 
     def __init__(
@@ -75,7 +76,6 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         logs_max_per_step: int | None = None,
         writer_side: WriterSide | None = None,
     ) -> None:
-        """``writer_side``: what the hooks write through, for tests; built from the rest if None."""
         settings = self._settings = Settings.from_environment(
             has_store=store is not None or writer_side is not None,
             dsn=dsn,
@@ -94,7 +94,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             logs_max_per_step=logs_max_per_step,
         )
         self._stats = stats = Stats() if writer_side is None else writer_side.counters
-        # Step metrics of what the writer committed (max_step_keys: distinct keys per job type).
+        # Metrics of what the writer committed (max_step_keys: distinct keys per job type).
         step_metrics = StepMetrics(
             meter_provider,
             max_step_keys=max_step_keys,

@@ -1,7 +1,6 @@
 """The sequential step model: the translation's commands -> row operations in a `Batch`.
 
-Pure logic with an injectable clock, run by the writer. The attempt rules live here (a job's
-start abandons its earlier attempts, its end closes its step and writes its log row); the step
+Pure logic with an injectable clock. The attempt rules live here (abandon, job end); the step
 rules in `_steps`, the bound on open attempts in `_attempts`.
 """
 
@@ -77,10 +76,8 @@ class StepRecorder:
         self._handlers[type(command)](command)
 
     def resume(self, command: Command) -> None:
-        """Apply a start told again to a new writer (one replacing a writer process that died),
-        whose rows may be written already: a job's start only sets up its attempt (its earlier
-        attempts were settled then), a step's inserts its row, a no-op if it is open (the
-        open-step index), sealed so that later changes are guarded updates of the open row."""
+        """Apply a start told again to a new writer process, whose rows may be written already:
+        a job's start only sets up its attempt, a step's open row is sealed (later: updates)."""
         if type(command) is JobStarted:
             told = self._attempts.open(command.scope)
             told.start_us = command.start_ns // 1000

@@ -1,9 +1,7 @@
-"""JobStepsProcessor: door one, the span and log record hooks of the job's own process.
+"""JobStepsProcessor: door one, span and log record hooks in the job's own process.
 
-The SDK calls the hooks synchronously and does not catch what they raise, so a hook only asks
-"is this span in a job scope?" (a dict lookup) and, if so, queues the SDK's span at its start,
-its plain fields at its end, or the log record. The writer side it is handed reads the queue
-(`_writer_side`): facts (`_watch`), translation, commands, recorder, batch, store.
+A hook only asks "is this span in a job scope?" (a dict lookup) and, if so, queues an item;
+the writer side reads the queue (`_writer_side`): facts, translation, recorder, store.
 """
 
 from __future__ import annotations
@@ -43,14 +41,11 @@ _new_started = object.__new__
 
 
 class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
-    """Records job attempts and their steps from spans into PostgreSQL.
+    """Records job attempts and their steps from spans (and log records) into PostgreSQL.
 
-    Add it to a TracerProvider (and the same instance to a LoggerProvider for progress log
-    events and step log lines). Spans and log records outside a job scope cost a dictionary
-    lookup and nothing else; inside one, each hook appends an item to an in-memory queue that
-    one background thread writes in batches. Database problems are counted (see `stats`),
-    logged at most once a minute per kind, and never raised into the job. ``writer_side`` is
-    what the hooks write through (for tests); None builds it from the other arguments.
+    Spans outside a job scope cost a dict lookup; inside one, each hook queues an item for one
+    background writer. Database problems are counted (`stats`), logged at most once a minute
+    per kind, never raised into the job. ``writer_side`` (tests): what the hooks write through.
     """
 
     def __init__(

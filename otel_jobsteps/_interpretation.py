@@ -15,7 +15,7 @@ from ._facts import LogFacts, SpanFacts, log_facts
 from ._recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
 from ._stats import Stats
 from ._translate import DEFAULT_LOGS_MIN_SEVERITY, SpanTranslator
-from ._watch import SpanReader, fields_facts
+from ._watch import fields_facts
 
 __all__ = ["FactsHandler", "FactsSource", "Interpretation", "build_interpretation"]
 
@@ -128,7 +128,7 @@ class FactsHandler:
     interpretation; the recorder's batch, timers and open steps asked once, here."""
 
     def __init__(
-        self, interpretation: Interpretation, source: Callable[[SpanReader], FactsSource]
+        self, interpretation: Interpretation, source: Callable[[FactsHandler], FactsSource]
     ) -> None:
         self.interpretation = interpretation
         self.recorder = recorder = interpretation.recorder
@@ -151,6 +151,9 @@ class FactsHandler:
 
     def ended(self, fields: tuple[Any, ...]) -> None:
         self.interpretation.ended(fields_facts(fields))
+
+    def resumed(self, fields: tuple[Any, ...]) -> None:
+        self.interpretation.resumed(fields_facts(fields))
 
     def log(self, record: Any) -> None:
         self.interpretation.log(log_facts(record))

@@ -12,7 +12,7 @@ from dataclasses import fields
 from functools import partial
 from typing import Any, Protocol
 
-from ._interpretation import FactsHandler, build_interpretation
+from ._interpretation import FactsHandler, FactsSource, build_interpretation
 from ._metrics import Committed
 from ._relay import Relay, WriterSettings
 from ._settings import Settings
@@ -28,6 +28,7 @@ __all__ = [
     "WriterSide",
     "build_handler",
     "build_store",
+    "build_writer",
     "build_writer_side",
     "snapshot",
 ]
@@ -66,9 +67,14 @@ def _watch(settings: Settings, stats: Stats, clock: Clock) -> Callable[[SpanRead
 
 
 def build_handler(
-    settings: Settings, stats: Stats, *, clock: Clock = time.monotonic
+    settings: Settings,
+    stats: Stats,
+    *,
+    clock: Clock = time.monotonic,
+    source: Callable[[FactsHandler], FactsSource] | None = None,
 ) -> FactsHandler:
-    """The writer thread's handler: queued live spans -> facts -> interpretation -> recorder."""
+    """The writer's handler: items read as facts by ``source`` (default: the watch of live
+    spans) -> interpretation -> recorder."""
     interpretation = build_interpretation(
         stats,
         debounce_ms=settings.debounce_ms,
@@ -77,7 +83,32 @@ def build_handler(
         logs_min_severity=settings.logs_min_severity,
         logs_max_per_step=settings.logs_max_per_step,
     )
-    return FactsHandler(interpretation, _watch(settings, stats, clock))
+    return FactsHandler(interpretation, source or _watch(settings, stats, clock))
+
+
+def build_writer(
+    settings: Settings,
+    handler: FactsHandler,
+    store: RowStore,
+    stats: Stats,
+    *,
+    clock: Clock = time.monotonic,
+    **options: Any,
+) -> Writer:
+    """The writer thread of ``handler``; progress is shed while it holds its bound of operations."""
+    writer = Writer(
+        handler,
+        store,
+        stats,
+        max_queue_size=settings.max_queue_size,
+        # Unwritten row operations held while the database is away: same memory order.
+        max_pending_operations=2 * settings.max_queue_size,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+        clock=clock,
+        **options,
+    )
+    handler.shed_progress_when(writer.backlogged)
+    return writer
 
 
 def snapshot(stats: Stats, writer: Writer, handler: FactsHandler) -> dict[str, Any]:
@@ -116,18 +147,9 @@ class ThreadSide:
     ) -> None:
         self.counters, self._settings, self._clock = counters, settings, clock
         self.handler = build_handler(settings, counters, clock=clock)
-        self.writer = Writer(
-            self.handler,
-            store,
-            counters,
-            max_queue_size=settings.max_queue_size,
-            # Unwritten row operations held while the database is away: same memory order.
-            max_pending_operations=2 * settings.max_queue_size,
-            heartbeat_interval_s=settings.heartbeat_interval_s,
-            clock=clock,
-            on_committed=on_committed,
+        self.writer = build_writer(
+            settings, self.handler, store, counters, clock=clock, on_committed=on_committed
         )
-        self.handler.shed_progress_when(self.writer.backlogged)
         self.submit = self.writer.submit
         self.queue_length = self.writer.queue_length
         self.flush = self.writer.flush

@@ -44,6 +44,7 @@ AREAS = (
     ("/otel_jobsteps/_batch", "ours: recorder"),
     ("/otel_jobsteps/_detail", "ours: detail encoding"),
     ("/otel_jobsteps/_writer", "ours: writer loop"),
+    ("/otel_jobsteps/_background", "ours: writer loop"),
     ("/otel_jobsteps/_store", "ours: store (parameters)"),
     ("/otel_jobsteps/_stats", "ours: stats"),
     ("/otel_jobsteps/", "ours: other"),

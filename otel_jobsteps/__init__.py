@@ -6,6 +6,9 @@ TracerProvider, and read the ``job_event`` / ``job_log`` tables (or `job_detail`
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from . import attributes
 from .attributes import *  # noqa: F403 - the span attribute names are public from here too
 from .context import job_attempt, progress, record_event, record_job_event, step
@@ -15,19 +18,45 @@ from .errors import (
     JobStepsError,
     SchemaNotMigratedError,
 )
-from .maintenance import PruneResult, SweptStep, prune, sweep
-from .processor import JobStepsProcessor
-from .query import (
-    AttemptSummary,
-    EventRecord,
-    JobDetail,
-    JobLogEntry,
-    JobSummary,
-    StepRecord,
-    job_detail,
-    list_jobs,
-)
-from .schema import migrate
+
+if TYPE_CHECKING:
+    from .maintenance import PruneResult, SweptStep, prune, sweep
+    from .processor import JobStepsProcessor
+    from .query import (
+        AttemptSummary,
+        EventRecord,
+        JobDetail,
+        JobLogEntry,
+        JobSummary,
+        StepRecord,
+        job_detail,
+        list_jobs,
+    )
+    from .schema import migrate
+
+# Loaded at first use, so job code importing the sugar does not load the write path (psycopg).
+_LAZY = {
+    **dict.fromkeys(["PruneResult", "SweptStep", "prune", "sweep"], "maintenance"),
+    "JobStepsProcessor": "processor",
+    **dict.fromkeys(
+        [
+            *("AttemptSummary", "EventRecord", "JobDetail", "JobLogEntry", "JobSummary"),
+            *("StepRecord", "job_detail", "list_jobs"),
+        ],
+        "query",
+    ),
+    "migrate": "schema",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"  # the one source: pyproject.toml reads it (tool.setuptools.dynamic)
 

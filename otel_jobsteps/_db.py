@@ -1,9 +1,4 @@
-"""Database helpers every part shares: connections, redaction, names, reads into dataclasses.
-
-The writer's statements live in `store`; the read side's in `query` and `maintenance`. What they
-all need to open, borrow and describe a connection, to validate a DSN or a schema name, and to
-read rows into frozen dataclasses is here, once.
-"""
+"""Database helpers every part shares: connections, redaction, names, reads into dataclasses."""
 
 from __future__ import annotations
 
@@ -95,9 +90,8 @@ def redact(conninfo: str) -> str:
 def connection_kwargs(
     *, connect_timeout_s: float, tcp_user_timeout_s: float = 30.0
 ) -> dict[str, Any]:
-    """Settings every connection of ours uses: bounded connect, a visible name, and a peer that
-    went silent detected by TCP (keepalives while idle, tcp_user_timeout for unacknowledged
-    data) instead of after the kernel's retransmissions, about 15 minutes."""
+    """Settings of every connection of ours: a bounded connect, a visible name, and TCP timeouts
+    that notice a silent peer in seconds, not after the kernel's 15 minutes of retransmissions."""
     return {
         "connect_timeout": max(1, round(connect_timeout_s)),
         "application_name": "otel_jobsteps",
@@ -163,12 +157,8 @@ def _schema_error(schema: str) -> SchemaNotMigratedError:
 def session(
     target: Target, *, schema: str, snapshot: bool = False
 ) -> Iterator[psycopg.Connection[Any]]:
-    """A connection in a transaction (a savepoint inside the caller's transaction).
-
-    ``snapshot`` makes a fresh transaction REPEATABLE READ, so several queries see one state.
-    Missing tables become `SchemaNotMigratedError`, a lost connection
-    `DatabaseUnavailableError`.
-    """
+    """A connection in a transaction (a savepoint in the caller's); ``snapshot``: REPEATABLE READ,
+    so several queries see one state. Errors become the package's exceptions."""
     check_schema_name(schema)
     with borrowed_connection(target) as conn:
         try:
@@ -192,9 +182,7 @@ def fetch(
     prepare: bool | None = None,
 ) -> list[_R]:
     """Run a read query whose columns are the fields of ``record``; one instance per row.
-
-    ``prepare=False`` plans it for its values every time (psycopg's ``execute``).
-    """
+    ``prepare=False`` plans it for its values every time."""
     with conn.cursor(row_factory=class_row(record)) as cur:
         read_any_time(cur)  # a caller's connection too
         return cur.execute(query, params, prepare=prepare).fetchall()

@@ -1,9 +1,6 @@
-"""``otel-jobsteps demo``: the render-and-save story, recorded and read back.
+"""``otel-jobsteps demo``: the render-and-save story recorded through real spans and read back.
 
-A thumbnail job renders, then saves. Attempt 1 renders (reporting progress) and fails to
-save; attempt 2 does both. The spans go through a real TracerProvider and `JobStepsProcessor`
-into PostgreSQL (an embedded server when no DSN is given), then the rows are printed per
-attempt, followed by the `show` timeline.
+Attempt 1 fails to save, attempt 2 completes; an embedded server is used when no DSN is given.
 """
 
 from __future__ import annotations
@@ -68,13 +65,11 @@ def record_seed_story(
     pause_s: float = 0.0,
     out: TextIO | None = None,
 ) -> None:
-    """The story the project comes from, as spans: a thumbnail job renders then saves.
+    """The seed story as spans: attempt 1 fails to save (disk full, then RETRY_SCHEDULED),
+    attempt 2 completes; the demo and the tests of both doors tell this one story.
 
-    Attempt 1 renders (progress 25..100 %), writes part of the file and fails to save
-    (``OSError: disk full``); a RETRY_SCHEDULED event follows; attempt 2 renders and saves.
-    ``attempts`` picks which of them are told (attempt 2 alone still runs as the second);
-    ``stalled`` adds a STALLED event halfway through each RENDER; ``pause_s`` gives the work a
-    duration. The demo and the tests (both doors: live spans and OTLP) tell this one story.
+    ``attempts`` picks the attempts told, ``stalled`` adds a STALLED event in each RENDER,
+    ``pause_s`` gives the work a duration.
     """
     for attempt in attempts:
         try:

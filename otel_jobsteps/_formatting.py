@@ -1,7 +1,5 @@
 """Durations and times as people read them, shared by the CLI's renderer and the web page.
-
-Pure functions of `datetime`/`timedelta`; nothing here escapes or colours (the callers do).
-"""
+Pure functions; nothing here escapes or colours (the callers do)."""
 
 from __future__ import annotations
 

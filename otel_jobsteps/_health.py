@@ -1,10 +1,5 @@
-"""``GET /healthz`` and ``GET /readyz`` of ``serve`` and ``collect``.
-
-``/healthz``: the process answers (200). ``/readyz``: the database answers and this role has
-the rights the service needs on its tables (200), else 503 with the reason. Neither needs a
-token (serve still checks the Host header) nor says anything about jobs; a reason never shows
-the password.
-"""
+"""``GET /healthz`` (the process answers) and ``GET /readyz`` (the database answers and grants the
+rights needed, else 503 and why) of ``serve`` and ``collect``: no token, no job data."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ._batch import Batch
-from ._facts import LogFacts, SpanFacts, log_facts
+from ._facts import LogFacts, SpanFacts
 from ._recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
 from ._stats import Stats
 from ._translate import DEFAULT_LOGS_MIN_SEVERITY, SpanTranslator
@@ -71,17 +71,6 @@ class Interpretation:
             self._record(progress)
         return True
 
-    # The writer process's handler still asks these of the interpretation.
-
-    def take_batch(self) -> Batch | None:
-        return self.recorder.take_batch()
-
-    def pending_operations(self) -> int:
-        return self.recorder.pending_operations()
-
-    def open_steps(self) -> list[tuple[str, str, int, str]]:
-        return self.recorder.open_steps()
-
 
 def build_interpretation(
     stats: Stats,
@@ -111,7 +100,8 @@ def build_interpretation(
 
 
 class FactsSource(Protocol):
-    """What reads the writer's queued items as facts for a `SpanReader` (`watch.SpanWatch`)."""
+    """What reads the writer's items as fields for the handler: the watch of live spans, or
+    the writer process's pipe."""
 
     backlogged: Callable[[], bool]
     clock: Callable[[], float]
@@ -155,8 +145,8 @@ class FactsHandler:
     def resumed(self, fields: tuple[Any, ...]) -> None:
         self.interpretation.resumed(fields_facts(fields))
 
-    def log(self, record: Any) -> None:
-        self.interpretation.log(log_facts(record))
+    def log(self, fields: tuple[Any, ...]) -> None:
+        self.interpretation.log(LogFacts(*fields))
 
     # -- the writer's interface ---------------------------------------------------------------
 

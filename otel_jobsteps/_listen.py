@@ -7,7 +7,7 @@ import socket
 
 from .errors import ConfigurationError
 
-__all__ = ["check_free", "parse_listen"]
+__all__ = ["check_free", "parse_listen", "url_host"]
 
 
 def parse_listen(
@@ -21,11 +21,15 @@ def parse_listen(
     return host, int(port)
 
 
+def url_host(host: str) -> str:
+    """``host`` as a URL or ``HOST:PORT`` spells it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def check_free(host: str, port: int, *, option: str = "--listen") -> None:
-    """`ConfigurationError` in one line unless the server can bind ``host:port`` now (probed as
-    the server binds, with SO_REUSEADDR: TIME_WAIT is no owner), instead of the server's own
-    errno and traceback; for gRPC's SO_REUSEPORT, instead of sharing the port silently."""
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    """`ConfigurationError` in one line unless ``host:port`` can be bound now (as the server
+    binds, SO_REUSEADDR): not a traceback, nor gRPC's SO_REUSEPORT sharing it silently."""
+    shown = f"{url_host(host)}:{port}"
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         for family, kind, proto, _, address in found:

@@ -1,6 +1,5 @@
-"""The loopback Host rule of both servers (``serve``, ``collect``): listening on loopback, they
-answer requests naming a loopback Host only (421 otherwise), so a web page elsewhere cannot
-reach them through DNS rebinding (its own name, resolved to 127.0.0.1)."""
+"""The loopback Host rule of ``serve`` and ``collect``: on loopback, a request naming another
+Host gets 421, so a page elsewhere cannot reach them by DNS rebinding."""
 
 from __future__ import annotations
 
@@ -8,6 +7,8 @@ import ipaddress
 
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ._listen import url_host
 
 __all__ = ["LoopbackHostMiddleware", "is_loopback", "loopback_hosts", "refused_host"]
 
@@ -26,7 +27,7 @@ def is_loopback(host: str) -> bool:
 
 def loopback_hosts(host: str) -> frozenset[str]:
     """Host names a browser uses for a server listening on loopback address ``host``."""
-    return frozenset({"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host})
+    return frozenset({"127.0.0.1", "localhost", "[::1]", url_host(host)})
 
 
 def _host_name(header: str) -> str:

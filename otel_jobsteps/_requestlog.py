@@ -1,11 +1,5 @@
-"""What ``serve`` and ``collect`` say about the requests they answer.
-
-With ``--access-log``, one JSON line per request: method, path (a ``token`` in the query shown
-as ``***``), status, duration and, for collect, the spans staged; collect's gRPC calls too
-(`Answered`: their HTTP-equivalent status and their gRPC code). Always, one line when the
-server stops: how many requests were still in flight at the stop signal and were answered
-before it ended (drained), and how many it answered in all.
-"""
+"""What ``serve`` and ``collect`` say about requests: with ``--access-log`` a JSON line each
+(a query ``token`` as ``***``); always, at the stop, how many were drained and answered."""
 
 from __future__ import annotations
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import Counter
 from typing import Any
 
+from ._log import logger
 from .errors import describe
 
 __all__ = ["Stats", "logger"]
-
-logger = logging.getLogger("otel_jobsteps")
 
 
 class Stats:

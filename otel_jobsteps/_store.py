@@ -31,6 +31,8 @@ __all__ = [
     "SQLSTATE_CLASSES",
     "StepStore",
     "rejects_row",
+    "rows_json",
+    "statement_params",
     "statements",
 ]
 
@@ -149,13 +151,13 @@ def _row_getter(names: tuple[str, ...]) -> tuple[attrgetter[Any], attrgetter[Any
 
 
 _ROW_GETTERS = {kind: _row_getter(_FIELD_NAMES[kind]) for kind in (EventRow, JobLogRow)}
-# Every field of a new row in order, the detail object among them (see _rows_json).
+# Every field of a new row in order, the detail object among them (see rows_json).
 _ROW_FIELDS = {kind: attrgetter(*_FIELD_NAMES[kind]) for kind in (EventRow, JobLogRow)}
 _ROWS_PER_CHUNK = 128
 _STRICT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
-def _rows_json(ops: Sequence[Any], max_detail_bytes: int) -> str:
+def rows_json(ops: Sequence[Any], max_detail_bytes: int) -> str:
     """New rows as one JSON array of arrays, in field order.
 
     A row's detail rides in it as a JSON object (the SQL's ``r->>N`` gives its text), so the
@@ -196,11 +198,11 @@ def _chunk_json(
     return json.dumps(rows)[1:-1]
 
 
-def _params(ops: Sequence[Any], max_detail_bytes: int) -> dict[str, Any]:
+def statement_params(ops: Sequence[Any], max_detail_bytes: int) -> dict[str, Any]:
     """Statement parameters: new rows as one JSON array of arrays, updates as column arrays."""
     kind = type(ops[0])
     if kind in _ROW_FIELDS:
-        return {"rows": _rows_json(ops, max_detail_bytes)}
+        return {"rows": rows_json(ops, max_detail_bytes)}
     params: dict[str, Any] = {}
     for name in _FIELD_NAMES[kind]:
         values = [getattr(op, name) for op in ops]
@@ -326,7 +328,7 @@ class StepStore:
         committed = self.last_changes = Committed()
         with self._transaction() as cur:
             for name, ops in statements(batch):
-                cur.execute(self._queries[name], _params(ops, self._max_detail_bytes))
+                cur.execute(self._queries[name], statement_params(ops, self._max_detail_bytes))
                 _note_changes(cur, name, ops, committed)
                 if name == "insert_events" and cur.rowcount < len(ops):
                     self._take_over_open_steps(cur, ops, committed)
@@ -347,9 +349,11 @@ class StepStore:
             CloseForeign(r.domain, r.job_id, r.attempt, r.execution_id or "", r.created_us)
             for r in running
         ]
-        cur.execute(self._queries["close_foreign_steps"], _params(takeovers, 0))
+        cur.execute(self._queries["close_foreign_steps"], statement_params(takeovers, 0))
         _note_changes(cur, "close_foreign_steps", takeovers, committed)
-        cur.execute(self._queries["insert_events"], _params(running, self._max_detail_bytes))
+        cur.execute(
+            self._queries["insert_events"], statement_params(running, self._max_detail_bytes)
+        )
 
     def write_one_by_one(
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
@@ -362,7 +366,9 @@ class StepStore:
                     changed = Committed()
                     try:
                         with cur.connection.transaction():
-                            cur.execute(self._queries[name], _params([op], self._max_detail_bytes))
+                            cur.execute(
+                                self._queries[name], statement_params([op], self._max_detail_bytes)
+                            )
                             _note_changes(cur, name, [op], changed)
                     except (psycopg.Error, UnicodeEncodeError) as error:
                         if not rejects_row(error):

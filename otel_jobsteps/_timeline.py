@@ -1,9 +1,5 @@
 """Text rendering for the CLI: a job's attempts and steps as a timeline, and job lists.
-
-Pure functions of the read-side dataclasses; colour is decided by the caller (`Style`). Every
-string that comes from job data passes `printable` before it reaches a terminal: job code may
-carry user input, and an escape sequence in it must not clear or retitle the operator's screen.
-"""
+Every string from job data passes `printable`: an escape sequence must not reach a terminal."""
 
 from __future__ import annotations
 
@@ -135,8 +131,7 @@ def _steps_section(detail: JobDetail, style: Style) -> list[str]:
 
 def render_log_line(line: LogLine, style: Style, where: str = "") -> str:
     """One log line for a terminal: time, ``where`` (already printable), severity, step (``-``
-    between steps), message; every part from job code through `printable`, the message cut at
-    `formatting.LINE_CHARS`."""
+    between steps) and message (cut at `LINE_CHARS`), each through `printable`."""
     severity = printable(shorten(line.severity or "-", 12))
     painted = style.paint(f"{severity:<5}", _SEVERITY_COLORS.get(severity_word(line.severity)))
     step = printable(line.step_key) if line.step_key is not None else "-"

@@ -1,9 +1,6 @@
 """The times every reader can hold: 1970-01-01 to 9999-12-30 UTC, one rule for writes and reads.
 
-OTLP carries unsigned nanoseconds since 1970, and Python (so psycopg) has no year after 9999; the
-day of margin keeps a time readable in any session time zone. The translation clamps span times
-into the range; the read side loads a stored time outside what Python holds (rows an older
-version wrote, or written by hand) as the nearest bound instead of failing the whole read.
+Writes clamp into the range; reads load a stored time beyond it as the nearest bound, not an error.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from ._facts import LogFacts, SpanFacts
 from ._recorder import DEFAULT_LOGS_MAX_PER_STEP
 from ._spans import latest_progress
 from ._times import EARLIEST_NS, LATEST_NS, clamp_ns
-from ._vocabulary import MAX_ATTEMPT
+from ._vocabulary import MAX_ATTEMPT, MAX_ID_CHARS
 from .errors import ConfigurationError
 
 __all__ = [
@@ -50,7 +50,6 @@ __all__ = [
     "severity_number",
 ]
 
-MAX_ID_CHARS = 512
 DEFAULT_MAX_OPEN_SPANS = 100_000
 MAX_TAGS = 20  # tags kept per attempt: the first by name
 MAX_TAG_NAME_CHARS = 64  # a longer name is dropped (cut, two names could become one)

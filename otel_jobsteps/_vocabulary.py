@@ -16,6 +16,7 @@ __all__ = [
     "FAILED",
     "LOG",
     "MAX_ATTEMPT",
+    "MAX_ID_CHARS",
     "OUTCOME_COMPLETED",
     "OUTCOME_RECLAIMED",
     "OUTCOME_RETRY",
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 MAX_ATTEMPT = 2**31 - 1  # the highest attempt number: job_event.attempt is an int column
+MAX_ID_CHARS = 512  # the longest domain, job id, job type or execution id written
 
 # job_event.type of a step row; every other type is an ordinary event.
 STEP = "STEP"

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
-from ._facts import SpanEvent, SpanFacts, span_fields
+from ._facts import SpanEvent, SpanFacts, log_fields, span_fields
 from ._spans import (
     ended_events,
     events_added,
@@ -106,12 +106,12 @@ class LogEmitted(NamedTuple):
 
 class SpanReader(Protocol):
     """What reads door one's items, in queue order, as fields (`_facts.span_fields`): a span's
-    start, whole, end; a running step's newest progress; a log record (the SDK's own)."""
+    start, whole, end; a running step's newest progress; a log record (`_facts.log_fields`)."""
 
     def started(self, fields: tuple[Any, ...]) -> None: ...
     def whole(self, fields: tuple[Any, ...]) -> None: ...
     def ended(self, fields: tuple[Any, ...]) -> None: ...
-    def log(self, record: Any) -> None: ...
+    def log(self, fields: tuple[Any, ...]) -> None: ...
     def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
         """Pass on a running step's newest progress (its event's time); False if it was shed
         (read it again)."""
@@ -176,7 +176,7 @@ class SpanWatch:
             self._end(item.fields)
             return
         if isinstance(item, LogEmitted):  # after the start held back: its span may be that one
-            self.reader.log(item.record)
+            self.reader.log(log_fields(item.record))
             return
         span = item.span  # read before ``fields``: on_end sets those first, then drops the span
         if span is None:

@@ -1,22 +1,18 @@
 """The background writer: one named daemon thread per processor.
 
-Application threads append commands to one FIFO (a deque append, no lock, no I/O). The thread
-drains it in order into the recorder, writes the resulting batch in one transaction, and keeps
-the batch for a later try when the database is unreachable. Flush requests travel through the
-same FIFO, so "everything before the flush" is exactly what was appended before it.
+Application threads append to the background queue (`_background`); its thread drains it in
+order into the recorder, writes the resulting batch in one transaction, and keeps the batch for
+a later try when the database is unreachable.
 """
 
 from __future__ import annotations
 
 import random
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from opentelemetry import context as otel_context
-
+from ._background import BackgroundQueue, FlushRequest
 from ._batch import Batch
 from ._metrics import Committed
 from ._stats import Stats, logger
@@ -54,19 +50,6 @@ class RowStore(Protocol):
     def forget_after_fork(self) -> None: ...
 
 
-class _FlushRequest:
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-
-
-def _suppress_instrumentation() -> None:
-    """Keep an instrumented driver from tracing the writer's own SQL (a private OTel key)."""
-    key = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", "suppress_instrumentation")
-    otel_context.attach(otel_context.set_value(key, True))
-
-
 class Writer:
     """Ordered queue -> recorder -> batches -> store, on one background thread."""
 
@@ -89,139 +72,110 @@ class Writer:
         on_committed: Callable[[Committed], None] | None = None,
     ) -> None:
         self._handler, self._store, self._stats, self._clock = handler, store, stats, clock
-        self._kind_of = kind_of  # names a dropped command in the counters
         self._on_committed = on_committed  # what a committed batch changed (the metrics)
-        # Bounds: queued commands, commands per drain, row operations held while the database
-        # is away.
-        self._max_queue, self._max_batch_commands, self._max_pending_operations = (
-            max_queue_size,
+        # Bounds: commands per drain, row operations held while the database is away.
+        self._max_batch_commands, self._max_pending_operations = (
             max_batch_commands,
             max_pending_operations,
         )
         self._backoff_initial, self._backoff_max = backoff_initial_s, backoff_max_s
         self._heartbeat_interval = heartbeat_interval_s
-        self._linger, self._wake_threshold = linger_s, wake_threshold
+        self._queue = BackgroundQueue(
+            self,
+            stats,
+            name="otel_jobsteps-writer",
+            max_queue_size=max_queue_size,
+            linger_s=linger_s,
+            wake_threshold=wake_threshold,
+            clock=clock,
+            kind_of=kind_of,  # names a dropped command in the counters
+        )
+        self.submit = self._queue.submit  # the hot path: a bare deque append
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        self._queue: deque[Any] = deque()
-        self._wakeup = threading.Event()
-        self._idle = False
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
         self._unwritten: Batch | None = None
         # A batch whose commit outcome is unknown, with its transaction id.
         self._uncertain: tuple[int, Batch] | None = None
         self._uncertain_changes: Committed | None = None  # counted if it proves committed
-        self._waiting_flushes: list[_FlushRequest] = []
+        self._waiting_flushes: list[FlushRequest] = []
         self._failures = 0
         self._retry_at = 0.0
         self._next_heartbeat = self._clock() + self._heartbeat_interval
 
     # -- application threads ------------------------------------------------------------------
 
-    # The hot path: one length check, one append, no lock.
-
-    def submit(self, command: Any) -> None:
-        """Queue a command that opens or closes something (dropped only when the queue is full)."""
-        queue = self._queue
-        if len(queue) >= self._max_queue or self._stopping:
-            self._drop(command)
-            return
-        queue.append(command)
-        if self._idle or len(queue) == self._wake_threshold or self._thread is None:
-            self._wake()
-
-    def _drop(self, command: Any) -> None:
-        reason = "shut down" if self._stopping else "queue full"
-        self._stats.problem("dropped_" + self._kind_of(command), reason)
-
-    def _wake(self) -> None:
-        if self._thread is None:
-            self._start()
-        self._wakeup.set()
-
     def flush(self, timeout_s: float) -> bool:
         """True once everything submitted before the call is committed; False on timeout."""
-        if self._thread is None or not self._thread.is_alive():
-            return not self._queue and self._unwritten is None and self._uncertain is None
-        request = _FlushRequest()
-        self._queue.append(request)
-        self._wakeup.set()
-        return request.done.wait(timeout_s)
+        return self._queue.flush(timeout_s)
 
     def shutdown(self, timeout_s: float) -> None:
-        """Write what can be written within ``timeout_s``, then stop the thread.
-
-        The connection is closed by the writer thread itself as it ends (a psycopg connection
-        must not be closed while another thread uses it). A thread still busy at the timeout,
-        say on a server that stopped answering, is left to end on its own, bounded by the
-        store's reply timeout; this call returns regardless.
-        """
-        with self._lock:
-            if self._stopping:
-                return
-            self._stopping = True
-            thread = self._thread  # settled: no thread starts once _stopping is set
-        self._wakeup.set()
-        if thread is None:
-            self._store.close()  # no writer thread ever used it
-            return
-        thread.join(timeout_s)
-        if thread.is_alive():
+        """Write what can be written within ``timeout_s``, then stop; a thread still busy ends
+        on its own (bounded by the store's reply timeout) and closes its connection itself."""
+        if self._queue.shutdown(timeout_s) is False:
             self._stats.problem(
                 "shutdown_timeout",
-                f"writer still busy after {timeout_s}s with {len(self._queue)} commands queued:"
-                " what it has not written is lost if the process exits now",
+                f"writer still busy after {timeout_s}s with {self._queue.length()} commands"
+                " queued: what it has not written is lost if the process exits now",
             )
 
     def queue_length(self) -> int:
-        return len(self._queue)
+        return self._queue.length()
 
     def backlogged(self) -> bool:
         """True while the operations held for a later write are at their bound (writer thread)."""
         return self._pending_operations() >= self._max_pending_operations
 
     def after_fork_in_child(self, handler: CommandHandler) -> None:
-        """A forked child gets a fresh queue, thread and handler; the parent's socket is left be.
-
-        Every lock and event is created anew, none of the inherited ones is touched: a parent
-        thread may have held it at the moment of fork() and never releases it in the child.
-        """
+        """A forked child's writer reads through a fresh handler (the queue re-inits itself)."""
         self._handler = handler
+
+    # -- the background queue's worker (engine callbacks) ---------------------------------------
+
+    def never_ran(self) -> None:
+        self._store.close()  # no writer thread ever used it
+
+    def holds_unwritten(self) -> bool:
+        return self._unwritten is not None or self._uncertain is not None
+
+    def flush_queued(self) -> None:
+        return None
+
+    def flush_abandoned(self, request: FlushRequest) -> None:
+        return None
+
+    def reset_after_fork(self) -> None:
+        """The parent's socket is left be; what the parent held is the parent's to write."""
         self._store.forget_after_fork()
         self._init_runtime()
 
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is not None or self._stopping:
-                return
-            thread = threading.Thread(target=self._run, name="otel_jobsteps-writer", daemon=True)
-            thread.start()
-            self._thread = thread
-
     # -- the writer thread --------------------------------------------------------------------
 
-    def _run(self) -> None:
-        _suppress_instrumentation()
+    def work(self) -> None:
+        self._absorb(respect_bound=True)
+        now = self._clock()
+        if now >= self._retry_at:
+            self._write(final=False)
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self._heartbeat_interval
+            self._refresh_heartbeats()
+
+    def finish(self) -> None:
+        """Shutting down: take in everything queued, then one write attempt without backoff."""
         try:
-            while not self._stopping:
-                self._wait()
-                self._absorb(respect_bound=True)
-                now = self._clock()
-                if now >= self._retry_at:
-                    self._write(final=False)
-                if now >= self._next_heartbeat:
-                    self._next_heartbeat = now + self._heartbeat_interval
-                    self._refresh_heartbeats()
-            # Shutting down: take in everything queued, then one write attempt without backoff.
-            while self._queue:
+            while self._queue.queue:
                 self._absorb(respect_bound=False)
             self._handler.flush_timers()
             self._write(final=True)
         finally:
             self._store.close()  # only this thread ever uses the connection
+
+    def holding_back(self) -> bool:
+        return self.backlogged()  # only a flush or shutdown cuts the wait short
+
+    def next_due(self) -> float | None:
+        candidates = (self._handler.next_due(), self._retry_after(), self._next_heartbeat)
+        return min((d for d in candidates if d is not None), default=None)
 
     def _absorb(self, *, respect_bound: bool) -> None:
         try:
@@ -231,29 +185,6 @@ class Writer:
         except Exception as error:  # noqa: BLE001 - a bug must not kill the writer
             self._stats.problem("internal_error", error)
 
-    def _wait(self) -> None:
-        """Sleep until there is work: a full batch at once, a few commands after a short
-        linger, an empty queue until a submit, a timer, a retry or the heartbeat is due."""
-        queue = self._queue
-        backlog = self._pending_operations() >= self._max_pending_operations
-        if not backlog and len(queue) >= self._wake_threshold:
-            return
-        candidates = (self._handler.next_due(), self._retry_after(), self._next_heartbeat)
-        deadlines = [d for d in candidates if d is not None]
-        timeout = max(0.0, min(deadlines) - self._clock()) if deadlines else None
-        if backlog:
-            self._wakeup.wait(timeout)  # only a flush or shutdown cuts the wait short
-        elif queue:
-            # A batch is gathering. Submitters do not wake a lingering writer, so a busy job
-            # pays no wake-up per span; a full batch or a flush ends the linger early.
-            self._wakeup.wait(self._linger if timeout is None else min(timeout, self._linger))
-        else:
-            self._idle = True
-            if not queue:  # checked again: a submit may have come before _idle was set
-                self._wakeup.wait(timeout)
-            self._idle = False
-        self._wakeup.clear()
-
     def _retry_after(self) -> float | None:
         return self._retry_at if self._unwritten or self._uncertain else None
 
@@ -262,20 +193,13 @@ class Writer:
         return sum(b.operation_count() for b in held if b) + self._handler.pending_operations()
 
     def _drain(self) -> None:
-        queue, handle = self._queue, self._handler.handle
-        count = min(len(queue), self._max_batch_commands)
-        for _ in range(count):
-            command = queue.popleft()
-            if type(command) is _FlushRequest:
-                self._handler.flush_timers()
-                self._waiting_flushes.append(command)
-                self._retry_at = 0.0  # a flush is worth one attempt now, backoff or not
-                continue
-            try:
-                handle(command)
-            except Exception as error:  # noqa: BLE001 - one bad command must not stop the rest
-                self._stats.problem("internal_error", error)
+        count = self._queue.drain(self._max_batch_commands, self._handler.handle, self._flushed)
         self._stats.add("commands", count)
+
+    def _flushed(self, request: FlushRequest) -> None:
+        self._handler.flush_timers()
+        self._waiting_flushes.append(request)
+        self._retry_at = 0.0  # a flush is worth one attempt now, backoff or not
 
     def _write(self, *, final: bool) -> None:
         batch = self._handler.take_batch()
@@ -336,12 +260,8 @@ class Writer:
         self._stats.add("retries")
 
     def _settle_uncertain_commit(self) -> bool:
-        """Resolve a batch whose COMMIT may have landed before the connection broke.
-
-        Writing it again blindly would duplicate its rows, so the server is asked what became
-        of its transaction: committed -> done; aborted or unknown -> written again, ahead of
-        what came after it; still in progress -> ask again later (False).
-        """
+        """Ask the server what became of a batch whose COMMIT went unanswered (a blind retry
+        would duplicate rows): committed, done; else written again first; running, False."""
         if self._uncertain is None:
             return True
         transaction, batch = self._uncertain
@@ -397,4 +317,5 @@ class Writer:
     def _release_flushes(self) -> None:
         waiting, self._waiting_flushes = self._waiting_flushes, []
         for request in waiting:
+            request.ok = True
             request.done.set()

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import fields
 from functools import partial
 from typing import Any, Protocol
 
 from ._interpretation import FactsHandler, FactsSource, build_interpretation
 from ._metrics import Committed
-from ._relay import Relay, WriterSettings
 from ._settings import Settings
 from ._stats import Stats
 from ._store import StepStore
 from ._watch import SpanReader, SpanWatch, progress_poll_s
 from ._writer import RowStore, Writer
+from ._writer_process import Relay
 from .schema import check_writable_tables, migrate
 
 __all__ = [
@@ -177,12 +176,9 @@ class ProcessSide:
         on_committed: Callable[[Committed], None] = lambda committed: None,
     ) -> None:
         self.counters = counters
-        child = WriterSettings(
-            **{f.name: getattr(settings, f.name) for f in fields(WriterSettings)}
-        )
         self.relay = Relay(
             _watch(settings, counters, clock),
-            child,
+            settings,
             counters,
             max_queue_size=settings.max_queue_size,
             on_committed=on_committed,
@@ -191,7 +187,9 @@ class ProcessSide:
         self.queue_length = self.relay.queue_length
         self.flush = self.relay.flush
         self.shutdown = self.relay.shutdown
-        self.after_fork_in_child = self.relay.after_fork_in_child
+
+    def after_fork_in_child(self) -> None:
+        pass  # the relay's queue starts afresh by itself
 
     def stats(self) -> dict[str, Any]:
         """The relay's counters, plus the writer process's as of its latest reply."""

@@ -1,25 +1,21 @@
-"""Is a `JobStepsProcessor` on the tracer provider, and adding one from the environment.
+"""Adding a `JobStepsProcessor` from the environment where no user code sets a provider up.
 
-Used where no code of the user's sets a provider up: under ``opentelemetry-instrument`` (the
-``opentelemetry_post_instrument`` entry point, after the SDK configurator built the provider)
-and by the queue adapters at their first job. Nothing here replaces a provider, exporter or
-sampler someone configured: the processor is added beside them, once. The same processor is
-added to the global LoggerProvider when that is an SDK one (log records in job scopes become
-progress and LOG rows), beside the exporters configured there.
+Used by ``opentelemetry-instrument`` and the queue adapters; it adds beside what is configured
+(tracer and SDK logger provider), once, and never replaces a provider, exporter or sampler.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
-from collections.abc import Iterator
 
 from opentelemetry import trace
 from opentelemetry._logs import get_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
+from ._feeds import feeds_job_steps
+from ._log import logger
 from .errors import JobStepsError
 from .processor import JobStepsProcessor
 
@@ -32,33 +28,10 @@ __all__ = [
     "log_into",
 ]
 
-logger = logging.getLogger("otel_jobsteps")
-
 DSN_VARIABLE = "OTEL_JOBSTEPS_DSN"
 DOMAIN_VARIABLE = "OTEL_JOBSTEPS_DOMAIN"
 """The ``job.domain`` of jobs whose queue integration was not given one (zero-code setup)."""
 _lock = threading.Lock()
-
-
-def _span_processors(processor: object) -> Iterator[object]:
-    """``processor`` and, through the SDK's multi processors, every processor inside it."""
-    yield processor
-    for child in getattr(processor, "_span_processors", None) or ():
-        yield from _span_processors(child)
-
-
-def feeds_job_steps(owner: object) -> bool | None:
-    """Whether the SDK provider, tracer or span ``owner`` feeds a `JobStepsProcessor`.
-
-    None when that cannot be told: not an SDK object, or an SDK without the (private) active
-    span processor this reads.
-    """
-    active = getattr(owner, "_active_span_processor", None) or getattr(
-        owner, "_span_processor", None
-    )
-    if active is None or not hasattr(active, "_span_processors"):
-        return None
-    return any(isinstance(p, JobStepsProcessor) for p in _span_processors(active))
 
 
 def log_into(processor: JobStepsProcessor, provider: object | None = None) -> bool:

@@ -39,7 +39,7 @@ from .query import (
 )
 from .schema import migrate
 
-__all__ = ["main", "parse_duration"]
+__all__ = ["activity_line", "main", "parse_duration"]
 
 PROG = "otel-jobsteps"
 EXIT_NOT_FOUND = 1
@@ -135,10 +135,7 @@ def _utf8(text: str, what: str) -> str:
 
 def _dsn(args: argparse.Namespace, *, read: bool = False) -> str:
     """The primary's DSN; ``read``: a replica's first (--read-dsn, $OTEL_JOBSTEPS_READ_DSN).
-
-    Command-line options come before the environment: an explicit --dsn beats
-    $OTEL_JOBSTEPS_READ_DSN.
-    """
+    Options beat the environment: an explicit --dsn beats $OTEL_JOBSTEPS_READ_DSN."""
     dsn: str | None = (
         (args.read_dsn if read else None)
         or args.dsn
@@ -160,9 +157,8 @@ def _json_escape(char: str) -> str:
 
 
 def _print_json(value: Any) -> None:
-    # json escapes C0 controls itself; every other character a terminal could act on (only
-    # ever inside strings) gets its \u escape too: the same values for a parser, inert on a
-    # terminal. The newlines left are the indentation's.
+    # Every character a terminal could act on gets its \u escape (json does only C0 controls):
+    # the same values for a parser, inert on a terminal.
     text = json.dumps(value, indent=2, ensure_ascii=False)
     print("\n".join(printable(line, _json_escape) for line in text.split("\n")))
 
@@ -227,7 +223,8 @@ def _jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _activity_line(activity: JobActivity, style: Style) -> str:
+def activity_line(activity: JobActivity, style: Style) -> str:
+    """One line of ``tail``: a follower's change, every text from job data made printable."""
     where = f"{printable(activity.domain)} / {printable(activity.job_id)} #{activity.attempt}"
     key = printable(activity.step_key or "")
     if activity.change == "log":
@@ -262,7 +259,7 @@ def _tail(args: argparse.Namespace) -> int:
             )
             while True:
                 for activity in follower.poll():
-                    print(_activity_line(activity, style), flush=True)
+                    print(activity_line(activity, style), flush=True)
                 time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0

@@ -8,7 +8,6 @@ OpenTelemetry context (contextvars), so threads that copy the context and asynci
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -20,7 +19,8 @@ from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from . import attributes as attr
-from .auto import feeds_job_steps
+from ._feeds import feeds_job_steps
+from ._log import logger
 
 __all__ = ["job_attempt", "progress", "record_event", "record_job_event", "step"]
 
@@ -47,7 +47,6 @@ _SETUP = (
     "under opentelemetry-instrument (README: Queue integrations)"
 )
 
-logger = logging.getLogger("otel_jobsteps")
 _warned: set[str] = set()
 
 
@@ -211,9 +210,7 @@ def _current_attributes() -> Any:
 def _in_job() -> bool:
     """A job_attempt() encloses the current context, or the current span is a job span.
 
-    A plain-tracer job span further up is not visible from here (a span knows only its
-    parent's ids), so such a step warns once although the processor records it.
-    """
+    A plain-tracer job span further up is invisible here (a span knows only its parent's ids)."""
     return otel_context.get_value(_JOB_SPAN) is not None or attr.JOB_ID in _current_attributes()
 
 

@@ -1,15 +1,7 @@
 """Zero-code setup: ``opentelemetry-instrument <worker command>`` records job steps.
 
-OpenTelemetry's auto-instrumentation (``sitecustomize`` of ``opentelemetry-instrumentation``)
-runs, at interpreter start: the distro, then the configurator that builds the SDK provider from
-``OTEL_*`` variables, then every ``opentelemetry_instrumentor`` entry point, then every
-``opentelemetry_post_instrument`` one. otel_jobsteps registers an instrumentor per queue (each
-opens the job span for every task run, as the adapter's ``instrument()`` does) and a
-post-instrument hook that adds `JobStepsProcessor` to the configured provider when
-``OTEL_JOBSTEPS_DSN`` is set. It all runs in the worker's main process, before a prefork pool
-forks: the processor gives each child its own writer. ``OTEL_JOBSTEPS_DOMAIN`` sets the
-``job.domain`` of every job (default: the queue's name); a queue library that is not installed
-is skipped, as OpenTelemetry skips any instrumentor whose import fails.
+One instrumentor per queue (as its adapter's ``instrument()``), and a post-instrument hook that
+adds `JobStepsProcessor` when ``OTEL_JOBSTEPS_DSN`` is set; both run before a prefork pool forks.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from ._stats import logger
+from ._log import logger
 from .auto import DOMAIN_VARIABLE
 
 __all__ = [

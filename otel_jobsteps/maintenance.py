@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from ._db import Record, Target, borrowed_connection, fetch, session
-from ._stats import logger
+from ._log import logger
 from .errors import ConfigurationError
 from .schema import is_partitioned
 from .sql import qualified_queries
@@ -158,17 +158,26 @@ def prune(
             batches += 1
             if counts.job_logs < batch_size:
                 break
-        attempts = 0
-        for name in ("prune_settled_attempts", "prune_idle_otlp_jobs", "prune_idle_otlp_traces"):
-            while True:
-                count = partial(_row_count, conn, queries[name], params)
-                forgotten = _retrying(conn, schema, count)
-                attempts += forgotten if name == "prune_settled_attempts" else 0
-                if forgotten < batch_size:
-                    break
+        attempts = _forget_settled(conn, queries, params, schema)
     return PruneResult(
         logs, events, batches, dry_run=False, partitions=partitions, settled_attempts=attempts
     )
+
+
+def _forget_settled(
+    conn: psycopg.Connection[Any], queries: dict[str, sql.Composed], params: Any, schema: str
+) -> int:
+    """Forget what `collect` keeps of settled OTLP attempts, then idle jobs and traces, in
+    batches; the number of attempts forgotten."""
+    attempts = 0
+    for name in ("prune_settled_attempts", "prune_idle_otlp_jobs", "prune_idle_otlp_traces"):
+        while True:
+            count = partial(_row_count, conn, queries[name], params)
+            forgotten = _retrying(conn, schema, count)
+            attempts += forgotten if name == "prune_settled_attempts" else 0
+            if forgotten < params["batch_size"]:
+                break
+    return attempts
 
 
 def _row_count(conn: psycopg.Connection[Any], query: sql.Composed, params: Any) -> int:
@@ -220,11 +229,8 @@ def _count_prunable(
 def _drop_partitions(
     conn: psycopg.Connection[Any], older_than: timedelta, batch_size: int, schema: str
 ) -> tuple[int, int]:
-    """Create the children rows will move into, move finished attempts into them, then drop
-    the children past the cutoff.
-
-    The work is done by functions of ``sql/partitioned.sql``. Returns (intervals dropped,
-    job_event rows they held).
+    """Move finished attempts into their interval's child, then drop the children past the
+    cutoff (functions of ``sql/partitioned.sql``); returns (intervals dropped, rows they held).
     """
     prepare = sql.SQL("SELECT {}()").format(
         sql.Identifier(schema, "otel_jobsteps_prepare_partitions")

@@ -21,10 +21,11 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ._detail import DEFAULT_MAX_DETAIL_BYTES
 from ._interpretation import Interpretation
+from ._log import logger
 from ._metrics import StepMetrics
 from ._settings import Settings
 from ._spans import attribute_dict
-from ._stats import Stats, logger
+from ._stats import Stats
 from ._telemetry import register_metrics
 from ._translate import PROGRESS_EVENT
 from ._watch import LogEmitted, SpanEnded, SpanStarted, ended_fields

@@ -312,10 +312,8 @@ def list_jobs(
             "since_at": since if isinstance(since, datetime) else window_start(conn, since),
             "limit": limit,
         }
-        # The planner cannot see how few rows are open steps (it multiplies the shares of STEP
-        # rows and of NULL ended_at): on a big table its estimate passes the JIT thresholds,
-        # and compiling costs more than the read. SET LOCAL: until the end of the transaction
-        # (the caller's, when it is one).
+        # The planner overestimates open steps, so JIT would compile and cost more than the
+        # read; SET LOCAL lasts until the end of the (possibly the caller's) transaction.
         conn.execute("SET LOCAL jit = off")
         if tag is not None:
             params.update(tag_name=tag[0], tag_value=tag[1], scan=limit * TAG_SCAN_PER_JOB)

@@ -1,7 +1,7 @@
 """Helpers the tests share: test databases, a typed tracing factory, reading rows, waiting.
 
-Fixtures live in the pytest plugin `tests.plugins.database` (loaded by pyproject's addopts);
-test modules import helpers from here, never from a conftest or from another test module.
+Fixtures live in the plugins of `tests.plugins` (registered in tests/conftest.py); test modules
+import helpers from here, never from a conftest or from another test module.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""What the queue adapters share: their settings, the wrapped marker, retries, flushing.
-
-The outcome and event names themselves are public: they live in the package ``__init__``.
-"""
+"""What the queue adapters share: their settings, the wrapped marker, retries, flushing."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -13,6 +9,7 @@ from typing import Any, TypeVar
 from opentelemetry import trace
 
 from .. import auto, context
+from .._log import logger as package_logger
 from ..attributes import JOB_OUTCOME
 from . import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 
@@ -25,9 +22,10 @@ __all__ = [
     "mark_wrapped",
     "record_retry_scheduled",
     "require_domain",
+    "try_number",
 ]
 
-logger = logging.getLogger("otel_jobsteps.integrations")
+logger = package_logger.getChild("integrations")
 
 _WRAPPED = "__otel_jobsteps_wrapped__"
 _ensured: set[int] = set()
@@ -37,6 +35,15 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def require_domain(domain: str) -> None:
     if not domain:
         raise ValueError("domain must be a non-empty string")
+
+
+def try_number(value: object) -> int | None:
+    """A try count a broker gave back (ASCII digits, as bytes or str), else None."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return None
 
 
 def is_wrapped(function: object) -> bool:
@@ -50,11 +57,8 @@ def mark_wrapped(function: _F) -> _F:
 
 
 def ensure_recording(provider: trace.TracerProvider | None) -> None:
-    """Once per process and provider, before jobs run: a JobStepsProcessor on the provider.
-
-    One is added from ``OTEL_JOBSTEPS_DSN`` when missing (so ``rq worker -w ...`` and the
-    ``arq`` command record with the variable alone); without it, a warning says what to do.
-    """
+    """Once per process and provider, before jobs run: a JobStepsProcessor on the provider,
+    added from ``OTEL_JOBSTEPS_DSN`` when missing, else a warning saying what to do."""
     if id(provider) in _ensured:
         return
     _ensured.add(id(provider))
@@ -90,10 +94,7 @@ def record_retry_scheduled(
 
 def flush_provider(provider: trace.TracerProvider | None, timeout_ms: int) -> bool:
     """Flush the (given or global) SDK tracer provider; True when it reported success.
-
-    Used where a queue ends a process with ``os._exit`` (RQ's work horse, Celery's pool
-    children), which skips the provider's atexit shutdown.
-    """
+    For processes a queue ends with ``os._exit``, which skips the atexit shutdown."""
     provider = provider or trace.get_tracer_provider()
     force_flush = getattr(provider, "force_flush", None)
     if force_flush is None:

@@ -1,22 +1,7 @@
 """arq: ``instrument(WorkerSettings, domain="render")`` records every job run as a job attempt.
 
-It replaces the settings' ``functions`` with wrapped ones (same names, timeouts, tries), so
-``arq module.WorkerSettings`` and ``run_worker`` work unchanged. What maps to what (read from
-arq/worker.py of arq 0.28, ``Worker.run_job``):
-
-- ``job.id`` = ``ctx["job_id"]``; ``job.attempt`` = ``ctx["job_try"]``: the worker INCRs the
-  job's retry key at every start, so a run cut short by a dead worker also counts as a try.
-- ``job.time_limit`` = the function's timeout (else the worker's ``job_timeout``, default
-  300 s). ``asyncio.wait_for`` cancels the job at the timeout: that cancellation is FAILED
-  ``time_limit``, and so is a run that returns after it (a job blocking the event loop).
-  Other cancellations (worker shutdown, ``Job.abort``) are FAILED ``cancelled``.
-- ``arq.worker.Retry`` raised (with ``retry_jobs``, the default): FAILED ``retry`` plus a
-  RETRY_SCHEDULED event. arq retries nothing else but cancellations; a plain exception is
-  FAILED ``error`` and final.
-- Stalls: arq reports none. The adapter marks a run in Redis while it runs
-  (``otel_jobsteps:arq:running:<job id>``); a try that finds the previous try's mark left
-  behind (its worker died) records STALLED for that attempt, whose open step the new attempt
-  closes as abandoned.
+It swaps in wrapped ``functions`` (same names, timeouts, tries) and marks each run in Redis to
+detect stalls. What maps to what: docs/integrations.md (read from arq 0.28's ``Worker.run_job``).
 """
 
 from __future__ import annotations
@@ -41,6 +26,7 @@ from ._common import (
     mark_wrapped,
     record_retry_scheduled,
     require_domain,
+    try_number,
 )
 
 __all__ = ["RUNNING_KEY_PREFIX", "instrument", "instrument_function"]
@@ -159,7 +145,7 @@ async def _mark_running(
     except Exception as error:  # noqa: BLE001 - bookkeeping must not fail the job
         logger.warning("marking arq job %s as running failed: %s", job_id, error)
         return
-    stalled_try = _try_number(previous)
+    stalled_try = try_number(previous)
     if stalled_try is not None and stalled_try < job_try:
         context.record_job_event(
             domain,
@@ -180,11 +166,3 @@ async def _clear_running(redis: Any, job_id: str) -> None:
         await redis.delete(RUNNING_KEY_PREFIX + job_id)
     except Exception as error:  # noqa: BLE001 - bookkeeping must not fail the job
         logger.warning("clearing the running mark of arq job %s failed: %s", job_id, error)
-
-
-def _try_number(value: object) -> int | None:
-    if isinstance(value, bytes):
-        value = value.decode("ascii", "replace")
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None

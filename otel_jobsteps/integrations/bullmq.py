@@ -1,25 +1,7 @@
 """BullMQ (the Python ``bullmq`` package): ``instrument(worker, domain="render")``.
 
-Call it right after constructing the ``Worker``: it wraps the worker's processor, so every run
-is a job attempt, and listens to the worker's ``stalled`` event. What maps to what (read from
-bullmq/worker.py, bullmq/job.py and the Lua scripts moveToActive, moveStalledJobsToWait and
-extendLock of bullmq 3.4):
-
-- ``job.id`` = the BullMQ job id; ``job.type`` = the job name.
-- ``job.attempt`` = ``attemptsMade + 1``: ``attemptsMade`` ("atm") grows when a run completes
-  or fails (a retry included), never when the stalled-job check moves an active job whose lock
-  expired back to wait. That re-run is the same attempt again.
-- ``job.execution`` = the run's lock token (``<worker id>:<n>``), new for every run; the
-  moveToActive script also counts the run in ``attemptsStarted`` ("ats").
-- An exception with attempts left (``attemptsMade + 1 < opts.attempts``, not
-  ``UnrecoverableError``, not discarded, as ``Job.moveToFailed`` decides): FAILED ``retry``
-  plus a RETRY_SCHEDULED event; otherwise FAILED ``error``.
-- BullMQ has no job time limit: the lock is the reclaim deadline. At the end of every run the
-  adapter asks whether the run still holds the job's lock (extendLock, the call BullMQ's lock
-  renewal makes): a run that lost it finished after the queue had taken the job back and is
-  FAILED ``reclaimed`` (BullMQ itself then fails to complete it: "Missing lock").
-- The worker's ``stalled`` event (its stalled-job check moved the job back to wait, or failed
-  it past ``maxStalledCount``): a STALLED event for attempt ``attemptsMade + 1``.
+Call it right after constructing the ``Worker``: it wraps the processor and listens to ``stalled``.
+What maps to what: docs/integrations.md (read from bullmq 3.4's worker, job and Lua scripts).
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """Celery: ``instrument(app, domain="render")`` records every task run as a job attempt.
 
-Each task's ``run`` is wrapped (the way Celery's own ``autoretry_for`` wraps it), so the job span
-covers exactly the task body, inside whatever ``task_prerun``/``task_postrun`` open around it
-(opentelemetry-instrumentation-celery's ``run/<task>`` span becomes the job span's parent).
-
-What maps to what (read from celery/app/trace.py, celery/app/task.py, celery/worker/request.py):
-
-- ``job.id`` = ``request.id``: ``Task.retry`` re-sends the message with the same task id.
-- ``job.attempt`` = ``request.retries + 1``: ``Task.retry`` sends ``retries + 1``; a message the
-  broker redelivers (``acks_late``) keeps its ``retries``, so it is the same attempt again, run
-  by another execution (the job span's own id).
-- ``celery.exceptions.Retry`` out of the body: FAILED ``retry`` plus a RETRY_SCHEDULED event.
-  ``Task.retry`` is wrapped too: the span open when it is called (a step, or the job) and the
-  job span record its ``exc`` as their error (``job.error``), not the ``Retry`` that wraps it.
-- ``SoftTimeLimitExceeded`` out of the body: FAILED ``time_limit``; ``job.time_limit`` is the soft
-  limit (else the hard one), so a body that swallows the soft limit and returns later is FAILED
-  ``time_limit`` as well. The hard limit kills the pool process: nothing runs in it any more,
-  and the next execution of the attempt, the next attempt or ``sweep`` settles it as abandoned.
-- ``request.delivery_info["redelivered"]``: a STALLED event for the attempt, recorded when the
-  redelivered message starts (a worker lost it before acknowledging it).
+Each task's ``run`` is wrapped (as ``autoretry_for`` does), so the job span covers the body alone.
+What maps to what: docs/integrations.md (read from celery's app/trace.py, task.py, request.py).
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """RQ: run ``JobStepsWorker`` (``rq worker -w otel_jobsteps.integrations.rq.JobStepsWorker``).
 
-Every job the worker performs is a job attempt; the domain is ``jobsteps_domain`` (set it with
-`instrument` or on a subclass), else ``OTEL_JOBSTEPS_DOMAIN``, else the job's queue name. With
-``OTEL_JOBSTEPS_DSN`` set, the worker adds a `JobStepsProcessor` to the tracer provider when it
-has none, so ``rq worker -w ...JobStepsWorker`` needs no code. What maps to what (read from
-rq/worker/base.py, rq/worker/worker_classes.py, rq/job.py and rq/registry.py of RQ 3.0):
-
-- ``job.id`` = the RQ job id, kept by ``Job.retry`` and by return-``Retry`` requeues.
-- ``job.attempt``: RQ stores ``retries_left`` (decremented by ``Job.retry`` on an exception,
-  by the abandoned-job cleanup too) and ``number_of_retries`` (incremented when the job returns
-  ``rq.Retry``), but not the initial ``Retry.max``. The adapter keeps ``retries_left`` as seen
-  on the first run and the last attempt number in ``job.meta``; the attempt is
-  ``1 + (first retries_left - retries_left) + number_of_retries``, and never less than the
-  previous run's attempt + 1 (a manual requeue or a ``Repeat`` is a new attempt too).
-- ``job.execution`` = the RQ ``Execution`` id of the run.
-- ``job.time_limit`` = the job's timeout: ``JobTimeoutException`` (the work horse's death
-  penalty) is FAILED ``time_limit``, and so is a run that swallows it and returns late.
-- An exception with retries left: FAILED ``retry`` plus RETRY_SCHEDULED (``time_limit`` stays
-  the reason when the timeout caused it); so is a returned ``rq.Retry`` that RQ will honour.
-- The work horse dying (``handle_work_horse_killed``, in the worker) and the abandoned-job
-  cleanup (``AbandonedJobError`` in ``StartedJobRegistry.cleanup``): a STALLED event for the
-  attempt. The dead run's open step is closed by the next attempt, or by ``sweep``.
-- The work horse ends with ``os._exit``: the adapter flushes the tracer provider at the end of
-  each job in the horse (``jobsteps_flush_timeout_ms``).
+Every job the worker performs is a job attempt; with ``OTEL_JOBSTEPS_DSN`` set it needs no code.
+What maps to what: docs/integrations.md (read from RQ 3.0's worker, job and registry modules).
 """
 
 from __future__ import annotations

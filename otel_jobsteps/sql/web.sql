@@ -231,14 +231,27 @@ LIMIT %(limit)s;
 
 -- name: open_step_gauges --
 -- GET /metrics: open steps by domain, job type and step, and how many of them showed no sign of
--- life (start or heartbeat) for silent_after. Reads the open rows only (job_event_one_open_step,
--- whose predicate this is), so a scrape costs the number of open steps, not the table's size.
-SELECT domain, job_type, step_key, count(*) AS open,
-       count(*) FILTER (WHERE GREATEST(created_at, heartbeat_at)
-                              <= now() - %(silent_after)s::interval) AS silent
-FROM {job_event}
-WHERE type = 'STEP' AND ended_at IS NULL
-GROUP BY domain, job_type, step_key;
+-- life (start or heartbeat) for silent_after. The open counts come from job_event_open_step_key
+-- alone (Index Only Scan); only the steps started before the cutoff can be silent, and only
+-- those are read from the table for their heartbeat (not indexed: its updates stay HOT).
+WITH counted AS (
+    SELECT domain, job_type, step_key, count(*) AS open
+    FROM {job_event}
+    WHERE type = 'STEP' AND ended_at IS NULL
+    GROUP BY domain, job_type, step_key
+), silent AS (
+    SELECT domain, job_type, step_key, count(*) AS silent
+    FROM {job_event}
+    WHERE type = 'STEP' AND ended_at IS NULL
+      AND created_at <= now() - %(silent_after)s::interval
+      AND (heartbeat_at IS NULL OR heartbeat_at <= now() - %(silent_after)s::interval)
+    GROUP BY domain, job_type, step_key
+)
+SELECT c.domain, c.job_type, c.step_key, c.open, COALESCE(s.silent, 0) AS silent
+FROM counted AS c
+LEFT JOIN silent AS s
+       ON s.domain = c.domain AND s.job_type IS NOT DISTINCT FROM c.job_type
+      AND s.step_key = c.step_key;
 
 -- name: step_stats --
 -- The job_step_duration view's numbers over a time window (steps closed since since_at), read

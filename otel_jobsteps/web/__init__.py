@@ -3,6 +3,7 @@ the writer). Needs the ``web`` extra (``pip install '.[web]'`` in a checkout).""
 
 from __future__ import annotations
 
-from .app import create_app, serve
+from .routing import create_app
+from .server import serve
 
 __all__ = ["create_app", "serve"]

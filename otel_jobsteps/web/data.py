@@ -1,9 +1,6 @@
-"""The web page's reads: one short read-only connection per request, queries from ``web.sql``.
+"""The web page's reads: one short READ ONLY connection per request, queries from ``web.sql``.
 
-A connection per request keeps no state between requests, so a database that went away and
-came back serves the next request with nothing to repair. Every transaction is READ ONLY: a
-role with SELECT on the tables and views is all the page needs.
-"""
+No state lives between requests, so a database that comes back needs no repair here."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ from psycopg.rows import dict_row
 
 from .._db import Record, connection_kwargs, fetch, session
 from .._times import read_any_time
-from .._translate import MAX_ID_CHARS
+from .._vocabulary import MAX_ID_CHARS
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     TAG_SCAN_PER_JOB,
@@ -44,16 +41,15 @@ __all__ = [
     "StatusCounts",
     "StepFailure",
     "StepStat",
+    "after_prefix",
 ]
 
 APPLICATION_NAME = "otel_jobsteps_web"
 CONNECT_TIMEOUT_S = 3.0
 JOBS_ROWS_PER_JOB = 8  # what one jobs_page read takes of each index per job asked for (web.sql)
 JOBS_ROW_BUDGET = 1600
+# A jobs page reads at most this often and this many rows of each index, then links Older.
 JOBS_MAX_READS = 4
-"""A jobs page reads at most this many times and ``JOBS_ROW_BUDGET`` rows of each index: a
-filter that matches nothing among the latest changes walks that deep before it answers with an
-Older link."""
 COUNT_CAP = 1_000  # the status counts stop here: each is an index range read, at most this long
 LINES_SHOWN = 2_000  # a step's log lines on its page (the newest): 1,000 a step are kept
 
@@ -173,10 +169,10 @@ class Reader:
             yield conn
 
     @contextmanager
-    def _snapshot(self) -> Iterator[psycopg.Connection[Any]]:
+    def snapshot(self) -> Iterator[psycopg.Connection[Any]]:
+        """A READ ONLY connection in one snapshot of ``schema``: what every page read runs on."""
         with self._connection() as conn, session(conn, schema=self.schema, snapshot=True):
-            # As list_jobs: the planner overestimates these reads on big tables, and compiling
-            # them (JIT) costs more than running them.
+            # As list_jobs: JIT compiling these overestimated reads costs more than running them.
             conn.execute("SET LOCAL jit = off")
             yield conn
 
@@ -190,12 +186,8 @@ class Reader:
         cursor: Cursor | None,
         limit: int,
     ) -> JobsPage:
-        """A page of jobs, newest activity first, below ``cursor``.
-
-        One read looks at the latest ``JOBS_ROWS_PER_JOB * limit`` changes; while a filter
-        leaves the page short, older changes are read below the last one's floor, in the same
-        snapshot, within ``JOBS_MAX_READS`` and ``JOBS_ROW_BUDGET``.
-        """
+        """A page of jobs, newest activity first, below ``cursor``; a page a filter leaves short
+        reads older changes, in the same snapshot, within the budget (``JOBS_*``)."""
         filters = {"domain": domain, "job_type": job_type, "status": status, "limit": limit}
         return self._floored_page("jobs_page", filters, since, cursor)
 
@@ -204,9 +196,9 @@ class Reader:
     ) -> JobsPage:
         """Jobs whose id is or starts with ``prefix``, in every domain or in ``domain``, in
         (domain, job id) order after ``cursor``'s job."""
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             now = _server_now(conn)
-            params: dict[str, Any] = {"prefix": prefix, "upper": _after_prefix(prefix)}
+            params: dict[str, Any] = {"prefix": prefix, "upper": after_prefix(prefix)}
             after = cursor if cursor is not None and cursor.domain is not None else None
             params.update(
                 domain=domain,
@@ -255,7 +247,7 @@ class Reader:
         limit: int = filters["limit"]
         reads = max(1, min(JOBS_MAX_READS, JOBS_ROW_BUDGET // (JOBS_ROWS_PER_JOB * limit)))
         jobs: list[JobRow] = []
-        with self._snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self.snapshot() as conn, conn.cursor(row_factory=dict_row) as cur:
             params = {
                 **filters,
                 "since_at": window_start(conn, since),
@@ -279,7 +271,7 @@ class Reader:
     def status_counts(self, since: timedelta | None) -> StatusCounts:
         """Attempts ended COMPLETED and FAILED since ``since`` ago and steps open now, each
         counted up to `COUNT_CAP`."""
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             params = {"since_at": window_start(conn, since), "cap": COUNT_CAP}
             return fetch(conn, self._queries["status_counts"], params, StatusCounts)[0]
 
@@ -292,16 +284,12 @@ class Reader:
         attempt: int | None = None,
         step: str | None = None,
     ) -> JobPage | None:
-        """Every attempt of a job with all its rows and final rows, or None if it has none;
-        the log lines of ``attempt`` (default: the latest) between steps and of ``step``.
-
-        Rows come without detail, message and span id but those ``drawn`` picks (by id, given
-        the page read so far): one snapshot reads all.
-        """
+        """A job's attempts, rows, final rows and the log lines of ``attempt`` and ``step``, in
+        one snapshot (None without rows); details only of the rows ``drawn`` picks."""
         key = {"domain": domain, "job_id": job_id}
         # job_attempts of the read API (the list_jobs fragment does not matter to it)
         read_side = qualified_queries("read.sql", self.schema, (("in_domain", ""),))
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             with conn.cursor(row_factory=dict_row) as cur:
                 found = cur.execute(read_side["job_attempts"], key).fetchall()
                 if not found:
@@ -325,18 +313,18 @@ class Reader:
     def open_steps(self, min_silence: timedelta, limit: int) -> list[OpenStep]:
         """Open steps silent for at least ``min_silence``, longest silent first."""
         params = {"older_than": min_silence, "limit": limit}
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             return fetch(conn, self._queries["open_steps"], params, OpenStep)
 
     def open_step_gauges(self, silent_after: timedelta) -> list[tuple[Any, ...]]:
         """(domain, job type, step key, open steps, of them silent for ``silent_after``)."""
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             params = {"silent_after": silent_after}
             return conn.execute(self._queries["open_step_gauges"], params).fetchall()
 
     def step_stats(self, since: timedelta) -> list[StepStat]:
         """Per job type and step key: closed steps over the last ``since``."""
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             params = {"since_at": window_start(conn, since)}
             return fetch(conn, self._queries["step_stats"], params, StepStat, prepare=False)
 
@@ -344,7 +332,7 @@ class Reader:
         self, job_type: str | None, step_key: str, since: timedelta, limit: int
     ) -> list[StepFailure]:
         """The latest failures of one step of one job type over the last ``since``."""
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             params = {
                 "job_type": job_type,
                 "step_key": step_key,
@@ -368,10 +356,9 @@ _NO_DETAIL = {"detail": None, "message": None, "span_id": None}
 RowChooser = Callable[[JobPage], Iterable[int]]
 
 
-def _after_prefix(prefix: str) -> str:
-    """A text above every id starting with ``prefix`` in code point order: its last character's
-    successor (surrogates are not text: skipped); with none, more top code points than an id
-    has characters."""
+def after_prefix(prefix: str) -> str:
+    """The upper bound of an id prefix search: ``prefix`` with its last character's successor
+    (surrogates skipped); for top code points only, a text longer than any id."""
     text = prefix.rstrip(chr(0x10FFFF))
     if not text:
         return chr(0x10FFFF) * (MAX_ID_CHARS + 1)

@@ -1,8 +1,6 @@
 """What the pages draw, computed from rows: the waterfall's geometry, trace links, paging cursors.
 
-Pure functions and frozen dataclasses, no I/O: the templates only print these values, and the
-unit tests check the arithmetic without a browser or a database.
-"""
+Pure functions and frozen dataclasses, no I/O: the templates only print these values."""
 
 from __future__ import annotations
 
@@ -60,13 +58,8 @@ _HEX = re.compile(r"[0-9a-f]+")
 
 
 class TraceLinks:
-    """Links to a trace viewer from a template such as
-    ``http://localhost:16686/trace/{trace_id}?uiFind={span_id}``.
-
-    Only ``{trace_id}``, ``{span_id}``, ``{start_ms}`` and ``{end_ms}`` are replaced (plain
-    replacement, so JSON braces in a Grafana URL stay as they are); the template must be an
-    http or https URL, and ids that are not lowercase hex of the OpenTelemetry sizes give no link.
-    """
+    """Links to a trace viewer from an http(s) URL template holding `PLACEHOLDERS` (plain
+    replacement: JSON braces stay); ids that are not lowercase hex of OTel sizes give no link."""
 
     def __init__(self, template: str) -> None:
         parts = urlsplit(template)
@@ -100,9 +93,8 @@ def _is_hex(value: str | None, length: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Cursor:
-    """Where the next page of jobs starts: below activity time ``at``; with a domain and job id,
-    below that job (exclusive), without them at ``at`` itself included. An id search pages in
-    (domain, job id) order: its cursor has no time, only the job it continues after."""
+    """Where the next page of jobs starts: below activity time ``at`` (inclusive), or below the
+    job named (exclusive); an id search's cursor has no time, only the job it follows."""
 
     at: datetime | None
     domain: str | None = None
@@ -226,11 +218,8 @@ Row = Bar | Mark
 
 @dataclass(frozen=True, slots=True)
 class Lane:
-    """One attempt: its summary, final row, and its steps and events in time order.
-
-    ``rows`` is the window drawn (all of them unless there are more than `ROWS_SHOWN`),
-    starting at row ``first`` of ``count``; a collapsed lane draws none.
-    """
+    """One attempt: its summary, final row, and its steps and events in time order; ``rows``
+    is the window drawn (at most `ROWS_SHOWN`, from row ``first`` of ``count``), none collapsed."""
 
     summary: AttemptSummary
     log: JobLogEntry | None
@@ -285,6 +274,45 @@ def _position(at: datetime, start: datetime, span: float) -> float:
     return round((at - start).total_seconds() / span * AXIS_WIDTH, 3)
 
 
+@dataclass(frozen=True, slots=True)
+class _Axis:
+    """The time axis all attempts share: ``span`` seconds from ``start`` to ``end``."""
+
+    start: datetime
+    end: datetime
+    span: float
+    as_of: datetime
+    links: TraceLinks | None
+
+    @classmethod
+    def of(
+        cls,
+        rows: list[dict[str, Any]],
+        logs: list[JobLogEntry],
+        as_of: datetime,
+        links: TraceLinks | None,
+    ) -> _Axis:
+        """From the first row to the last end, or to ``as_of`` while a step is open."""
+        times = [r["created_at"] for r in rows] + [log.created_at for log in logs]
+        times += [r["ended_at"] or as_of for r in rows if r["type"] == STEP]
+        start, end = min(times, default=as_of), max(times, default=as_of)
+        return cls(start, end, max((end - start).total_seconds(), 1e-6), as_of, links)
+
+    def bar(self, row: dict[str, Any]) -> Bar:
+        return _bar(row, self.start, self.span, self.as_of, self.links)
+
+    def mark(self, row: dict[str, Any]) -> Mark:
+        return _mark(row, self.start, self.span)
+
+    def trace_link(self, rows: list[dict[str, Any]], summary: AttemptSummary) -> str | None:
+        """The link to an attempt's trace over its run, None without a template or trace."""
+        if self.links is None:
+            return None
+        trace_id = next((r["trace_id"] for r in rows if r["trace_id"]), None)
+        lane_start, lane_end = summary.started_at or self.start, summary.ended_at or self.as_of
+        return self.links.link(trace_id, None, lane_start, lane_end)
+
+
 def build_timeline(
     attempts: tuple[AttemptSummary, ...],
     rows: list[dict[str, Any]],
@@ -297,94 +325,93 @@ def build_timeline(
     first: int | None = None,
     lines: Sequence[LogLine] = (),
 ) -> Timeline:
-    """Lay out a job's ``job_rows`` (steps and events, every attempt) on one axis.
-
-    ``attempt`` (default: the latest) is the selected attempt, ``step`` the key of its selected
-    step (its last run); ``first`` the first of its rows to draw. The axis runs from the first
-    row to the last end, or to ``as_of`` while a step is open, so a running bar grows as the page
-    refreshes. ``lines`` are the selected attempt's log lines (of the selected step and
-    between steps); log lines (type LOG) and tags (type TAG) are no rows of their own.
-    """
-    tag_rows = [r for r in rows if r["type"] == TAG]
+    """A job's ``job_rows`` on one axis, ``attempt`` (default: the latest) selected with the last
+    run of ``step``, its rows drawn from ``first``, its log ``lines`` beside them."""
     tags: dict[int, list[tuple[str, str]]] = {}
-    for r in tag_rows:
-        tags.setdefault(r["attempt"], []).append((r["step_key"], r.get("message") or ""))
-    rows = [r for r in rows if r["type"] not in (LOG, TAG)]
-    by_attempt_rows: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
+        if r["type"] == TAG:
+            tags.setdefault(r["attempt"], []).append((r["step_key"], r.get("message") or ""))
+    steps_and_events = [r for r in rows if r["type"] not in (LOG, TAG)]
+    by_attempt_rows: dict[int, list[dict[str, Any]]] = {}
+    for r in steps_and_events:
         by_attempt_rows.setdefault(r["attempt"], []).append(r)
-    times = [r["created_at"] for r in rows] + [log.created_at for log in logs]
-    times += [r["ended_at"] or as_of for r in rows if r["type"] == STEP]
-    start = min(times, default=as_of)
-    end = max(times, default=as_of)
-    span = max((end - start).total_seconds(), 1e-6)
+    axis = _Axis.of(steps_and_events, logs, as_of, links)
     by_attempt = {log.attempt: log for log in logs}
     chosen = attempt if attempt is not None else attempts[-1].attempt if attempts else None
     lanes: list[Lane] = []
     selected, selected_step = None, None
     for summary in attempts:
-        # Rows become bars and marks only where drawn: a job of 10,000 steps draws 200.
-        own = by_attempt_rows.get(summary.attempt, [])
         is_selected = summary.attempt == chosen
-        picked = _last_run(own, step) if is_selected and step is not None else None
-        window_start = _window_start(len(own), picked, first if is_selected else None)
-        collapsed = len(own) > COLLAPSE_OVER and not is_selected and summary is not attempts[-1]
-        drawn = [] if collapsed else own[window_start : window_start + ROWS_SHOWN]
-        shown = tuple(
-            _bar(r, start, span, as_of, links) if r["type"] == STEP else _mark(r, start, span)
-            for r in drawn
-        )
-        made = {id(raw): row for raw, row in zip(drawn, shown, strict=True)}
-
-        def bar_of(raw: dict[str, Any], made: dict[int, Row] = made) -> Bar:
-            found = made.get(id(raw))
-            return found if isinstance(found, Bar) else _bar(raw, start, span, as_of, links)
-
-        trace_id = next((r["trace_id"] for r in own if r["trace_id"]), None)
-        lane_start = summary.started_at or start
-        lane_end = summary.ended_at or as_of
-        trace_link = links.link(trace_id, None, lane_start, lane_end) if links else None
-        open_raw = next((r for r in own if r["type"] == STEP and r["ended_at"] is None), None)
-        open_bar = None if open_raw is None else bar_of(open_raw)
-        marks = tuple(
-            found if isinstance(found := made.get(id(r)), Mark) else _mark(r, start, span)
-            for r in own
-            if r["type"] != STEP
-        )
-        lane = Lane(
+        lane, picked = _lane(
             summary,
-            by_attempt.get(summary.attempt),
-            shown,
-            window_start,
-            len(own),
-            collapsed,
-            trace_link,
-            open_bar,
-            marks,
-            tuple(tags.get(summary.attempt, ())),
+            by_attempt_rows.get(summary.attempt, []),
+            axis,
+            log=by_attempt.get(summary.attempt),
+            tags=tuple(tags.get(summary.attempt, ())),
+            step=step if is_selected else None,
+            first=first if is_selected else None,
+            collapsible=not is_selected and summary is not attempts[-1],
         )
         lanes.append(lane)
         if is_selected:
-            selected, selected_step = lane, None if picked is None else bar_of(own[picked])
+            selected, selected_step = lane, picked
+    start, end = axis.start, axis.end
     ticks = tuple(start + (end - start) * i / (TICKS - 1) for i in range(TICKS))
     chosen_lines = [line for line in lines if line.attempt == chosen]
     step_lines = tuple(
         line for line in chosen_lines if selected_step is not None and line.step_key == step
     )
     between = tuple(line for line in chosen_lines if line.step_key is None)
-    row_ids = frozenset(r["id"] for r in tag_rows)
+    row_ids = frozenset(r["id"] for r in rows if r["type"] == TAG)
+    lanes_made = tuple(lanes)
     return Timeline(
-        start,
-        end,
-        as_of,
-        tuple(lanes),
-        ticks,
-        selected,
-        selected_step,
-        step_lines,
-        between,
-        row_ids,
+        start, end, as_of, lanes_made, ticks, selected, selected_step, step_lines, between, row_ids
     )
+
+
+def _lane(
+    summary: AttemptSummary,
+    own: list[dict[str, Any]],
+    axis: _Axis,
+    *,
+    log: JobLogEntry | None,
+    tags: tuple[tuple[str, str], ...],
+    step: str | None,
+    first: int | None,
+    collapsible: bool,
+) -> tuple[Lane, Bar | None]:
+    """One attempt's lane, and the bar of the last run of ``step`` in it (None without one).
+    Only the rows drawn become bars: a job of 10,000 steps draws 200."""
+    picked = _last_run(own, step) if step is not None else None
+    window_start = _window_start(len(own), picked, first)
+    collapsed = collapsible and len(own) > COLLAPSE_OVER
+    drawn = [] if collapsed else own[window_start : window_start + ROWS_SHOWN]
+    shown = tuple(axis.bar(r) if r["type"] == STEP else axis.mark(r) for r in drawn)
+    made = {id(raw): row for raw, row in zip(drawn, shown, strict=True)}
+
+    def bar_of(raw: dict[str, Any]) -> Bar:
+        found = made.get(id(raw))
+        return found if isinstance(found, Bar) else axis.bar(raw)
+
+    open_raw = next((r for r in own if r["type"] == STEP and r["ended_at"] is None), None)
+    marks = tuple(
+        found if isinstance(found := made.get(id(r)), Mark) else axis.mark(r)
+        for r in own
+        if r["type"] != STEP
+    )
+    lane = Lane(
+        summary,
+        log,
+        shown,
+        window_start,
+        len(own),
+        collapsed,
+        axis.trace_link(own, summary),
+        None if open_raw is None else bar_of(open_raw),
+        marks,
+        tags,
+    )
+    return lane, None if picked is None else bar_of(own[picked])
 
 
 def drawn_rows(timeline: Timeline) -> set[int]:

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from otel_jobsteps._batch import CloseForeign, CloseStep, Progress
-from otel_jobsteps._store import _params
+from otel_jobsteps._store import statement_params
 from otel_jobsteps.sql import qualified_queries
 
 AT_US = 1_900_000_000_000_000
@@ -27,7 +27,7 @@ def _open_step(conn: psycopg.Connection[Any], job_id: str, execution_id: str = "
 
 def _run(conn: psycopg.Connection[Any], statement: str, ops: list[Any]) -> int:
     query = qualified_queries("queries.sql", "public")[statement]
-    return conn.execute(query, _params(ops, 65_536)).rowcount
+    return conn.execute(query, statement_params(ops, 65_536)).rowcount
 
 
 def _step(conn: psycopg.Connection[Any], job_id: str) -> tuple[Any, ...]:

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from otel_jobsteps._batch import Abandon, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
-from otel_jobsteps._store import _params
+from otel_jobsteps._store import statement_params
 from otel_jobsteps.sql import load_queries, qualified_queries
 
 OPEN_STEPS = 50_000
@@ -58,7 +58,7 @@ def _operations(statement: str, input_rows: int = INPUT_ROWS) -> dict[str, Any]:
         ]  # fmt: skip
     else:
         ops = [JobLogRow("d", job, "t", 1, "COMPLETED", None, None, None, AT_US) for job in jobs]
-    return _params(ops, 65_536)
+    return statement_params(ops, 65_536)
 
 
 def _rows_read(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]) -> int:

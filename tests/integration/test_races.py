@@ -14,7 +14,8 @@ from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps._batch import Batch
 from otel_jobsteps._commands import JobStarted, Scope, StepStarted
 from otel_jobsteps._recorder import StepRecorder
-from otel_jobsteps._store import StepStore, _params, statements
+from otel_jobsteps._store import StepStore, statement_params, statements
+from otel_jobsteps.sql import qualified_queries
 from tests.helpers import TracingFactory, rows, wait_until
 
 WORKERS = 4
@@ -111,7 +112,9 @@ def test_a_step_opened_concurrently_by_another_execution_is_taken_over(
     holder.execute("BEGIN")
     with holder.cursor() as cur:  # their open step, not yet committed
         for name, ops in statements(_open_step_batch("theirs", 1_000)):
-            cur.execute(theirs._queries[name], _params(ops, 1024))
+            cur.execute(
+                qualified_queries("queries.sql", "public")[name], statement_params(ops, 1024)
+            )
     writer = threading.Thread(target=ours.write, args=(_open_step_batch("ours", 2_000),))
     writer.start()
     wait_until(

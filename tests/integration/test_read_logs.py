@@ -185,9 +185,9 @@ def test_show_logs_and_tail_escape_what_job_code_wrote(
     changes = follower.poll()
     assert [change.change for change in changes] == ["log", "log", "log"]
     from otel_jobsteps._timeline import Style
-    from otel_jobsteps.cli import _activity_line
+    from otel_jobsteps.cli import activity_line
 
-    tailed = [_activity_line(change, Style(color=False)) for change in changes]
+    tailed = [activity_line(change, Style(color=False)) for change in changes]
     assert "\x1b" not in "".join(tailed)
     assert re.search(r"render / logged #2  WARN\\x1b\[31m  RENDER  \\x1b\]0;pwned", tailed[0])
     assert len(tailed[1]) < 2_200

@@ -1,1 +1,1 @@
-"""Pytest plugins of the test suite (see pyproject addopts)."""
+"""Pytest plugins of the test suite, one per concern, registered in ``tests/conftest.py``."""

@@ -1,30 +1,24 @@
-"""Pytest plugin: the test database. OTEL_JOBSTEPS_TEST_DSN, else testcontainers, else the
-embedded server; one migrated template database per session, one clone of it per test.
-OTEL_JOBSTEPS_TEST_LAYOUT=partitioned migrates it with the partitioned layout (interval 1d).
+"""Pytest plugin: the test databases, one migrated template per session and a clone per test.
+
+The server: OTEL_JOBSTEPS_TEST_DSN, else testcontainers, else the embedded server.
+OTEL_JOBSTEPS_TEST_LAYOUT=partitioned migrates with the partitioned layout (interval 1d).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
 import psycopg
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Tracer
 
-from otel_jobsteps import JobStepsProcessor, migrate
-from tests.helpers import (
-    PARTITION_INTERVAL,
-    TracingFactory,
-    create_database,
-    database_dsn,
-    drop_database,
-    record_two_attempts,
-)
+from otel_jobsteps import migrate
+from tests.helpers import PARTITION_INTERVAL, create_database, database_dsn, drop_database
 
 
 def _docker_answers() -> bool:
@@ -39,8 +33,16 @@ def _docker_answers() -> bool:
         finally:
             client.close()
     except Exception:  # noqa: BLE001 - no engine, no client library, no socket: all "no"
-        return False
-    return True
+        answered = False
+    else:
+        answered = True
+    if not answered:
+        # A failed probe leaves a socket in its traceback: collect it now, or its
+        # ResourceWarning fails whichever later test the garbage collector runs in.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+    return answered
 
 
 @pytest.fixture(scope="session")
@@ -94,29 +96,15 @@ def empty_dsn(server_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def second_dsn(empty_dsn: str) -> str:
+    """Another fresh, migrated database (the processor writes one, collect the other), in the
+    layout the test run uses."""
+    partitioned = os.environ.get("OTEL_JOBSTEPS_TEST_LAYOUT") == "partitioned"
+    migrate(empty_dsn, partition_interval=PARTITION_INTERVAL if partitioned else None)
+    return empty_dsn
+
+
+@pytest.fixture
 def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(dsn, autocommit=True) as connection:
         yield connection
-
-
-@pytest.fixture
-def tracing(dsn: str) -> Iterator[TracingFactory]:
-    """Build a TracerProvider with a JobStepsProcessor on the test database; shut down after."""
-    providers: list[TracerProvider] = []
-
-    def build(**options: Any) -> tuple[Tracer, JobStepsProcessor]:
-        processor = JobStepsProcessor(options.pop("dsn", dsn), **options)
-        provider = TracerProvider()
-        provider.add_span_processor(processor)
-        providers.append(provider)
-        return provider.get_tracer("tests"), processor
-
-    yield build
-    for provider in providers:
-        provider.shutdown()
-
-
-@pytest.fixture
-def two_attempts(tracing: TracingFactory) -> str:
-    """The seed story recorded (render / 42: attempt 1 fails in SAVE, attempt 2 completes)."""
-    return record_two_attempts(tracing)

@@ -1,8 +1,6 @@
-"""Real brokers and real workers for the queue adapter tests.
+"""Real brokers and workers for the queue adapter tests: one database and worker start per module.
 
-Each test module gets one migrated database (its workers write there) and starts its workers as
-subprocesses in their own process group, each with a watchdog; teardown always kills the group.
-A test needing a broker skips with the reason when nothing answers on its port.
+Workers run in their own process group with a watchdog; a test whose broker is absent skips.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ def redis_url() -> str:
 
 @pytest.fixture(scope="session")
 def amqp_url() -> str:
-    # The AMQP 0-9-1 protocol header; a broker replies with a Connection.Start method frame.
+    # The AMQP 0-9-1 protocol header: a broker replies with a Connection.Start frame.
     needs = "RabbitMQ (OTEL_JOBSTEPS_TEST_AMQP_URL)"
     return broker(AMQP_URL, needs, default_port=5672, hello=b"AMQP\x00\x00\x09\x01", expect=b"\x01")
 

@@ -10,8 +10,9 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
 from otel_jobsteps._facts import span_fields
-from otel_jobsteps._relay import _Outbox
 from otel_jobsteps._watch import ended_fields
+from otel_jobsteps._writer_process.outbox import Outbox
+from otel_jobsteps._writer_process.wire import ENDED, REPLAYED
 
 
 def _told(messages: list[Any]) -> list[tuple[str, str]]:
@@ -20,7 +21,7 @@ def _told(messages: list[Any]) -> list[tuple[str, str]]:
 
 def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_the_bound() -> None:
     tracer = TracerProvider().get_tracer("t")
-    outbox = _Outbox(max_open=3)
+    outbox = Outbox(max_open=3)
     job = tracer.start_span("job")
     event = tracer.start_span("event", attributes={JOB_EVENT_TYPE: "STALLED"})
     fetch = tracer.start_span("FETCH", attributes={JOB_STEP_KEY: "FETCH"})
@@ -31,13 +32,17 @@ def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_
     outbox.ended(ended_fields(fetch))
 
     outbox.replay()  # FETCH's end is not sent yet: the new writer process must know FETCH
-    assert _told(outbox.messages) == [("r", "job"), ("r", "FETCH"), ("e", "FETCH")]
+    assert _told(outbox.messages) == [(REPLAYED, "job"), (REPLAYED, "FETCH"), (ENDED, "FETCH")]
     outbox.take()
     outbox.replay()
-    assert _told(outbox.take()) == [("r", "job")]
+    assert _told(outbox.take()) == [(REPLAYED, "job")]
 
     for name in ("A", "B", "C"):
         outbox.started(span_fields(tracer.start_span(name), ended=False))
     outbox.take()
     outbox.replay()
-    assert _told(outbox.take()) == [("r", "A"), ("r", "B"), ("r", "C")]  # job: the oldest out
+    assert _told(outbox.take()) == [
+        (REPLAYED, "A"),
+        (REPLAYED, "B"),
+        (REPLAYED, "C"),
+    ]  # job: the oldest out

@@ -11,7 +11,7 @@ import pytest
 
 from otel_jobsteps._batch import EventRow
 from otel_jobsteps._detail import encode_detail
-from otel_jobsteps._store import _rows_json
+from otel_jobsteps._store import rows_json
 
 DETAILS: list[Any] = [
     None,
@@ -43,7 +43,7 @@ def _detail_of(element: Any) -> Any:
 @pytest.mark.parametrize("rows", [1, 3, 300], ids=lambda n: f"{n}-rows")
 def test_every_detail_reads_as_encode_detail_writes_it(max_bytes: int, rows: int) -> None:
     details = [DETAILS[n % len(DETAILS)] for n in range(rows)]
-    decoded = json.loads(_rows_json([_row(n, d) for n, d in enumerate(details)], max_bytes))
+    decoded = json.loads(rows_json([_row(n, d) for n, d in enumerate(details)], max_bytes))
     assert len(decoded) == rows
     for number, (row, detail) in enumerate(zip(decoded, details, strict=True)):
         expected = encode_detail(detail, max_bytes)
@@ -60,11 +60,11 @@ def test_every_detail_reads_as_encode_detail_writes_it(max_bytes: int, rows: int
 
 
 def test_plain_details_ride_as_objects() -> None:
-    decoded = json.loads(_rows_json([_row(0, {"done": 1})], 64 * 1024))
+    decoded = json.loads(rows_json([_row(0, {"done": 1})], 64 * 1024))
     assert decoded[0][7] == {"done": 1}
 
 
 def test_even_rows_too_long_for_one_chunk_still_ride_as_objects() -> None:
     """128 rows of 600-byte details exceed 64 KiB together, not one by one."""
-    decoded = json.loads(_rows_json([_row(n, {"pad": "y" * 600}) for n in range(300)], 64 * 1024))
+    decoded = json.loads(rows_json([_row(n, {"pad": "y" * 600}) for n in range(300)], 64 * 1024))
     assert all(row[7] == {"pad": "y" * 600} for row in decoded)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_jobsteps.web.data import _after_prefix
+from otel_jobsteps.web.data import after_prefix
 
 
 @pytest.mark.parametrize(
@@ -18,4 +18,4 @@ from otel_jobsteps.web.data import _after_prefix
     ],
 )
 def test_the_upper_bound_of_a_prefix_search(prefix: str, upper: str) -> None:
-    assert _after_prefix(prefix) == upper
+    assert after_prefix(prefix) == upper

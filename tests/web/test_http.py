@@ -456,7 +456,7 @@ def test_works_with_a_select_only_role(dsn: str, two_attempts: str) -> None:
             assert (
                 client.get("/api" + job_url("render", two_attempts)).json()["current_attempt"] == 2
             )
-        with Reader(reader_dsn)._snapshot() as conn:  # every read runs READ ONLY
+        with Reader(reader_dsn).snapshot() as conn:  # every read runs READ ONLY
             assert conn.execute("SHOW transaction_read_only").fetchone() == ("on",)
             with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
                 conn.execute("DELETE FROM job_log")

@@ -25,7 +25,6 @@ from otel_jobsteps.cli import main
 from otel_jobsteps.web.app import job_url
 from tests.helpers import TracingFactory
 from tests.ingest.collector import CollectorFactory, table_rows
-from tests.ingest.conftest import second_dsn, start_collect  # noqa: F401 - fixtures used here
 from tests.web.support import HOSTILE, tagged_job
 
 
@@ -45,9 +44,9 @@ def tag_rows(dsn: str) -> list[tuple[object, ...]]:
 
 
 def test_both_doors_store_the_same_tags_once_per_attempt(
-    start_collect: CollectorFactory,  # noqa: F811 - the imported fixture
+    start_collect: CollectorFactory,
     dsn: str,
-    second_dsn: str,  # noqa: F811
+    second_dsn: str,
 ) -> None:
     collector = start_collect(second_dsn)
     provider = TracerProvider()

@@ -1,11 +1,8 @@
 """The writer process's main: facts from the relay's pipe -> interpretation -> the writer.
 
-Started by `relay.Relay` (``python -c`` importing `main`, with the job's working directory off
-the path) with the pipe's two descriptors as arguments; the first frame holds its settings
-(JSON). It writes exactly as the writer thread does (same
-recorder, batches, retries, heartbeats, bounds) and answers each flush once it is committed.
-It ends when its input closes (the relay shut down, or the job's process is gone): it writes
-what it holds within the shutdown timeout, then exits.
+Started by `relay.Relay` with the pipe's two descriptors; the first frame holds its settings.
+It writes exactly as the writer thread does and answers each flush once it is committed; it
+ends when its input closes, writing what it holds within the shutdown timeout.
 """
 
 from __future__ import annotations
@@ -16,17 +13,31 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from ._interpretation import Interpretation, build_interpretation
-from ._metrics import Committed
-from ._relay import WriterSettings, decode_facts, decode_log, read_frames, write_frame
-from ._stats import Stats, logger
-from ._store import StepStore
-from ._writer import Writer
-from .schema import check_writable_tables, migrate
+from .._interpretation import FactsHandler
+from .._metrics import Committed
+from .._settings import Settings
+from .._stats import Stats, logger
+from .._writer import Writer
+from .._writer_side import build_handler, build_store, build_writer, snapshot
+from .wire import (
+    ENDED,
+    FLUSH,
+    FLUSHED,
+    LOG,
+    METRICS,
+    PROGRESS,
+    REPLAYED,
+    STARTED,
+    STATS,
+    WARNING,
+    WHOLE,
+    read_frames,
+    write_frame,
+)
 
 __all__ = ["main"]
 
@@ -34,59 +45,60 @@ _STATS_EVERY_S = 0.5
 _FULL_QUEUE_PAUSE_S = 0.01
 # Relay messages by the name the writer thread's counters give the same thing.
 _KINDS = {
-    "s": "SpanStarted",
-    "r": "SpanStarted",
-    "w": "SpanEnded",
-    "e": "SpanEnded",
-    "p": "ProgressReported",
-    "L": "LogEmitted",
+    STARTED: "SpanStarted",
+    REPLAYED: "SpanStarted",
+    WHOLE: "SpanEnded",
+    ENDED: "SpanEnded",
+    PROGRESS: "ProgressReported",
+    LOG: "LogEmitted",
 }
 _FLUSH_WAIT_S = 3600.0  # the relay's caller decides how long it waits
 
 
-class _ReceivedFacts:
-    """The writer's handler here: relay messages -> the interpretation's facts."""
+class _Received:
+    """The writer's facts source here: the relay's messages, already read as fields there."""
 
-    def __init__(self, interpretation: Interpretation) -> None:
-        self.interpretation = interpretation
-        recorder = interpretation.recorder
-        self.next_due = recorder.next_due
-        self.fire_due = recorder.fire_due
-        self.flush_timers = recorder.flush_timers
-        self.take_batch = interpretation.take_batch
-        self.pending_operations = interpretation.pending_operations
-        self.open_steps = interpretation.open_steps
+    backlogged: Callable[[], bool] = staticmethod(lambda: False)  # the relay polls, not this
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
+    def __init__(self, reader: FactsHandler) -> None:
+        self._progress = reader.progress
+        self._read = {
+            STARTED: reader.started,
+            WHOLE: reader.whole,
+            ENDED: reader.ended,
+            REPLAYED: reader.resumed,
+            LOG: reader.log,
+        }
 
     def handle(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        reader = self.interpretation
-        if kind == "L":
-            reader.log(decode_log(message))
-        elif kind == "p":
-            reader.progress(*message[1:])
-        elif kind == "s":
-            reader.started(decode_facts(message))
-        elif kind == "w":
-            reader.whole(decode_facts(message))
-        elif kind == "r":
-            reader.resumed(decode_facts(message))
+        if message[0] == PROGRESS:
+            self._progress(*message[1:])
         else:
-            reader.ended(decode_facts(message))
+            self._read[message[0]](message[1])
+
+    def next_poll(self) -> float | None:
+        return None  # running steps are polled by the relay's watch
+
+    def poll_due(self, now: float) -> None:
+        pass
+
+    def poll_all(self) -> None:
+        pass
+
+    def settle(self) -> None:
+        pass
 
 
-def _snapshot(stats: Stats, writer: Writer, interpretation: Interpretation) -> dict[str, Any]:
-    data = stats.snapshot()
-    data["queued"] = writer.queue_length()
-    data["open_attempts"] = interpretation.recorder.open_attempts()
-    data["open_spans"] = interpretation.translator.open_spans()
+def _snapshot(stats: Stats, writer: Writer, handler: FactsHandler) -> dict[str, Any]:
+    data = snapshot(stats, writer, handler)
     data["backlogged"] = int(writer.backlogged())  # the relay sheds progress meanwhile
     return data
 
 
 def _room_for(writer: Writer, limit: int, parent: int) -> bool:
-    """Wait while the writer's queue is full: the pipe fills, the relay waits, and the job's
-    queue drops what it cannot hold, as the writer thread's does. False if the job's process
-    has gone meanwhile (this one was handed to another parent)."""
+    """Wait while the writer's queue is full, so the job's queue drops as the writer thread's
+    would; False if the job's process has gone meanwhile."""
     while writer.queue_length() >= limit - 1:  # room for a flush's request too
         if os.getppid() != parent:
             return False
@@ -105,61 +117,44 @@ def main(argv: list[str]) -> int:
     first = next(frames, None)
     if first is None:
         return 0
-    settings = WriterSettings(**json.loads(first[0]))
+    settings = Settings.from_payload(json.loads(first[0]))
     stats = Stats()
-    interpretation = build_interpretation(
-        stats,
-        debounce_ms=settings.debounce_ms,
-        max_open_spans=settings.max_open_spans,
-        logs_min_severity=settings.logs_min_severity,
-        logs_max_per_step=settings.logs_max_per_step,
-    )
-
-    def prepare(conn: Any) -> None:
-        if settings.auto_migrate:
-            migrate(conn, schema=settings.schema)
-        else:
-            check_writable_tables(conn, schema=settings.schema)
-
-    store = StepStore(
-        settings.dsn,
-        schema=settings.schema,
-        connect_timeout_s=settings.connect_timeout_s,
-        statement_timeout_ms=settings.statement_timeout_ms,
-        max_detail_bytes=settings.max_detail_bytes,
-        on_connect=prepare,
-    )
+    handler = build_handler(settings, stats, source=_Received)
     replies = _Replies(out_fd)
-    writer = Writer(
-        _ReceivedFacts(interpretation),
-        store,
+    writer = build_writer(
+        settings,
+        handler,
+        build_store(settings),
         stats,
         kind_of=lambda message: _KINDS.get(message[0], "message"),
-        max_queue_size=settings.max_queue_size,
-        max_pending_operations=2 * settings.max_queue_size,
-        heartbeat_interval_s=settings.heartbeat_interval_s,
         on_committed=replies.committed,
     )
-    interpretation.backlogged = writer.backlogged
     logger.addHandler(_ToTheJob(replies))
     logger.propagate = False  # the job's logging configuration decides where it goes
-    flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, interpretation))
+    flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, handler))
     threading.Thread(target=flushes.run, daemon=True).start()
     threading.Thread(target=replies.report, args=(flushes.snapshot,), daemon=True).start()
     try:
-        for frame in frames:
-            for message in frame:
-                if message[0] == "f":
-                    flushes.request(message[1])  # answered by its thread: reading goes on
-                    continue
-                if not _room_for(writer, settings.max_queue_size, parent):
-                    return 0  # the job's process is gone: write what is held, then exit
-                writer.submit(message)
+        _take(frames, writer, flushes, limit=settings.max_queue_size, parent=parent)
     finally:
         writer.shutdown(settings.shutdown_timeout_ms / 1000.0)
         # The last counters (what shutdown dropped among them) before the relay sees us exit.
-        replies.send(lambda: ("t", flushes.snapshot()))
+        replies.send(lambda: (STATS, flushes.snapshot()))
     return 0
+
+
+def _take(
+    frames: Iterator[list[Any]], writer: Writer, flushes: _Flushes, *, limit: int, parent: int
+) -> None:
+    """The relay's messages into the writer's queue, until the input closes or the job is gone."""
+    for frame in frames:
+        for message in frame:
+            if message[0] == FLUSH:
+                flushes.request(message[1])  # answered by its thread: reading goes on
+                continue
+            if not _room_for(writer, limit, parent):
+                return  # the job's process is gone: write what is held, then exit
+            writer.submit(message)
 
 
 class _Flushes:
@@ -179,7 +174,7 @@ class _Flushes:
             self._requested.notify()
 
     def _answer(self, number: int, ok: bool) -> tuple[Any, ...]:
-        return ("a", number, ok, self.snapshot())
+        return (FLUSHED, number, ok, self.snapshot())
 
     def run(self) -> None:
         answered = 0
@@ -221,7 +216,7 @@ class _Replies:
         """What a batch closed and finished: the job's process records the metrics."""
         steps, attempts = committed.closed_steps(), committed.finished_attempts()
         if steps or attempts:
-            message = ("m", list(map(tuple, steps)), list(map(tuple, attempts)))
+            message = (METRICS, list(map(tuple, steps)), list(map(tuple, attempts)))
             self.send(lambda: message)
 
     def report(self, snapshot: Callable[[], dict[str, Any]]) -> None:
@@ -233,7 +228,7 @@ class _Replies:
             if current == sent:
                 return None
             sent = current
-            return ("t", current)
+            return (STATS, current)
 
         while self._fd is not None:
             time.sleep(_STATS_EVERY_S)  # a period, not a wait for something
@@ -250,5 +245,5 @@ class _ToTheJob(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
-        if not self._replies.send(lambda: ("l", record.levelno, text)) and logging.lastResort:
+        if not self._replies.send(lambda: (WARNING, record.levelno, text)) and logging.lastResort:
             logging.lastResort.handle(record)

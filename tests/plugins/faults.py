@@ -1,13 +1,10 @@
-"""Fixtures for outage tests: a fault proxy in front of the test database, and processors on it.
+"""Pytest plugin: a fault proxy in front of the test database, and processors behind it.
 
-Every processor here reaches PostgreSQL only through the proxy, with a password in its DSN
-(the servers trust the connection, so the password is never used, only checked for leaks).
+Their DSN carries a password the servers never check, so a leak of it can be looked for.
 """
 
 from __future__ import annotations
 
-import gc
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,20 +14,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_jobsteps import JobStepsProcessor
 from tests.faults.proxy import FaultProxy, Upstream
 from tests.faults.support import PASSWORD, Bridge, BridgeFactory
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _collect_docker_probe_socket(server_dsn: str) -> None:
-    """Collect, quietly, the socket the database plugin's failed Docker probe leaves behind.
-
-    Without a Docker engine, ``docker.from_env()`` raises with a Unix socket still open in its
-    traceback; whenever the garbage collector later finds it, the ResourceWarning becomes an
-    error in whichever test is running. Collecting it once here, before any test of this
-    directory opens a socket, keeps that warning out of these tests.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 @pytest.fixture
@@ -48,10 +31,8 @@ def proxy_dsn(proxy: FaultProxy, dsn: str) -> str:
 
 @pytest.fixture
 def bridge(proxy_dsn: str) -> Iterator[BridgeFactory]:
-    """Build tracer + processor on the proxied DSN (short timeouts); shut down before the proxy.
-
-    Keyword arguments go to `JobStepsProcessor` and override the defaults below.
-    """
+    """Tracer and processor on the proxied DSN, short timeouts unless overridden; shut down
+    before the proxy closes."""
     providers: list[TracerProvider] = []
 
     def build(**options: Any) -> Bridge:

@@ -1,0 +1,130 @@
+"""The route table of ``serve`` and its app factory: pages, ``/api/...``, ``/metrics`` and
+``/static``, with the health paths and the security layer in front."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from urllib.parse import unquote_to_bytes
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Scope
+
+from .._health import SERVE_RIGHTS, HealthMiddleware, Readiness
+from .._requestlog import RequestLog
+from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from .data import Reader
+from .layout import TraceLinks
+from .metrics import DEFAULT_SILENT_AFTER, metrics_page
+from .pages import Pages
+from .parsing import check_text
+from .rendering import json_response
+from .security import raw_path, secure
+
+__all__ = ["DEFAULT_REFRESH_S", "JobRoute", "create_app"]
+
+logger = logging.getLogger("otel_jobsteps.web")
+
+DEFAULT_REFRESH_S = 2.0
+
+Endpoint = Callable[[Request], Response]
+
+
+def create_app(
+    dsn: str,
+    *,
+    schema: str = "public",
+    trace_url: str | None = None,
+    token: str | None = None,
+    refresh_s: float = DEFAULT_REFRESH_S,
+    hosts: frozenset[str] | None = None,
+    silent_after: timedelta = DEFAULT_SILENT_AFTER,
+    access_log: bool = False,
+) -> ASGIApp:
+    """The ASGI app of ``serve`` behind the security layer: ``token`` required but on the health
+    paths, only ``hosts`` answered, ``trace_url`` checked here, ``access_log`` a line a request."""
+    if not refresh_s > 0:
+        raise ConfigurationError("refresh_s must be positive")
+    links = TraceLinks(trace_url) if trace_url else None
+    pages = Pages(Reader(dsn, schema=schema), links, refresh_s)
+    app = Starlette(routes=routes(pages, silent_after))
+    health = HealthMiddleware(app, Readiness(dsn, schema=schema, rights=SERVE_RIGHTS))
+    return RequestLog(secure(health, token, hosts), name="serve", access_log=access_log)
+
+
+def routes(pages: Pages, silent_after: timedelta) -> list[BaseRoute]:
+    """Every path of ``serve`` but the health probes, GET and HEAD only."""
+
+    def page(
+        path: str, endpoint: Endpoint, *, api: bool = False, route: type[Route] = Route
+    ) -> Route:
+        return route(path, _guarded(pages, endpoint, api=api), methods=["GET", "HEAD"])
+
+    return [
+        page("/", pages.jobs),
+        page("/jobs/{domain}/{job_id}", pages.job, route=JobRoute),
+        page("/job", pages.job),
+        page("/running", pages.running),
+        page("/steps", pages.steps),
+        page("/steps/failures", pages.failures),
+        page("/api/jobs", pages.api_jobs, api=True),
+        page("/api/jobs/{domain}/{job_id}", pages.api_job, api=True, route=JobRoute),
+        page("/api/job", pages.api_job, api=True),
+        page("/api/running", pages.api_running, api=True),
+        page("/api/steps", pages.api_steps, api=True),
+        page("/metrics", metrics_page(pages.reader, silent_after), api=True),
+        Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
+    ]
+
+
+def _guarded(pages: Pages, endpoint: Endpoint, *, api: bool) -> Endpoint:
+    """Errors of a request as answers: 400 for bad input, 503 while the database is away (the
+    error page keeps refreshing, so it recovers on its own)."""
+
+    def handle(request: Request) -> Response:
+        try:
+            check_text(request)
+            return endpoint(request)
+        except ConfigurationError as error:
+            status, message = 400, str(error)
+        except (DatabaseUnavailableError, SchemaNotMigratedError) as error:
+            logger.warning("serve: %s", error)
+            status, message = 503, str(error)
+        if api:
+            return json_response({"error": message}, status)
+        return pages.render("error.html", status, status=status, message=message)
+
+    return handle
+
+
+class JobRoute(Route):
+    """``PREFIX/{domain}/{job_id}`` matched on the undecoded path: a ``%2F`` stays in its
+    segment, and the job id is the rest of the path (``/jobs/d/a/b`` names job ``a/b``)."""
+
+    def __init__(self, path: str, endpoint: Endpoint, *, methods: list[str]) -> None:
+        super().__init__(path, endpoint, methods=methods)
+        prefix, sep, _ = path.partition("{domain}/{job_id}")
+        assert sep, "a JobRoute path ends with {domain}/{job_id}"
+        self.prefix = prefix.encode("ascii")
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        raw = raw_path(scope) if scope["type"] == "http" else b""
+        if not raw.startswith(self.prefix):
+            return Match.NONE, {}
+        domain, sep, job_id = raw.removeprefix(self.prefix).partition(b"/")
+        if not domain or not sep:
+            return Match.NONE, {}
+        params = {"domain": _unquote(domain), "job_id": _unquote(job_id)}
+        child = {"endpoint": self.endpoint, "path_params": params}
+        allowed = self.methods is None or scope["method"] in self.methods
+        return (Match.FULL if allowed else Match.PARTIAL), child
+
+
+def _unquote(raw: bytes) -> str:
+    """A percent-encoded path part as text (invalid UTF-8 cannot name a job: replaced)."""
+    return unquote_to_bytes(raw).decode("utf-8", "replace")

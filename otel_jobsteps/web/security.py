@@ -1,0 +1,158 @@
+"""The security layer of ``serve``: headers (a strict CSP), token and Host check, one middleware
+each; `secure` composes them, so every answer, a refusal too, carries the headers."""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import MutableMapping
+from typing import Any
+from urllib.parse import quote, unquote, urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .._health import is_health_request
+from .._loopback import LoopbackHostMiddleware, is_loopback
+from ..errors import ConfigurationError
+
+__all__ = [
+    "CSP",
+    "SECURITY_HEADERS",
+    "TOKEN_COOKIE",
+    "TOKEN_ENV",
+    "SecurityHeadersMiddleware",
+    "TokenMiddleware",
+    "check_exposure",
+    "local_path",
+    "raw_path",
+    "secure",
+]
+
+TOKEN_ENV = "OTEL_JOBSTEPS_WEB_TOKEN"
+TOKEN_COOKIE = "otel_jobsteps_token"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_exposure(host: str, token: str | None, no_auth: bool) -> None:
+    """Refuse to listen beyond loopback without a token unless the operator said ``--no-auth``."""
+    if token is not None and not token.strip():
+        raise ConfigurationError("the web token must not be empty")
+    if token and no_auth:
+        raise ConfigurationError("--token and --no-auth exclude each other")
+    if not is_loopback(host) and not token and not no_auth:
+        raise ConfigurationError(
+            f"listening on {host} exposes the jobs beyond this machine: pass --token "
+            f"(or set {TOKEN_ENV}) or, deliberately, --no-auth"
+        )
+
+
+def secure(app: ASGIApp, token: str | None, hosts: frozenset[str] | None) -> ASGIApp:
+    """``app`` behind the Host check (with ``hosts``), the token (with one) and the headers."""
+    if token:
+        app = TokenMiddleware(app, token)
+    if hosts is not None:
+        app = LoopbackHostMiddleware(app, hosts)
+    return SecurityHeadersMiddleware(app)
+
+
+class SecurityHeadersMiddleware:
+    """Adds `SECURITY_HEADERS` to every HTTP response of ``app``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class TokenMiddleware:
+    """Every HTTP request but the health probes must carry ``token``: a bearer header, or the
+    cookie a ``?token=`` visit sets."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not is_health_request(scope):
+            refused = self._authenticate(Request(scope))
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _authenticate(self, request: Request) -> Response | None:
+        given = request.query_params.get("token")
+        if given is not None and _same(given, self.token):
+            return self._into_cookie(request)
+        header = request.headers.get("authorization", "")
+        bearer = header[7:] if header.lower().startswith("bearer ") else None
+        for candidate in (bearer, request.cookies.get(TOKEN_COOKIE)):
+            if candidate is not None and _same(candidate, self.token):
+                return None
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": "authentication required"}, status_code=401)
+        return HTMLResponse(
+            "<!doctype html><title>401</title><p>Authentication required: open this page "
+            "once with <code>?token=…</code> or send <code>Authorization: Bearer …</code>.</p>",
+            status_code=401,
+        )
+
+    def _into_cookie(self, request: Request) -> Response:
+        # The token leaves the URL (history, logs, Referer) for an HttpOnly cookie.
+        rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+        target = local_path(raw_path(request.scope).decode("latin-1"))
+        redirect = RedirectResponse(target + ("?" + urlencode(rest) if rest else ""), 303)
+        redirect.set_cookie(
+            TOKEN_COOKIE,
+            self.token,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return redirect
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def raw_path(scope: Scope) -> bytes:
+    """The request path as sent, still percent-encoded (``raw_path`` is optional in ASGI)."""
+    raw: bytes | None = scope.get("raw_path")
+    return raw if raw is not None else quote(scope["path"]).encode("ascii")
+
+
+def local_path(raw: str) -> str:
+    """``raw`` if a browser reads it as a path on this origin, as sent and at every decoding;
+    else ``/`` (``//``, ``/\\`` and tabs, which browsers drop, lead off-site)."""
+    text, previous = raw, None
+    while text != previous:
+        if not text.startswith("/") or text[1:2] in ("/", "\\") or _CONTROL.search(text):
+            return "/"
+        text, previous = unquote(text), text
+    return raw

@@ -1,0 +1,61 @@
+"""Running ``serve``: check the listen address and the exposure, then uvicorn until interrupted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from .._db import redact
+from .._health import SERVE_RIGHTS, Readiness
+from .._listen import check_free, parse_listen, url_host
+from .._loopback import is_loopback, loopback_hosts
+from .metrics import DEFAULT_SILENT_AFTER
+from .routing import create_app
+from .security import check_exposure
+
+__all__ = ["DEFAULT_LISTEN", "serve"]
+
+DEFAULT_LISTEN = "127.0.0.1:8080"
+
+
+def serve(
+    dsn: str,
+    *,
+    listen: str = DEFAULT_LISTEN,
+    schema: str = "public",
+    trace_url: str | None = None,
+    token: str | None = None,
+    no_auth: bool = False,
+    access_log: bool = False,
+    announce: Callable[[str], None] | None = None,
+    silent_after: timedelta = DEFAULT_SILENT_AFTER,
+) -> None:
+    """Run the web page until interrupted (uvicorn). Checks the listen address first."""
+    import uvicorn
+
+    host, port = parse_listen(listen, example=DEFAULT_LISTEN)
+    check_exposure(host, token, no_auth)
+    check_free(host, port)
+    # Without a token, a loopback server answers loopback names only (DNS rebinding).
+    hosts = loopback_hosts(host) if is_loopback(host) and not token else None
+    app = create_app(
+        dsn,
+        schema=schema,
+        trace_url=trace_url,
+        token=token,
+        hosts=hosts,
+        silent_after=silent_after,
+        access_log=access_log,
+    )
+    if announce is not None:
+        announce(_serving_line(dsn, schema, host, port))
+    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+
+
+def _serving_line(dsn: str, schema: str, host: str, port: int) -> str:
+    """The line printed at start: the URL, the database (no password), schema and layout."""
+    layout = Readiness(dsn, schema=schema, rights=SERVE_RIGHTS).layout()
+    return (
+        f"serving http://{url_host(host)}:{port}/ (database {redact(dsn)}, schema {schema!r},"
+        f" layout {layout})"
+    )

@@ -12,18 +12,7 @@ from typing import Any
 
 from ._attempts import DEFAULT_MAX_OPEN_ATTEMPTS, Attempt, Attempts, OpenStep, job_columns
 from ._batch import Abandon, Batch, BatchBuilder, Detail, EventRow, JobLogRow
-from ._commands import (
-    Command,
-    EventRecorded,
-    JobEnded,
-    JobStarted,
-    LogRecorded,
-    ProgressReported,
-    Scope,
-    StepEnded,
-    StepRan,
-    StepStarted,
-)
+from ._commands import Command, EventRecorded, JobEnded, JobStarted, Scope, StepStarted
 from ._debounce import Debounce
 from ._detail import clean_text
 from ._steps import MAX_STEP_KEY_CHARS, StepRows, is_late
@@ -55,18 +44,14 @@ class StepRecorder:
         )
         self._batch = BatchBuilder()
         self._on_evict = on_evict
-        self._steps = steps = StepRows(
+        self._steps = StepRows(
             self._attempts, self._batch, self._debounce, logs_max_per_step=logs_max_per_step
         )
         self._handlers: dict[type, Callable[[Any], None]] = {
             JobStarted: self._job_started,
-            StepStarted: steps.step_started,
-            ProgressReported: steps.progress,
-            StepEnded: steps.step_ended,
-            StepRan: steps.step_ran,
             JobEnded: self._job_ended,
             EventRecorded: self._event,
-            LogRecorded: steps.log,
+            **self._steps.handlers(),
         }
 
     # -- the writer's interface ---------------------------------------------------------------

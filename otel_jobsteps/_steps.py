@@ -6,7 +6,7 @@ progress is debounced, a step never ends before it starts, LOG rows are capped p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._attempts import Attempt, Attempts, OpenStep, job_columns
@@ -58,6 +58,16 @@ class StepRows:
         self._attempts, self._batch, self._debounce = attempts, batch, debounce
         self._logs_max = logs_max_per_step
         self._last_span = (0, "")  # the span id of the latest log line, and its hex
+
+    def handlers(self) -> dict[type, Callable[[Any], None]]:
+        """The commands these rules apply, by type: the recorder dispatches them here."""
+        return {
+            StepStarted: self.step_started,
+            ProgressReported: self.progress,
+            StepEnded: self.step_ended,
+            StepRan: self.step_ran,
+            LogRecorded: self.log,
+        }
 
     def step_started(self, command: StepStarted) -> None:
         state = self._attempts.open(command.scope)

@@ -1,9 +1,7 @@
-"""The unit of work one transaction writes: segments of row operations grouped by statement.
+"""The unit of work of one transaction: segments of row operations grouped by statement.
 
-Within a segment every operation kind becomes one set-based statement, run in a fixed order
-(updates, then inserts). That order equals command order as long as no update of a job follows
-an insert of the same job; `BatchBuilder` starts a new segment when one would.
-"""
+Each segment runs one set-based statement per kind (updates, then inserts); `BatchBuilder`
+starts a new segment where that order would differ from the commands' order."""
 
 from __future__ import annotations
 
@@ -250,9 +248,7 @@ class BatchBuilder:
     ) -> Segment:
         """The segment an operation of this attempt may join without reordering writes.
 
-        Statements run grouped by kind, which keeps command order only while (1) no operation
-        on an attempt follows an abandon of that attempt and (2) the steps of an attempt are
-        touched by one execution; otherwise the operation starts a new segment.
+        A new one after an abandon of the attempt, or when another execution touches its steps.
         """
         segment = self._segment
         if split or segment is None:

@@ -1,9 +1,6 @@
-"""The progress debounce: at most one write per window per step, the latest detail when it ends.
+"""The progress debounce: at most one write per window per step, the latest detail at its end.
 
-Pure logic with an injectable clock, run on the writer thread. One heap holds every waiting
-trailing write (no thread or timer object per step); a cancelled one stays in the heap and is
-skipped when it comes up.
-"""
+Pure logic with an injectable clock: one heap holds every waiting trailing write, no timers."""
 
 from __future__ import annotations
 

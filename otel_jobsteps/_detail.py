@@ -1,8 +1,6 @@
-"""Make user-supplied values safe for PostgreSQL: text without NUL, bounded JSON objects.
+"""User-supplied values made safe for PostgreSQL: text without NUL, bounded JSON objects.
 
-Nothing here raises on hostile input: a detail that cannot be read whole becomes a documented
-marker, so the command that carries it (a step's close, its status, error and time) is kept.
-"""
+Nothing here raises on hostile input: an unreadable detail becomes a documented marker."""
 
 from __future__ import annotations
 
@@ -126,9 +124,8 @@ def _nesting_over(text: str, limit: int) -> bool:
 
 
 def parse_detail(text: object) -> dict[str, Any] | None:
-    """An explicit detail (``job.step.detail``, an event's detail): its JSON object, else
-    ``{"value": ...}`` -- text that is not JSON, or nests deeper than MAX_DETAIL_DEPTH, is
-    kept as text. Never raises."""
+    """An explicit detail's JSON object, else ``{"value": text}`` (not JSON, or nested past
+    MAX_DETAIL_DEPTH). Never raises."""
     if text is None:
         return None
     if not isinstance(text, str):

@@ -1,10 +1,7 @@
-"""What is known about a span or a log record, with no interpretation: the input of the one
-translation.
+"""What is known about a span or a log record, before any interpretation.
 
-Both doors produce these: the live processor from the SDK's span and log record objects (on the
-writer thread, never on the job's), the OTLP receiver from decoded requests. `translate` decides
-what they mean.
-"""
+Both doors produce these (live SDK objects, decoded OTLP requests); `_translate` decides what
+they mean."""
 
 from __future__ import annotations
 
@@ -43,7 +40,7 @@ class SpanEvent(NamedTuple):
 class SpanFacts:
     """One span as a door saw it: ids, name, times, attributes, events, status.
 
-    Read-only by convention (not frozen: a frozen dataclass costs a microsecond per span).
+    Read-only by convention: a frozen dataclass costs a microsecond per span.
     """
 
     trace_id: int

@@ -1,10 +1,7 @@
 """The places that reach into the OpenTelemetry SDK's private span state, kept together.
 
-All are speed the public API cannot give: a plain dict lookup instead of a Mapping ``get`` that
-raises and catches KeyError on every miss, an event count without copying the event list (the
-writer polls it while a step runs), and an ended span's events without a locked copy. Each
-falls back to public behaviour when the SDK's internals look different.
-"""
+Each is speed the public API cannot give (a plain dict lookup, an event count without a copy)
+and falls back to public behaviour when the SDK's internals look different."""
 
 from __future__ import annotations
 
@@ -45,7 +42,7 @@ def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
 def events_added(span: ReadableSpan) -> int:
     """How many events a live span has had so far: a cheap number to poll for a change.
 
-    The SDK's list drops its oldest events when full, so its length alone can stand still.
+    Not the list's length: the SDK drops the oldest events when the list is full.
     """
     events = getattr(span, "_events", None)
     if type(events) is BoundedList:
@@ -66,8 +63,7 @@ def ended_events(span: ReadableSpan) -> Sequence[Event]:
 def newest_progress_event(span: ReadableSpan) -> Event | None:
     """The newest event of a live span that is not an ``exception``, or None.
 
-    Runs on the writer thread while the job thread may add events: ``span.events`` copies the
-    list under the SDK list's own lock, so the read never meets a list being appended to.
+    ``span.events`` copies under the SDK's lock: the job thread may be adding events.
     """
     return _first_progress(reversed(span.events))
 

@@ -35,10 +35,9 @@ class Stats:
             return self._counts[name]
 
     def problem(self, kind: str, error: object) -> None:
-        """Count a problem and warn about it unless a warning of this kind went out recently.
+        """Count a problem and warn unless a warning of this kind went out recently.
 
-        A text is kept as given and made printable only when read or logged, so a frequent
-        one (an eviction per span past the bound) costs a count; an error is described now.
+        A text is made printable only when read, so a frequent one costs only a count.
         """
         if type(error) is str:
             text, raw = error, True
@@ -78,9 +77,7 @@ class Stats:
     def reset(self) -> None:
         """Start afresh: new counts and a new lock, the old one never taken.
 
-        Called in a forked child, where the parent's lock may have been held by a thread that
-        does not exist there: acquiring it would hang the child for good. Counts added
-        concurrently with a reset in a live process may land in the old counter and be lost.
+        For a forked child, where the parent's lock may be held by a thread that is not there.
         """
         self._lock = threading.Lock()
         self._counts = Counter()

@@ -1,12 +1,7 @@
-"""The one place where a span or a log record becomes the model's commands, for live and
-received ones alike.
+"""The one translation: span and log facts -> the recorder's commands, for both doors.
 
-`SpanTranslator` reads span facts and decides what they mean: a job span opens an attempt's
-scope, a span with ``job.step.key`` inside a scope is a step, an ordinary-event span is a
-``job_event`` row, everything else in a scope only passes the scope on to its children. It keeps
-the scope of every open span (bounded) and emits the recorder's commands; it does no I/O. A log
-record in an open span's context is a step's progress (``event_name`` "progress") or a log line.
-"""
+A job span opens a scope, a ``job.step.key`` span in it is a step, an event span a row, a log
+record progress or a log line; the scope of each open span is kept (bounded). No I/O."""
 
 from __future__ import annotations
 
@@ -18,10 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import attributes as attr
-from ._detail import clean_text, parse_detail
-from ._facts import LogFacts, SpanFacts
-from ._recorder import (
-    DEFAULT_LOGS_MAX_PER_STEP,
+from ._commands import (
     Command,
     EventRecorded,
     JobEnded,
@@ -33,6 +25,9 @@ from ._recorder import (
     StepRan,
     StepStarted,
 )
+from ._detail import clean_text, parse_detail
+from ._facts import LogFacts, SpanFacts
+from ._recorder import DEFAULT_LOGS_MAX_PER_STEP
 from ._spans import latest_progress
 from ._times import EARLIEST_NS, LATEST_NS, clamp_ns
 from ._vocabulary import MAX_ATTEMPT, MAX_ID_CHARS
@@ -94,9 +89,8 @@ def severity_number(value: object) -> int:
 def logs_settings(
     min_severity: str | int | None = None, max_per_step: int | None = None
 ) -> tuple[int, int]:
-    """(minimum SeverityNumber, LOG rows per step): the arguments, else the environment's
-    ``OTEL_JOBSTEPS_LOGS_MIN_SEVERITY`` / ``OTEL_JOBSTEPS_LOGS_MAX_PER_STEP``, else INFO, 1000.
-    Both doors read their settings here; a bad value raises ConfigurationError."""
+    """(minimum SeverityNumber, LOG rows per step): the arguments, else the environment's,
+    else INFO and 1000; a bad value raises ConfigurationError (both doors read them here)."""
     if min_severity is None:
         min_severity = (
             os.environ.get("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY") or DEFAULT_LOGS_MIN_SEVERITY
@@ -255,14 +249,10 @@ class _OpenSpan:
 
 
 class SpanTranslator:
-    """Span facts in order -> recorder commands; remembers the scope of every open span.
+    """Span facts in order -> recorder commands; the scope of each open span remembered.
 
-    ``started`` is idempotent per span id; an ordinary-event span is recorded by ``started``
-    only (its ``ended`` adds nothing). With ``received=True`` (spans that arrive whole, or
-    as a start marker and later whole) a span seen ended without its start is started first;
-    live spans always report their start, so an unknown one is ignored at its end. At most
-    ``max_open_spans`` spans are remembered; the oldest is forgotten beyond that (counted as
-    ``evicted_spans``): a job span that never ends must not grow memory for ever.
+    At most ``max_open_spans`` are kept (the oldest counted as ``evicted_spans``). With
+    ``received=True`` a span seen ended without its start is started first; a live one is ignored.
     """
 
     def __init__(
@@ -282,6 +272,14 @@ class SpanTranslator:
 
     def open_spans(self) -> int:
         return len(self._open)
+
+    def held_spans(self) -> OrderedDict[int, _OpenSpan]:
+        """The open spans by id, for a derivation state kept between requests (collect)."""
+        return self._open
+
+    def adopt_spans(self, held: OrderedDict[int, _OpenSpan]) -> None:
+        """Continue from open spans a derivation state kept."""
+        self._open = held
 
     def started(self, span: SpanFacts) -> list[Command]:
         """The commands a span's start implies (an ordinary-event span is complete at start)."""
@@ -389,9 +387,8 @@ class SpanTranslator:
                 JobEnded(scope, end_ns, span.error, attributes.get(attr.JOB_OUTCOME), error)
             )
             return commands
-        # The close takes the newest progress of the ended span unless it was passed on
-        # already: never polled (received, or ended before a poll), or a poll's progress was
-        # shed while the writer's backlog was at its bound.
+        # The close takes the ended span's newest progress unless it was passed on already
+        # (a poll's progress may have been shed while the writer was backlogged).
         latest = latest_progress(reversed(span.events))
         reported = found.reported
         if found.progress_ns and _newest_event_ns(span) < found.progress_ns:

@@ -1,15 +1,7 @@
-"""Door one's facts: the SDK spans the job's hooks queued, read as facts for an interpreter.
+"""Door one's facts: the items the hooks queued, read as fields on the writer's side.
 
-A span is read on the writer's side, never on the job's: at its start, at its end, or once as
-a whole when its start and end are adjacent in the queue (the usual step). While steps run,
-their event counts are polled in turn, at most ``POLL_BUDGET`` steps every ``poll_interval_s``
-(all of them at a flush, each at its end: the cost stays flat in the number of steps open),
-and the newest progress event is passed on when it changed, so the job's ``add_event`` stays the
-SDK's own. What reads the spans (`SpanReader`) hands their facts to the translation on this
-thread, or to the writer process (`relay`) when interpretation runs outside the job's
-interpreter. A span's end is queued as plain fields, and its queued start gives up the span
-then: the queue never keeps the SDK's objects alive for the collector to promote and walk.
-"""
+A span is read at its start, at its end, or once whole when both are adjacent in the queue;
+running steps are polled in turn (at most ``POLL_BUDGET`` a poll) for their newest progress."""
 
 from __future__ import annotations
 
@@ -19,7 +11,7 @@ from typing import Any, NamedTuple, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
-from ._facts import SpanEvent, SpanFacts, span_fields
+from ._facts import SpanEvent, SpanFacts, log_fields, span_fields
 from ._spans import (
     ended_events,
     events_added,
@@ -31,6 +23,7 @@ from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 
 __all__ = [
     "POLL_BUDGET",
+    "PROGRESS_POLL_S",
     "LogEmitted",
     "SpanEnded",
     "SpanReader",
@@ -39,18 +32,25 @@ __all__ = [
     "ended_fields",
     "fields_facts",
     "plain_dict",
+    "progress_poll_s",
 ]
 
 # Running steps looked at per poll: about 1 ms of the writer's time, however many are open.
 POLL_BUDGET = 1000
+# A running step's events are looked at this often: the first progress is written this soon.
+PROGRESS_POLL_S = 0.05
+MIN_PROGRESS_POLL_S = 0.005  # with no debounce at all
+
+
+def progress_poll_s(debounce_ms: float) -> float:
+    """How often running steps are polled: never slower than the debounce window."""
+    return min(PROGRESS_POLL_S, debounce_ms / 1000) or MIN_PROGRESS_POLL_S
 
 
 class SpanStarted:
     """Queued by on_start: a span in a job scope (or one that may open a scope) started.
 
-    It holds the live span until the span ends; on_end then sets ``fields`` and drops ``span``,
-    so a queue the writer has not read yet keeps none of the SDK's objects (about 17 tracked
-    ones per span, which the garbage collector would otherwise promote and walk).
+    on_end sets ``fields`` and drops ``span``: the queue keeps no SDK object past a span's end.
     """
 
     __slots__ = ("fields", "span")
@@ -105,14 +105,13 @@ class LogEmitted(NamedTuple):
 
 
 class SpanReader(Protocol):
-    """What reads door one's spans, in queue order, as fields (`facts.span_fields`): a span at
-    its start, whole (start and end at once), at its end; a running step's newest progress;
-    a log record (the SDK's own, read by `facts.log_fields`)."""
+    """What reads door one's items, in queue order, as fields (`_facts.span_fields`): a span's
+    start, whole, end; a running step's newest progress; a log record (`_facts.log_fields`)."""
 
     def started(self, fields: tuple[Any, ...]) -> None: ...
     def whole(self, fields: tuple[Any, ...]) -> None: ...
     def ended(self, fields: tuple[Any, ...]) -> None: ...
-    def log(self, record: Any) -> None: ...
+    def log(self, fields: tuple[Any, ...]) -> None: ...
     def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
         """Pass on a running step's newest progress (its event's time); False if it was shed
         (read it again)."""
@@ -177,7 +176,7 @@ class SpanWatch:
             self._end(item.fields)
             return
         if isinstance(item, LogEmitted):  # after the start held back: its span may be that one
-            self.reader.log(item.record)
+            self.reader.log(log_fields(item.record))
             return
         span = item.span  # read before ``fields``: on_end sets those first, then drops the span
         if span is None:

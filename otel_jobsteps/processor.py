@@ -1,14 +1,7 @@
-"""JobStepsProcessor: door one. The job thread records facts; the writer interprets them.
+"""JobStepsProcessor: door one, span and log record hooks in the job's own process.
 
-It is a span processor and a log record processor: one queue keeps spans and log records in
-the order the job made them.
-
-The SDK calls the hooks synchronously and does not catch what they raise. So a hook only asks
-"is this span in a job scope?" (a dict lookup), and if so appends to the writer's queue the SDK's
-own span at its start, its plain fields at its end (the start then gives the span up), and a log
-record as the SDK's own object, as the batch processors do. On the writer thread `watch` reads
-the queued items as facts and `Interpretation` turns them into the recorder's commands through
-`translate`, the same translation the OTLP receiver uses.
+A hook only asks "is this span in a job scope?" (a dict lookup) and, if so, queues an item;
+the writer side reads the queue (`_writer_side`): facts, translation, recorder, store.
 """
 
 from __future__ import annotations
@@ -17,7 +10,7 @@ import os
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -26,37 +19,19 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from ._batch import Batch
-from ._db import check_dsn
 from ._detail import DEFAULT_MAX_DETAIL_BYTES
-from ._facts import LogFacts, SpanFacts, log_facts
+from ._interpretation import Interpretation
+from ._log import logger
 from ._metrics import StepMetrics
-from ._recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
+from ._settings import Settings
 from ._spans import attribute_dict
-from ._stats import Stats, logger
-from ._store import StepStore
+from ._stats import Stats
 from ._telemetry import register_metrics
-from ._translate import (
-    DEFAULT_LOGS_MIN_SEVERITY,
-    DEFAULT_MAX_OPEN_SPANS,
-    PROGRESS_EVENT,
-    SpanTranslator,
-    logs_settings,
-)
-from ._watch import (
-    LogEmitted,
-    SpanEnded,
-    SpanReader,
-    SpanStarted,
-    SpanWatch,
-    ended_fields,
-    fields_facts,
-)
-from ._writer import RowStore, Writer
-from ._writer_process import Relay, WriterSettings
+from ._translate import PROGRESS_EVENT
+from ._watch import LogEmitted, SpanEnded, SpanStarted, ended_fields
+from ._writer import RowStore
+from ._writer_side import WriterSide, build_writer_side
 from .attributes import JOB_EVENT_TYPE, JOB_ID
-from .errors import ConfigurationError
-from .schema import check_writable_tables, migrate
 
 __all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "SpanStarted"]
 
@@ -65,191 +40,13 @@ __all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "Sp
 _new = tuple.__new__
 _new_started = object.__new__
 
-# A running step's events are looked at this often: the first progress is written this soon.
-PROGRESS_POLL_S = 0.05
-MIN_PROGRESS_POLL_S = 0.005  # with no debounce at all
-
-# Where spans are interpreted and written: a thread of the job's process, or a child process.
-WRITERS = ("thread", "process")
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
-
-
-class Interpretation:
-    """Facts -> the translation's commands -> the recorder: what turns spans into rows.
-
-    It reads door one's facts on the writer thread, or in the writer process (`relay`).
-    Progress is shed first while the writer's held operations are at their bound (the close
-    still takes the step's newest detail).
-    """
-
-    def __init__(
-        self,
-        recorder: StepRecorder,
-        translator: SpanTranslator,
-        *,
-        count: Callable[[str, int], None],
-        problem: Callable[[str, object], None],
-    ) -> None:
-        self.recorder = recorder
-        self.translator = translator
-        self._record = recorder.handle
-        self._count = count
-        self._problem = problem
-        self.backlogged: Callable[[], bool] = lambda: False  # the writer's, once it exists
-
-    def started(self, facts: SpanFacts) -> None:
-        for command in self.translator.started(facts):
-            self._record(command)
-
-    def resumed(self, facts: SpanFacts) -> None:
-        """A span still open that a writer process which died had seen start: its rows may
-        exist already (`StepRecorder.resume`)."""
-        for command in self.translator.started(facts):
-            self.recorder.resume(command)
-
-    def whole(self, facts: SpanFacts) -> None:
-        for command in self.translator.whole(facts):
-            self._record(command)
-
-    def ended(self, facts: SpanFacts) -> None:
-        for command in self.translator.ended(facts):
-            self._record(command)
-
-    def log(self, facts: LogFacts) -> None:
-        """A log record: its progress or log line (never shed: nothing reads it again)."""
-        for command in self.translator.log(facts):
-            self._record(command)
-
-    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
-        """Record a running step's progress; False when shed (the writer is backlogged)."""
-        if self.backlogged():
-            self._problem("dropped_ProgressReported", "backlog: progress not read")
-            return False
-        progress = self.translator.progress(span_id, attributes, time_ns)
-        if progress is not None:
-            self._count("commands", 1)
-            self._record(progress)
-        return True
-
-    # The rest of what the writer needs is the recorder's.
-
-    def take_batch(self) -> Batch | None:
-        return self.recorder.take_batch()
-
-    def pending_operations(self) -> int:
-        return self.recorder.pending_operations()
-
-    def open_steps(self) -> list[tuple[str, str, int, str]]:
-        return self.recorder.open_steps()
-
-
-def build_interpretation(
-    stats: Stats,
-    *,
-    debounce_ms: float,
-    max_open_spans: int,
-    clock: Callable[[], float] = time.monotonic,
-    logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
-    logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
-) -> Interpretation:
-    """The translation and the recorder for live spans, counting into ``stats``."""
-    recorder = StepRecorder(
-        debounce_ms=debounce_ms,
-        clock=clock,
-        on_evict=lambda scope: stats.problem(
-            "evicted_attempts", "a job span never ended: its attempt is forgotten"
-        ),
-        logs_max_per_step=logs_max_per_step,
-    )
-    translator = SpanTranslator(
-        problem=stats.problem,
-        received=False,
-        max_open_spans=max_open_spans,
-        logs_min_severity=logs_min_severity,
-    )
-    return Interpretation(recorder, translator, count=stats.add, problem=stats.problem)
-
-
-class _SpanFacts:
-    """The watch's reader on the writer thread: each span's facts, to the interpretation."""
-
-    def __init__(self, interpretation: Interpretation) -> None:
-        self._interpretation = interpretation
-        self.progress = interpretation.progress
-
-    def started(self, fields: tuple[Any, ...]) -> None:
-        self._interpretation.started(SpanFacts(*fields))
-
-    def whole(self, fields: tuple[Any, ...]) -> None:
-        self._interpretation.whole(fields_facts(fields))
-
-    def ended(self, fields: tuple[Any, ...]) -> None:
-        self._interpretation.ended(fields_facts(fields))
-
-    def log(self, record: Any) -> None:
-        self._interpretation.log(log_facts(record))
-
-
-class _LiveSpans:
-    """The writer's handler for door one on its own thread: queued spans -> facts (`watch`)
-    -> interpretation, with running steps polled for progress."""
-
-    def __init__(self, watch: SpanWatch, interpretation: Interpretation) -> None:
-        self.watch = watch
-        self.interpretation = interpretation
-        self.handle = watch.handle
-        self._clock = watch.clock
-
-    def shed_progress_when(self, backlogged: Callable[[], bool]) -> None:
-        """The writer's backlog test: polling and recording progress both stop while it holds."""
-        self.watch.backlogged = self.interpretation.backlogged = backlogged
-
-    def next_due(self) -> float | None:
-        due = self.interpretation.recorder.next_due()
-        poll = self.watch.next_poll()
-        if poll is not None and (due is None or poll < due):
-            return poll
-        return due
-
-    def fire_due(self, now: float | None = None) -> None:
-        now = self._clock() if now is None else now
-        self.watch.poll_due(now)
-        self.interpretation.recorder.fire_due(now)
-
-    def flush_timers(self) -> None:
-        """A flush: every progress added before it is read now, and every window written."""
-        self.watch.poll_all()
-        self.interpretation.recorder.flush_timers()
-
-    def take_batch(self) -> Batch | None:
-        self.watch.settle()
-        return self.interpretation.take_batch()
-
-    def pending_operations(self) -> int:
-        return self.interpretation.pending_operations()
-
-    def open_steps(self) -> list[tuple[str, str, int, str]]:
-        self.watch.settle()
-        return self.interpretation.open_steps()
-
 
 class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
-    """Records job attempts and their steps from spans into PostgreSQL.
+    """Records job attempts and their steps from spans (and log records) into PostgreSQL.
 
-    Add it to a TracerProvider (and the same instance to a LoggerProvider for progress log
-    events and step log lines). Spans and log records outside a job scope cost a dictionary
-    lookup and nothing else; inside one, each hook appends a command to an in-memory queue that
-    one background thread writes in batches. Database problems are counted (see `stats`),
-    logged at most once a minute per kind, and never raised into the job.
+    Spans outside a job scope cost a dict lookup; inside one, each hook queues an item for one
+    background writer. Database problems are counted (`stats`), logged at most once a minute
+    per kind, never raised into the job. ``writer_side`` (tests): what the hooks write through.
     """
 
     def __init__(
@@ -273,112 +70,38 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         clock: Callable[[], float] = time.monotonic,
         logs_min_severity: str | int | None = None,
         logs_max_per_step: int | None = None,
+        writer_side: WriterSide | None = None,
     ) -> None:
-        dsn = dsn or os.environ.get("OTEL_JOBSTEPS_DSN")
-        if store is None and not dsn:
-            raise ConfigurationError("no database: pass dsn= or set OTEL_JOBSTEPS_DSN")
-        if writer is None:  # the environment's choice is for processors that write to PostgreSQL
-            writer = "thread" if store is not None else os.environ.get("OTEL_JOBSTEPS_WRITER")
-        writer = writer or "thread"
-        if writer not in WRITERS:
-            raise ConfigurationError(f"writer must be one of {', '.join(WRITERS)}, got {writer!r}")
-        if writer == "process" and store is not None:
-            raise ConfigurationError("writer='process' writes to PostgreSQL: pass dsn=, not store=")
-        self._schema = schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public"
-        self._debounce_ms = (
-            debounce_ms if debounce_ms is not None else _env_int("OTEL_JOBSTEPS_DEBOUNCE_MS", 1000)
+        settings = self._settings = Settings.from_environment(
+            has_store=store is not None or writer_side is not None,
+            dsn=dsn,
+            schema=schema,
+            writer=writer,
+            debounce_ms=debounce_ms,
+            max_queue_size=max_queue_size,
+            shutdown_timeout_ms=shutdown_timeout_ms,
+            connect_timeout_s=connect_timeout_s,
+            statement_timeout_ms=statement_timeout_ms,
+            heartbeat_interval_s=heartbeat_interval_s,
+            max_detail_bytes=max_detail_bytes,
+            max_open_spans=max_open_spans,
+            auto_migrate=auto_migrate,
+            logs_min_severity=logs_min_severity,
+            logs_max_per_step=logs_max_per_step,
         )
-        queue_size = (
-            max_queue_size
-            if max_queue_size is not None
-            else _env_int("OTEL_JOBSTEPS_MAX_QUEUE_SIZE", 50_000)
-        )
-        shutdown_ms = (
-            shutdown_timeout_ms
-            if shutdown_timeout_ms is not None
-            else _env_int("OTEL_JOBSTEPS_SHUTDOWN_TIMEOUT_MS", 5000)
-        )
-        self._max_open_spans = (
-            max_open_spans
-            if max_open_spans is not None
-            else _env_int("OTEL_JOBSTEPS_MAX_OPEN_SPANS", DEFAULT_MAX_OPEN_SPANS)
-        )
-        self._logs_min, self._logs_max = logs_settings(logs_min_severity, logs_max_per_step)
-        for name, value in (
-            ("debounce_ms", self._debounce_ms),
-            ("max_queue_size", queue_size),
-            ("shutdown_timeout_ms", shutdown_ms),
-            ("connect_timeout_s", connect_timeout_s),
-            ("statement_timeout_ms", statement_timeout_ms),
-            ("heartbeat_interval_s", heartbeat_interval_s),
-            ("max_detail_bytes", max_detail_bytes),
-            ("max_open_spans", self._max_open_spans),
-        ):
-            if value < 0 or (value == 0 and name != "debounce_ms"):
-                raise ConfigurationError(f"{name} must be positive, got {value!r}")
-        self._shutdown_timeout_s = shutdown_ms / 1000.0
-        # Log records are shed once the queue is this full: the rest of it is for spans.
-        self._logs_queue_limit = max(1, queue_size * 3 // 4)
-        self._auto_migrate = auto_migrate
-        self._clock = clock
-        self._stats = Stats()
-        # Step metrics of what the writer committed (max_step_keys: distinct keys per job type).
+        self._stats = stats = Stats() if writer_side is None else writer_side.counters
+        # Metrics of what the writer committed (max_step_keys: distinct keys per job type).
         step_metrics = StepMetrics(
             meter_provider,
             max_step_keys=max_step_keys,
-            on_folded=partial(self._stats.add, "metrics_step_keys_folded"),
-            on_folded_values=partial(self._stats.add, "metrics_values_folded"),
+            on_folded=partial(stats.add, "metrics_step_keys_folded"),
+            on_folded_values=partial(stats.add, "metrics_values_folded"),
         )
-        self._relay: Relay | None = None
-        if writer == "process":
-            settings = WriterSettings(
-                check_dsn(dsn or ""),
-                self._schema,
-                self._debounce_ms,
-                queue_size,
-                shutdown_ms,
-                connect_timeout_s,
-                statement_timeout_ms,
-                heartbeat_interval_s,
-                max_detail_bytes,
-                self._max_open_spans,
-                auto_migrate,
-                self._logs_min,
-                self._logs_max,
-            )
-            self._relay = Relay(
-                self._watch,
-                settings,
-                self._stats,
-                max_queue_size=queue_size,
-                on_committed=step_metrics.record,
-            )
-            self._submit = self._relay.submit
-            self._queued = self._relay.queue_length
-        else:
-            self._store = store or StepStore(
-                check_dsn(dsn or ""),
-                schema=self._schema,
-                connect_timeout_s=connect_timeout_s,
-                statement_timeout_ms=statement_timeout_ms,
-                max_detail_bytes=max_detail_bytes,
-                on_connect=self._prepare_connection,
-            )
-            self._live = self._live_spans()
-            self._writer = Writer(
-                self._live,
-                self._store,
-                self._stats,
-                max_queue_size=queue_size,
-                # Unwritten row operations held while the database is away: same memory order.
-                max_pending_operations=2 * queue_size,
-                heartbeat_interval_s=heartbeat_interval_s,
-                clock=clock,
-                on_committed=step_metrics.record,
-            )
-            self._live.shed_progress_when(self._writer.backlogged)
-            self._submit = self._writer.submit
-            self._queued = self._writer.queue_length
+        self._side = writer_side or build_writer_side(
+            settings, stats, store=store, clock=clock, on_committed=step_metrics.record
+        )
+        self._submit, self._queued = self._side.submit, self._side.queue_length
+        self._max_open_spans, self._logs_min = settings.max_open_spans, settings.logs_min_severity
         # Span id -> its queued start, for every queued span not yet ended (job thread; bounded,
         # oldest out): its end swaps the span there for its fields (`watch.SpanStarted`).
         self._in_scope: OrderedDict[int, SpanStarted] = OrderedDict()
@@ -436,7 +159,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 severity is None or getattr(severity, "_value_", 0) < self._logs_min
             ) and not self._worth_reading(record):
                 return  # below the minimum severity, and not a progress event
-            if self._queued() >= self._logs_queue_limit:
+            if self._queued() >= self._settings.logs_queue_limit:
                 # A flood of lines must not take the room a step's start or end needs.
                 self._stats.problem("dropped_LogEmitted", "queue three quarters full")
                 return
@@ -461,10 +184,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """True once everything recorded before the call is in the database (trailing progress
         included); False if ``timeout_millis`` passed first."""
-        if self._relay is not None:
-            written = self._relay.flush(timeout_millis / 1000.0)
-        else:
-            written = self._writer.flush(timeout_millis / 1000.0)
+        written = self._side.flush(timeout_millis / 1000.0)
         if not written:  # one warning per call: the caller asked and is told
             self._stats.add("flushes_incomplete")
             data = self.stats()
@@ -482,62 +202,14 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         if self._shut_down:
             return
         self._shut_down = True
-        if self._relay is not None:
-            self._relay.shutdown(self._shutdown_timeout_s)
-        else:
-            self._writer.shutdown(self._shutdown_timeout_s)
+        self._side.shutdown(self._settings.shutdown_timeout_s)
 
     def stats(self) -> dict[str, Any]:
         """Counters: commands handled, operations written, retries, drops by kind, last error."""
-        data = self._stats.snapshot()
-        if self._relay is not None:
-            # The writer process's counters as of its latest reply, added to the relay's own.
-            data["queued"] = self._relay.queue_length()
-            for name, value in self._relay.child_stats().items():
-                if name == "last_error":
-                    data[name] = value or data[name]
-                elif name != "backlogged":
-                    data[name] = data.get(name, 0) + value
-            return data
-        data["queued"] = self._writer.queue_length()
-        data["open_attempts"] = self._live.interpretation.recorder.open_attempts()
-        data["open_spans"] = self._live.interpretation.translator.open_spans()
-        return data
-
-    # -- internals ----------------------------------------------------------------------------
-
-    def _live_spans(self) -> _LiveSpans:
-        interpretation = build_interpretation(
-            self._stats,
-            debounce_ms=self._debounce_ms,
-            max_open_spans=self._max_open_spans,
-            clock=self._clock,
-            logs_min_severity=self._logs_min,
-            logs_max_per_step=self._logs_max,
-        )
-        return _LiveSpans(self._watch(_SpanFacts(interpretation)), interpretation)
-
-    def _watch(self, reader: SpanReader) -> SpanWatch:
-        return SpanWatch(
-            reader,
-            poll_interval_s=min(PROGRESS_POLL_S, self._debounce_ms / 1000) or MIN_PROGRESS_POLL_S,
-            clock=self._clock,
-            problem=self._stats.problem,
-            max_steps=self._max_open_spans,
-        )
-
-    def _prepare_connection(self, conn: Any) -> None:
-        if self._auto_migrate:
-            migrate(conn, schema=self._schema)
-        else:
-            check_writable_tables(conn, schema=self._schema)
+        return self._side.stats()
 
     def _after_fork_in_child(self) -> None:
         """The child starts with nothing of the parent's: its open spans belong to the parent."""
         self._stats.reset()
         self._in_scope = OrderedDict()
-        if self._relay is not None:
-            return  # the relay's queue re-inits itself
-        self._live = self._live_spans()
-        self._live.shed_progress_when(self._writer.backlogged)
-        self._writer.after_fork_in_child(self._live)
+        self._side.after_fork_in_child()

@@ -10,14 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .._batch import Batch
+from .._commands import Command, JobStarted
 from .._facts import LogFacts, SpanFacts
-from .._recorder import (
-    DEFAULT_LOGS_MAX_PER_STEP,
-    DEFAULT_MAX_OPEN_ATTEMPTS,
-    Command,
-    JobStarted,
-    StepRecorder,
-)
+from .._recorder import DEFAULT_LOGS_MAX_PER_STEP, DEFAULT_MAX_OPEN_ATTEMPTS, StepRecorder
 from .._translate import DEFAULT_LOGS_MIN_SEVERITY, Problem, SpanTranslator
 from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
 from .ids import ID_MASK, signed

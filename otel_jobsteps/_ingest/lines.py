@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._commands import Command, LogRecorded
 from .._facts import LogFacts, SpanFacts
-from .._recorder import Command, LogRecorded, StepRecorder
+from .._recorder import StepRecorder
 from .._stats import Stats
 from .._translate import SpanTranslator
 from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_EXECUTION, JOB_ID, JOB_STEP_KEY, JOB_TYPE

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .._commands import EventRecorded, JobStarted
 from .._facts import SpanFacts
-from .._recorder import EventRecorded, JobStarted
 from .._translate import SpanTranslator
 from ..attributes import JOB_EVENT_TYPE
 from .mapping import JobMapping, map_trace

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._commands import LogRecorded
 from .._facts import LogFacts
-from .._recorder import LogRecorded, StepRecorder
+from .._recorder import StepRecorder
 from .ids import ID_MASK
 from .lines import LineContexts, Names, StepCount, direct_lines, settled_lines
 from .logs import decode_log_record

@@ -68,12 +68,13 @@ def capture(
 ) -> JobState | None:
     """``state`` completed with the open spans of ``translators`` and the job's attempts open
     in ``recorder``; None when the recorder forgot attempts (the state would be partial)."""
-    if recorder._forgotten:
+    held = recorder.held_attempts()
+    if held is None:
         return None
-    state.translators = {trace: t._open for trace, t in translators.items()}
+    state.translators = {trace: t.held_spans() for trace, t in translators.items()}
     state.attempts = [
         (key, attempt)
-        for key, attempt in recorder._attempts.items()
+        for key, attempt in held
         if (attempt.scope.domain, attempt.scope.job_id) == job
     ]
     return state
@@ -86,11 +87,11 @@ def restore(state: JobState, recorder: StepRecorder, translator: Any) -> dict[in
         if attempt.open is not None:
             attempt.open.row.segment = -1  # not in the batch being built: later writes update
             attempt.open.last_write = attempt.open.pending = attempt.open.due = None
-        recorder._attempts[key] = attempt
+        recorder.adopt_attempt(key, attempt)
     translators: dict[int, SpanTranslator] = {}
     for trace, open_spans in state.translators.items():
         translators[trace] = found = translator()
-        found._open = open_spans
+        found.adopt_spans(open_spans)
     return translators
 
 

@@ -3,6 +3,5 @@
 from __future__ import annotations
 
 from .relay import Relay
-from .wire import WriterSettings
 
-__all__ = ["Relay", "WriterSettings"]
+__all__ = ["Relay"]

@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from .._interpretation import FactsHandler
 from .._metrics import Committed
+from .._settings import Settings
 from .._stats import Stats, logger
-from .._store import StepStore
 from .._writer import Writer
-from ..processor import Interpretation, build_interpretation
-from ..schema import check_writable_tables, migrate
+from .._writer_side import build_handler, build_store, build_writer, snapshot
 from .wire import (
     ENDED,
     FLUSH,
@@ -35,9 +35,6 @@ from .wire import (
     STATS,
     WARNING,
     WHOLE,
-    WriterSettings,
-    decode_facts,
-    decode_log,
     read_frames,
     write_frame,
 )
@@ -58,41 +55,43 @@ _KINDS = {
 _FLUSH_WAIT_S = 3600.0  # the relay's caller decides how long it waits
 
 
-class _ReceivedFacts:
-    """The writer's handler here: relay messages -> the interpretation's facts."""
+class _Received:
+    """The writer's facts source here: the relay's messages, already read as fields there."""
 
-    def __init__(self, interpretation: Interpretation) -> None:
-        self.interpretation = interpretation
-        recorder = interpretation.recorder
-        self.next_due = recorder.next_due
-        self.fire_due = recorder.fire_due
-        self.flush_timers = recorder.flush_timers
-        self.take_batch = interpretation.take_batch
-        self.pending_operations = interpretation.pending_operations
-        self.open_steps = interpretation.open_steps
+    backlogged: Callable[[], bool] = staticmethod(lambda: False)  # the relay polls, not this
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
+    def __init__(self, reader: FactsHandler) -> None:
+        self._progress = reader.progress
+        self._read = {
+            STARTED: reader.started,
+            WHOLE: reader.whole,
+            ENDED: reader.ended,
+            REPLAYED: reader.resumed,
+            LOG: reader.log,
+        }
 
     def handle(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        reader = self.interpretation
-        if kind == LOG:
-            reader.log(decode_log(message))
-        elif kind == PROGRESS:
-            reader.progress(*message[1:])
-        elif kind == STARTED:
-            reader.started(decode_facts(message))
-        elif kind == WHOLE:
-            reader.whole(decode_facts(message))
-        elif kind == REPLAYED:
-            reader.resumed(decode_facts(message))
-        else:  # ENDED
-            reader.ended(decode_facts(message))
+        if message[0] == PROGRESS:
+            self._progress(*message[1:])
+        else:
+            self._read[message[0]](message[1])
+
+    def next_poll(self) -> float | None:
+        return None  # running steps are polled by the relay's watch
+
+    def poll_due(self, now: float) -> None:
+        pass
+
+    def poll_all(self) -> None:
+        pass
+
+    def settle(self) -> None:
+        pass
 
 
-def _snapshot(stats: Stats, writer: Writer, interpretation: Interpretation) -> dict[str, Any]:
-    data = stats.snapshot()
-    data["queued"] = writer.queue_length()
-    data["open_attempts"] = interpretation.recorder.open_attempts()
-    data["open_spans"] = interpretation.translator.open_spans()
+def _snapshot(stats: Stats, writer: Writer, handler: FactsHandler) -> dict[str, Any]:
+    data = snapshot(stats, writer, handler)
     data["backlogged"] = int(writer.backlogged())  # the relay sheds progress meanwhile
     return data
 
@@ -118,20 +117,21 @@ def main(argv: list[str]) -> int:
     first = next(frames, None)
     if first is None:
         return 0
-    settings = WriterSettings(**json.loads(first[0]))
+    settings = Settings.from_payload(json.loads(first[0]))
     stats = Stats()
-    interpretation = build_interpretation(
-        stats,
-        debounce_ms=settings.debounce_ms,
-        max_open_spans=settings.max_open_spans,
-        logs_min_severity=settings.logs_min_severity,
-        logs_max_per_step=settings.logs_max_per_step,
-    )
+    handler = build_handler(settings, stats, source=_Received)
     replies = _Replies(out_fd)
-    writer = _writer(settings, interpretation, stats, replies)
+    writer = build_writer(
+        settings,
+        handler,
+        build_store(settings),
+        stats,
+        kind_of=lambda message: _KINDS.get(message[0], "message"),
+        on_committed=replies.committed,
+    )
     logger.addHandler(_ToTheJob(replies))
     logger.propagate = False  # the job's logging configuration decides where it goes
-    flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, interpretation))
+    flushes = _Flushes(writer, replies, snapshot=lambda: _snapshot(stats, writer, handler))
     threading.Thread(target=flushes.run, daemon=True).start()
     threading.Thread(target=replies.report, args=(flushes.snapshot,), daemon=True).start()
     try:
@@ -141,39 +141,6 @@ def main(argv: list[str]) -> int:
         # The last counters (what shutdown dropped among them) before the relay sees us exit.
         replies.send(lambda: (STATS, flushes.snapshot()))
     return 0
-
-
-def _writer(
-    settings: WriterSettings, interpretation: Interpretation, stats: Stats, replies: _Replies
-) -> Writer:
-    """The writer thread of this process, writing as the job's own writer thread would."""
-
-    def prepare(conn: Any) -> None:
-        if settings.auto_migrate:
-            migrate(conn, schema=settings.schema)
-        else:
-            check_writable_tables(conn, schema=settings.schema)
-
-    store = StepStore(
-        settings.dsn,
-        schema=settings.schema,
-        connect_timeout_s=settings.connect_timeout_s,
-        statement_timeout_ms=settings.statement_timeout_ms,
-        max_detail_bytes=settings.max_detail_bytes,
-        on_connect=prepare,
-    )
-    writer = Writer(
-        _ReceivedFacts(interpretation),
-        store,
-        stats,
-        kind_of=lambda message: _KINDS.get(message[0], "message"),
-        max_queue_size=settings.max_queue_size,
-        max_pending_operations=2 * settings.max_queue_size,
-        heartbeat_interval_s=settings.heartbeat_interval_s,
-        on_committed=replies.committed,
-    )
-    interpretation.backlogged = writer.backlogged
-    return writer
 
 
 def _take(

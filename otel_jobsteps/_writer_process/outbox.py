@@ -6,7 +6,6 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from .._facts import log_fields
 from .._translate import body_text
 from .._watch import plain_dict
 from ..attributes import JOB_EVENT_TYPE
@@ -52,8 +51,7 @@ class Outbox:
         """Tell a new writer process first what is still open, in start order."""
         self.messages[:0] = [(REPLAYED, fields) for fields in self._open.values()]
 
-    def log(self, record: Any) -> None:
-        fields = log_fields(record)
+    def log(self, fields: tuple[Any, ...]) -> None:
         body, attributes = fields[6], fields[7]
         if type(body) is not str or type(attributes) is not dict:  # the usual record is both
             if not (body is None or type(body) in PLAIN or type(body) is bytes):

@@ -12,7 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .wire import WriterSettings, write_frame
+from .._settings import Settings
+from .wire import write_frame
 
 __all__ = ["ChildCounters", "WriterChild"]
 
@@ -51,7 +52,7 @@ class WriterChild:
     """One writer process and the two pipe ends the relay keeps; every descriptor is in
     ``fds`` from the moment it exists, so a fork at any point closes it in the forked child."""
 
-    def __init__(self, settings: WriterSettings, fds: set[int]) -> None:
+    def __init__(self, settings: Settings, fds: set[int]) -> None:
         self.exited = False
         self.replies_read = threading.Event()  # its last counters are in the relay's
         self._fds = fds
@@ -73,7 +74,7 @@ class WriterChild:
         self._close(from_child)
         try:
             # The settings travel through the pipe: a password must not show in ps.
-            write_frame(self.to_fd, [json.dumps(settings.__dict__)])
+            write_frame(self.to_fd, [json.dumps(settings.payload())])
         except BaseException:
             self.close_pipe()
             self.close_replies()

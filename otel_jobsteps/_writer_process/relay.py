@@ -18,6 +18,7 @@ from typing import Any
 
 from .._background import BackgroundQueue, FlushRequest
 from .._metrics import ClosedStep, Committed, FinishedAttempt
+from .._settings import Settings
 from .._stats import Stats, logger
 from .._watch import SpanWatch
 from .outbox import Outbox
@@ -28,7 +29,6 @@ from .wire import (
     METRICS,
     REPLAYED,
     WARNING,
-    WriterSettings,
     read_frames,
     write_frame,
 )
@@ -48,7 +48,7 @@ class Relay:
     def __init__(
         self,
         watch: Callable[[Outbox], SpanWatch],
-        settings: WriterSettings,
+        settings: Settings,
         stats: Stats,
         *,
         max_queue_size: int,

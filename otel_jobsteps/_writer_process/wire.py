@@ -11,7 +11,7 @@ Writer process -> relay:
   ``(FLUSHED, n, ok, stats)`` flush n done (committed if ok); ``(STATS, stats)`` its counters;
   ``(WARNING, level, text)`` a warning to log in the job's process;
   ``(METRICS, steps, attempts)`` what a committed batch closed and finished.
-The first frame the writer process reads holds its `WriterSettings` (JSON).
+The first frame the writer process reads holds its settings (`Settings.payload`, as JSON).
 """
 
 from __future__ import annotations
@@ -20,11 +20,7 @@ import marshal
 import os
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
-
-from .._facts import LogFacts, SpanFacts
-from .._watch import fields_facts
 
 __all__ = [
     "ENDED",
@@ -39,9 +35,6 @@ __all__ = [
     "STATS",
     "WARNING",
     "WHOLE",
-    "WriterSettings",
-    "decode_facts",
-    "decode_log",
     "read_frames",
     "write_frame",
 ]
@@ -63,25 +56,6 @@ METRICS: Final = "m"
 _LENGTH = struct.Struct(">I")
 _MARSHAL_VERSION = 4
 PLAIN = (str, bool, int, float)  # values marshal carries as they are
-
-
-@dataclass(frozen=True)
-class WriterSettings:
-    """What the writer process needs to write as the writer thread would (sent as JSON)."""
-
-    dsn: str
-    schema: str
-    debounce_ms: float
-    max_queue_size: int
-    shutdown_timeout_ms: int
-    connect_timeout_s: float
-    statement_timeout_ms: int
-    heartbeat_interval_s: float
-    max_detail_bytes: int
-    max_open_spans: int
-    auto_migrate: bool
-    logs_min_severity: int = 9  # translate.DEFAULT_LOGS_MIN_SEVERITY
-    logs_max_per_step: int = 1000  # recorder.DEFAULT_LOGS_MAX_PER_STEP
 
 
 def write_frame(fd: int, messages: list[Any]) -> None:
@@ -133,13 +107,3 @@ def _text(value: object) -> str:
         return str(value)
     except Exception:  # noqa: BLE001 - a value's own __str__ may fail: it must not stop the rest
         return "<unprintable>"
-
-
-def decode_facts(message: tuple[Any, ...]) -> SpanFacts:
-    """The facts of a STARTED, WHOLE, ENDED or REPLAYED message, as the relay read them."""
-    return fields_facts(message[1])
-
-
-def decode_log(message: tuple[Any, ...]) -> LogFacts:
-    """The facts of a LOG message (a log record), as the relay read them."""
-    return LogFacts(*message[1])

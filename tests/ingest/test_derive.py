@@ -8,17 +8,12 @@ from typing import Any
 
 import pytest
 
+from otel_jobsteps._commands import EventRecorded, JobEnded, JobStarted, ProgressReported
 from otel_jobsteps._facts import SpanEvent, SpanFacts
 from otel_jobsteps._ingest.decode import BadRequest, decode_json
 from otel_jobsteps._ingest.derive import job_commands
 from otel_jobsteps._ingest.mapping import JobMapping, map_trace
 from otel_jobsteps._ingest.place import place, skeleton
-from otel_jobsteps._recorder import (
-    EventRecorded,
-    JobEnded,
-    JobStarted,
-    ProgressReported,
-)
 from otel_jobsteps.errors import ConfigurationError
 
 JOB = {"job.domain": "d", "job.id": "1", "job.type": "t", "job.attempt": 1}

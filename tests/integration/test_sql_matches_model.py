@@ -10,7 +10,8 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps._recorder import Scope, StepRecorder
+from otel_jobsteps._commands import Scope
+from otel_jobsteps._recorder import StepRecorder
 from otel_jobsteps._store import StepStore
 from tests.unit.recorder_support import SCOPES, FakeClock, command, script_commands, settle, written
 

@@ -7,15 +7,15 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from otel_jobsteps._recorder import (
+from otel_jobsteps._commands import (
     JobEnded,
     JobStarted,
     ProgressReported,
     Scope,
     StepEnded,
-    StepRecorder,
     StepStarted,
 )
+from otel_jobsteps._recorder import StepRecorder
 from otel_jobsteps.testing import apply, operations
 
 MS = 1_000_000  # nanoseconds

@@ -11,9 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_jobsteps._batch import JobLogRow
-from otel_jobsteps._recorder import (
-    StepRecorder,
-)
+from otel_jobsteps._recorder import StepRecorder
 from tests.unit.recorder_support import (
     FakeClock,
     command,

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from otel_jobsteps._commands import Command
 from otel_jobsteps._facts import LogFacts
-from otel_jobsteps._recorder import Command, StepRecorder
+from otel_jobsteps._recorder import StepRecorder
 from otel_jobsteps._translate import SpanTranslator
 from tests.unit.recorder_support import MS, FakeClock, written
 from tests.unit.test_translate import JOB_SPAN, RENDER, TRACE

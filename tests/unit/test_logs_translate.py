@@ -8,8 +8,9 @@ import pytest
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor
 from otel_jobsteps._batch import EventRow
+from otel_jobsteps._commands import Command, LogRecorded, ProgressReported
 from otel_jobsteps._facts import LogFacts, SpanEvent
-from otel_jobsteps._recorder import Command, LogRecorded, ProgressReported, StepRecorder
+from otel_jobsteps._recorder import StepRecorder
 from otel_jobsteps._translate import (
     MAX_LOG_MESSAGE_CHARS,
     SpanTranslator,

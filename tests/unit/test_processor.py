@@ -33,6 +33,7 @@ from otel_jobsteps.processor import LogEmitted, SpanEnded, SpanStarted
 from otel_jobsteps.testing import InMemoryStore
 from tests.helpers import wait_until
 from tests.unit.recorder_support import written
+from tests.unit.writer_support import HeldSide
 
 UNUSED_DSN = "postgresql://nobody:secret@127.0.0.1:1/never"
 
@@ -73,12 +74,13 @@ def test_spans_outside_a_job_cost_no_thread_and_no_connection(
     setup: tuple[trace.Tracer, JobStepsProcessor, Recording],
 ) -> None:
     tracer, processor, recording = setup
+    before = set(threading.enumerate())
     with (
         tracer.start_as_current_span("request"),
         tracer.start_as_current_span("not-a-step", attributes={JOB_STEP_KEY: "RENDER"}) as span,
     ):
         span.add_event("progress", {"pct": 1})
-    assert processor._writer._queue._thread is None
+    assert set(threading.enumerate()) - before == set()  # no writer thread started
     assert processor.force_flush(1000)
     assert recording.batches == []
 
@@ -410,9 +412,9 @@ def test_steps_and_events_inside_a_job_use_its_tracer(
 def test_a_step_read_after_its_end_is_one_closed_row_and_nested_spans_keep_the_order() -> None:
     """The writer reads a start whose span has ended together with its end when that end is
     the next item (one closed insert); anything between them is applied in queue order."""
-    processor = JobStepsProcessor(store=InMemoryStore())
-    queued: list[Any] = []
-    processor._submit = queued.append  # the writer is not involved: items applied by hand
+    side = HeldSide()  # the writer thread is not involved: items applied by hand
+    processor = JobStepsProcessor(writer_side=side)
+    queued = side.held
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("test")
@@ -422,9 +424,7 @@ def test_a_step_read_after_its_end_is_one_closed_row_and_nested_spans_keep_the_o
         with tracer.start_as_current_span("b", attributes={JOB_STEP_KEY: "B"}):
             with tracer.start_as_current_span("c", attributes={JOB_STEP_KEY: "C"}):
                 pass
-    for item in queued:
-        processor._live.handle(item)
-    ops = written(processor._live.take_batch())
+    ops = written(side.read_by_hand())
     steps = [
         (op.step_key, op.step_status, op.detail) for name, op in ops if name == "insert_events"
     ]

@@ -27,16 +27,17 @@ from otel_jobsteps._vocabulary import LOG, STEP
 from otel_jobsteps._watch import LogEmitted
 from otel_jobsteps.testing import InMemoryStore
 from tests.unit.recorder_support import written
+from tests.unit.writer_support import HeldSide
 
 # Tracked objects per queued span: its start, its end, the fields, their events and one event.
 TRACKED_PER_ENDED_SPAN = 5
 
 
-def _queued_job(steps: int) -> tuple[JobStepsProcessor, list[Any], list[weakref.ref[Any]]]:
+def _queued_job(steps: int) -> tuple[HeldSide, list[Any], list[weakref.ref[Any]]]:
     """A job of ``steps`` steps with a progress event each, ended, its items queued unread."""
-    processor = JobStepsProcessor(store=InMemoryStore())
-    queued: list[Any] = []
-    processor._submit = queued.append  # the writer never reads them: the worst case
+    side = HeldSide()
+    processor = JobStepsProcessor(writer_side=side)
+    queued = side.held
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("test")
@@ -51,7 +52,7 @@ def _queued_job(steps: int) -> tuple[JobStepsProcessor, list[Any], list[weakref.
         spans.append(span)
     job.end()
     refs = [weakref.ref(span) for span in spans]
-    return processor, queued, refs
+    return side, queued, refs
 
 
 def _reachable(roots: list[Any]) -> list[Any]:
@@ -68,15 +69,13 @@ def _reachable(roots: list[Any]) -> list[Any]:
 
 
 def test_the_queue_keeps_no_sdk_object_of_an_ended_span() -> None:
-    processor, queued, refs = _queued_job(steps=2)
+    side, queued, refs = _queued_job(steps=2)
     gc.collect()
     assert queued  # the items are kept, the spans are gone
     assert all(ref() is None for ref in refs)
     sdk = [o for o in _reachable(queued) if isinstance(o, ReadableSpan | Event)]
     assert sdk == []
-    for item in queued:  # and the items still say everything: the rows are complete
-        processor._live.handle(item)
-    ops = written(processor._live.take_batch())
+    ops = written(side.read_by_hand())  # and the items still say everything: rows complete
     steps = [(op.step_status, op.detail) for name, op in ops if name == "insert_events"]
     assert steps == [("COMPLETED", {"done": 0}), ("COMPLETED", {"done": 1})]
     assert [op.status for name, op in ops if name == "insert_job_logs"] == ["COMPLETED"]
@@ -91,9 +90,9 @@ def test_an_ended_span_costs_the_collector_a_few_tracked_objects_while_queued() 
 
 
 def test_a_running_span_stays_in_its_queued_start_for_the_writer_to_poll() -> None:
-    processor = JobStepsProcessor(store=InMemoryStore())
-    queued: list[Any] = []
-    processor._submit = queued.append
+    side = HeldSide()
+    processor = JobStepsProcessor(writer_side=side)
+    queued = side.held
     provider = TracerProvider()
     provider.add_span_processor(processor)
     attributes = {JOB_DOMAIN: "d", JOB_ID: "1", JOB_TYPE: "t", JOB_ATTEMPT: 1}
@@ -109,9 +108,9 @@ def test_with_log_records_the_span_items_keep_no_sdk_object_and_the_rows_are_com
     processor queues it; its context reaches the span until the writer reads it), its span's
     start and end as fields; read in queue order they give the STEP and LOG rows."""
     store = InMemoryStore()
-    processor = JobStepsProcessor(store=store)
-    submit, queued = processor._submit, list[Any]()
-    processor._submit = queued.append  # held unread until the span items are looked at
+    side = HeldSide(store)  # held unread until the span items are looked at
+    processor = JobStepsProcessor(writer_side=side)
+    queued = side.held
     tracers, logs = TracerProvider(), LoggerProvider()
     tracers.add_span_processor(processor)
     logs.add_log_record_processor(processor)
@@ -125,8 +124,7 @@ def test_with_log_records_the_span_items_keep_no_sdk_object_and_the_rows_are_com
         assert kinds.count("LogEmitted") == 2
         spans = [item for item in queued if not isinstance(item, LogEmitted)]
         assert [o for o in _reachable(spans) if isinstance(o, ReadableSpan | Event)] == []
-        for item in queued:
-            submit(item)
+        side.release()
         assert processor.force_flush(5_000)
         found = [(row.type, row.step_key, row.message) for row in store.events()]
         assert found == [

@@ -17,16 +17,16 @@ from otel_jobsteps import (
     JOB_TYPE,
 )
 from otel_jobsteps._batch import EventRow
-from otel_jobsteps._facts import SpanEvent, SpanFacts
-from otel_jobsteps._recorder import (
+from otel_jobsteps._commands import (
     Command,
     EventRecorded,
     JobEnded,
     JobStarted,
     StepEnded,
-    StepRecorder,
     StepStarted,
 )
+from otel_jobsteps._facts import SpanEvent, SpanFacts
+from otel_jobsteps._recorder import StepRecorder
 from otel_jobsteps._translate import SpanTranslator
 from tests.unit.recorder_support import MS, settle, written
 

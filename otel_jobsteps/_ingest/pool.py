@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .._db import connection_kwargs
 from .._store import StepStore, _BoundedConnection
@@ -18,6 +18,7 @@ from .settings import CollectSettings
 __all__ = ["PooledStore", "StorePool"]
 
 _STATEMENT_TIMEOUT_MS = 30_000  # as the writer's StepStore
+_UNREACHABLE_WAIT_S = 0.5  # the wait for a connection while none has come: an outage answers fast
 
 
 class PooledStore(StepStore):
@@ -52,6 +53,7 @@ class StorePool:
     def __init__(self, settings: CollectSettings) -> None:
         self._schema = settings.schema
         self._timeout_s = settings.connect_timeout_s
+        self._unreachable = True  # until a connection came: a request then waits briefly
         reply_timeout_s = _STATEMENT_TIMEOUT_MS / 1000.0 + settings.connect_timeout_s
         kwargs = connection_kwargs(
             connect_timeout_s=settings.connect_timeout_s, tcp_user_timeout_s=reply_timeout_s
@@ -70,8 +72,18 @@ class StorePool:
 
     @contextmanager
     def store(self) -> Iterator[StepStore]:
-        """A store over a borrowed connection (`psycopg_pool.PoolTimeout` when none comes)."""
-        with self._pool.connection(timeout=self._timeout_s) as conn:
+        """A store over a borrowed connection (`psycopg_pool.PoolTimeout` when none comes).
+        While the database is unreachable a request waits briefly, so an outage answers 503 fast."""
+        timeout = self._timeout_s
+        if self._unreachable:
+            timeout = min(timeout, _UNREACHABLE_WAIT_S)
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self._pool.connection(timeout=timeout))
+            except PoolTimeout:
+                self._unreachable = True
+                raise
+            self._unreachable = False
             yield PooledStore(conn, self._schema)
 
     def close(self) -> None:

@@ -20,7 +20,6 @@ from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ._detail import DEFAULT_MAX_DETAIL_BYTES
-from ._interpretation import Interpretation
 from ._log import logger
 from ._metrics import StepMetrics
 from ._settings import Settings
@@ -33,7 +32,7 @@ from ._writer import RowStore
 from ._writer_side import WriterSide, build_writer_side
 from .attributes import JOB_EVENT_TYPE, JOB_ID
 
-__all__ = ["Interpretation", "JobStepsProcessor", "LogEmitted", "SpanEnded", "SpanStarted"]
+__all__ = ["JobStepsProcessor"]
 
 # Queue items are built without their constructor: 0.08 instead of 0.25 us a NamedTuple call
 # costs on the job's thread (benchmarks/hot_path.py); tests/unit/test_processor.py checks them.
@@ -102,6 +101,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         )
         self._submit, self._queued = self._side.submit, self._side.queue_length
         self._max_open_spans, self._logs_min = settings.max_open_spans, settings.logs_min_severity
+        self._logs_queue_limit = settings.logs_queue_limit  # read per record: computed once
         # Span id -> its queued start, for every queued span not yet ended (job thread; bounded,
         # oldest out): its end swaps the span there for its fields (`watch.SpanStarted`).
         self._in_scope: OrderedDict[int, SpanStarted] = OrderedDict()
@@ -159,7 +159,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 severity is None or getattr(severity, "_value_", 0) < self._logs_min
             ) and not self._worth_reading(record):
                 return  # below the minimum severity, and not a progress event
-            if self._queued() >= self._settings.logs_queue_limit:
+            if self._queued() >= self._logs_queue_limit:
                 # A flood of lines must not take the room a step's start or end needs.
                 self._stats.problem("dropped_LogEmitted", "queue three quarters full")
                 return

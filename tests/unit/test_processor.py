@@ -29,7 +29,7 @@ from otel_jobsteps import (
     step,
 )
 from otel_jobsteps._batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
-from otel_jobsteps.processor import LogEmitted, SpanEnded, SpanStarted
+from otel_jobsteps._watch import LogEmitted, SpanEnded, SpanStarted
 from otel_jobsteps.testing import InMemoryStore
 from tests.helpers import wait_until
 from tests.unit.recorder_support import written

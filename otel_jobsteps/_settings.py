@@ -82,14 +82,10 @@ class Settings:
         values["schema"] = (
             values.get("schema") or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public"
         )
-        for name, variable, default in (
-            ("debounce_ms", "OTEL_JOBSTEPS_DEBOUNCE_MS", 1000),
-            ("max_queue_size", "OTEL_JOBSTEPS_MAX_QUEUE_SIZE", 50_000),
-            ("shutdown_timeout_ms", "OTEL_JOBSTEPS_SHUTDOWN_TIMEOUT_MS", 5000),
-            ("max_open_spans", "OTEL_JOBSTEPS_MAX_OPEN_SPANS", DEFAULT_MAX_OPEN_SPANS),
-        ):
+        defaults: dict[str, Any] = {field.name: field.default for field in dataclasses.fields(cls)}
+        for name in ("debounce_ms", "max_queue_size", "shutdown_timeout_ms", "max_open_spans"):
             if name not in values:
-                values[name] = _env_int(variable, default)
+                values[name] = _env_int(f"OTEL_JOBSTEPS_{name.upper()}", defaults[name])
         values["logs_min_severity"], values["logs_max_per_step"] = logs_settings(
             values.get("logs_min_severity"), values.get("logs_max_per_step")
         )

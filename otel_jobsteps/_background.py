@@ -183,6 +183,11 @@ class BackgroundQueue:
     def length(self) -> int:
         return len(self.queue)
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The engine's thread: None until an item starts it (and in a fresh fork child)."""
+        return self._thread
+
     # -- the thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:

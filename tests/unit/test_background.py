@@ -89,7 +89,7 @@ def test_a_flush_covers_exactly_what_was_queued_before_it() -> None:
 def test_a_flush_with_no_thread_running_is_true_only_when_nothing_is_queued_or_held() -> None:
     engine, worker, _ = _engine()
     assert engine.flush(5.0)  # nothing ever submitted: no thread starts for a flush
-    assert engine._thread is None
+    assert engine.thread is None
     worker.held = True
     assert not engine.flush(5.0)
     worker.held = False
@@ -129,7 +129,7 @@ def test_shutdown_is_bounded_and_says_whether_the_thread_ended() -> None:
     assert engine.shutdown(0.01) is False
     assert engine.shutdown(0.01) is None  # a second call does nothing
     worker.release.set()
-    thread = engine._thread
+    thread = engine.thread
     assert thread is not None
     thread.join(5.0)
     assert not thread.is_alive()
@@ -140,7 +140,7 @@ def test_a_forked_child_gets_an_empty_queue_and_no_thread() -> None:
     engine.submit("a")
     assert engine.shutdown(5.0)  # in a real fork the parent's thread does not exist
     engine.reset_after_fork()
-    assert (engine.length(), engine._thread, engine.stopping, worker.resets) == (0, None, False, 1)
+    assert (engine.length(), engine.thread, engine.stopping, worker.resets) == (0, None, False, 1)
     engine.submit("b")  # starts the child's own thread
     assert engine.flush(5.0)
     assert worker.handled == ["a", "b"]

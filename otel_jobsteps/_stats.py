@@ -10,7 +10,7 @@ from typing import Any
 from ._log import logger
 from .errors import describe
 
-__all__ = ["Stats", "logger"]
+__all__ = ["Stats"]
 
 
 class Stats:

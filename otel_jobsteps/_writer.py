@@ -14,8 +14,9 @@ from typing import Any, Protocol
 
 from ._background import BackgroundQueue, FlushRequest
 from ._batch import Batch
+from ._log import logger
 from ._metrics import Committed
-from ._stats import Stats, logger
+from ._stats import Stats
 from ._store import rejects_row
 from .errors import describe
 

@@ -32,8 +32,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .._health import COLLECT_RIGHTS, HealthMiddleware, Readiness
+from .._log import logger
 from .._requestlog import RequestLog
-from .._stats import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
 from .intake import Answer, Intake, Outcome, accepted
 from .logs import decode_logs_json, decode_logs_protobuf

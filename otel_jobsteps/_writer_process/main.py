@@ -18,9 +18,10 @@ from functools import partial
 from typing import Any
 
 from .._interpretation import FactsHandler
+from .._log import logger
 from .._metrics import Committed
 from .._settings import Settings
-from .._stats import Stats, logger
+from .._stats import Stats
 from .._writer import Writer
 from .._writer_side import build_handler, build_store, build_writer, snapshot
 from .wire import (

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .._background import BackgroundQueue, FlushRequest
+from .._log import logger
 from .._metrics import ClosedStep, Committed, FinishedAttempt
 from .._settings import Settings
-from .._stats import Stats, logger
+from .._stats import Stats
 from .._watch import SpanWatch
 from .outbox import Outbox
 from .process import ChildCounters, WriterChild

@@ -20,13 +20,13 @@ from ._stats import Stats
 from ._store import rejects_row
 from .errors import describe
 
-__all__ = ["CommandHandler", "RowStore", "Writer"]
+__all__ = ["ItemHandler", "RowStore", "Writer"]
 
 
-class CommandHandler(Protocol):
-    """What the writer needs from the recorder."""
+class ItemHandler(Protocol):
+    """What the writer needs from its handler: queue items in, the recorder's batch out."""
 
-    def handle(self, command: Any) -> None: ...
+    def handle(self, item: Any) -> None: ...
     def take_batch(self) -> Batch | None: ...
     def next_due(self) -> float | None: ...
     def fire_due(self, now: float | None = None) -> None: ...
@@ -56,12 +56,12 @@ class Writer:
 
     def __init__(
         self,
-        handler: CommandHandler,
+        handler: ItemHandler,
         store: RowStore,
         stats: Stats,
         *,
         max_queue_size: int,
-        max_batch_commands: int = 10_000,
+        max_batch_items: int = 10_000,
         max_pending_operations: int = 200_000,
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 10.0,
@@ -74,9 +74,9 @@ class Writer:
     ) -> None:
         self._handler, self._store, self._stats, self._clock = handler, store, stats, clock
         self._on_committed = on_committed  # what a committed batch changed (the metrics)
-        # Bounds: commands per drain, row operations held while the database is away.
-        self._max_batch_commands, self._max_pending_operations = (
-            max_batch_commands,
+        # Bounds: queue items per drain, row operations held while the database is away.
+        self._max_batch_items, self._max_pending_operations = (
+            max_batch_items,
             max_pending_operations,
         )
         self._backoff_initial, self._backoff_max = backoff_initial_s, backoff_max_s
@@ -127,7 +127,7 @@ class Writer:
         """True while the operations held for a later write are at their bound (writer thread)."""
         return self._pending_operations() >= self._max_pending_operations
 
-    def after_fork_in_child(self, handler: CommandHandler) -> None:
+    def after_fork_in_child(self, handler: ItemHandler) -> None:
         """A forked child's writer reads through a fresh handler (the queue re-inits itself)."""
         self._handler = handler
 
@@ -194,7 +194,7 @@ class Writer:
         return sum(b.operation_count() for b in held if b) + self._handler.pending_operations()
 
     def _drain(self) -> None:
-        count = self._queue.drain(self._max_batch_commands, self._handler.handle, self._flushed)
+        count = self._queue.drain(self._max_batch_items, self._handler.handle, self._flushed)
         self._stats.add("commands", count)
 
     def _flushed(self, request: FlushRequest) -> None:

@@ -114,7 +114,9 @@ RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key, e.step_status
 
 -- name: write_progress --
 -- Replace the detail of an open step this execution owns; a closed row is left alone. A
--- progress write is a sign of life too: it moves heartbeat_at (not indexed: a HOT update).
+-- progress write is a sign of life too: it moves heartbeat_at once the step's last sign of life
+-- is 15 s old. heartbeat_at is in job_event_open_gauges, so only those writes leave HOT; the
+-- others keep it as it is (an unchanged value: a HOT update).
 -- Of two inputs for one step, the later wins (as if written one after the other).
 WITH chosen AS (
     SELECT DISTINCT ON (open.id) open.id, t.execution_id, t.step_key, t.detail
@@ -136,7 +138,8 @@ WITH chosen AS (
 )
 UPDATE ONLY {job_event} AS e
 SET detail = input.details[width_bucket(e.id, input.ids)]::jsonb,
-    heartbeat_at = now()
+    heartbeat_at = CASE WHEN GREATEST(e.created_at, e.heartbeat_at) > now() - interval '15 s'
+                        THEN e.heartbeat_at ELSE now() END
 FROM input
 WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
   AND e.execution_id = input.execution_ids[width_bucket(e.id, input.ids)]

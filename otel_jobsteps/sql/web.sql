@@ -218,26 +218,34 @@ ORDER BY attempt;
 -- name: open_steps --
 -- Open steps of the fleet, the longest silent first (the open steps `sweep` would settle first;
 -- it also settles attempts that died between steps, which have none), those
--- silent for at least older_than; at most limit rows, and how many there are in all.
-SELECT domain, job_id, job_type, attempt, step_key, detail, created_at AS started_at,
-       GREATEST(created_at, heartbeat_at) AS seen_at,
-       now() AS as_of,
-       count(*) OVER () AS total
-FROM {job_event}
-WHERE type = 'STEP' AND ended_at IS NULL
-  AND GREATEST(created_at, heartbeat_at) <= now() - %(older_than)s::interval
-ORDER BY GREATEST(created_at, heartbeat_at), id
-LIMIT %(limit)s;
+-- silent for at least older_than; at most limit rows, and how many there are in all. The
+-- candidates and their count come from job_event_open_gauges alone (an Index Only Scan, its
+-- predicate as written there); only the rows shown are read from the table, by id.
+WITH shown AS (
+    SELECT id, GREATEST(created_at, heartbeat_at) AS seen_at, count(*) OVER () AS total
+    FROM ONLY {job_event}  -- the partitioned layout's children hold no open step
+    WHERE (type = 'STEP' AND ended_at IS NULL) IS TRUE
+      AND GREATEST(created_at, heartbeat_at) <= now() - %(older_than)s::interval
+    ORDER BY GREATEST(created_at, heartbeat_at), id
+    LIMIT %(limit)s
+)
+SELECT e.domain, e.job_id, e.job_type, e.attempt, e.step_key, e.detail,
+       e.created_at AS started_at, shown.seen_at, now() AS as_of, shown.total
+FROM shown
+JOIN ONLY {job_event} AS e ON e.id = shown.id
+ORDER BY shown.seen_at, shown.id;
 
 -- name: open_step_gauges --
 -- GET /metrics: open steps by domain, job type and step, and how many of them showed no sign of
--- life (start or heartbeat) for silent_after. Reads the open rows only (job_event_one_open_step,
--- whose predicate this is), so a scrape costs the number of open steps, not the table's size.
+-- life (start or heartbeat) for silent_after. An Index Only Scan of job_event_open_gauges (0013),
+-- which holds every column named here for the open rows only: a scrape costs the number of open
+-- steps, not the table's size, and no visit of their heap pages once vacuumed. The condition is
+-- that index's predicate as written there (see 0013 for why IS TRUE).
 SELECT domain, job_type, step_key, count(*) AS open,
        count(*) FILTER (WHERE GREATEST(created_at, heartbeat_at)
                               <= now() - %(silent_after)s::interval) AS silent
-FROM {job_event}
-WHERE type = 'STEP' AND ended_at IS NULL
+FROM ONLY {job_event}  -- the partitioned layout's children hold no open step (closed_steps_only)
+WHERE (type = 'STEP' AND ended_at IS NULL) IS TRUE
 GROUP BY domain, job_type, step_key;
 
 -- name: step_stats --

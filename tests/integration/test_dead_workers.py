@@ -224,15 +224,28 @@ def test_heartbeats_keep_coming_while_other_jobs_keep_the_writer_busy(
 def test_a_progress_write_is_a_sign_of_life(
     tracing: TracingFactory, conn: psycopg.Connection[Any]
 ) -> None:
-    """Between two heartbeats, a written progress moves heartbeat_at: `sweep`, `/running` and
-    "silent for" see the step alive."""
+    """Between two heartbeats, a written progress moves heartbeat_at once the step's last sign
+    of life is 15 s old (`sweep`, `/running` and "silent for" see the step alive); a progress
+    written sooner leaves it, so that write stays HOT beside job_event_open_gauges."""
     tracer, processor = tracing(heartbeat_interval_s=3600)
     with job_attempt("render", "alive", "t", tracer=tracer), step("RENDER", tracer=tracer):
         assert processor.force_flush(10_000)
+        progress(pct=5)
+        assert processor.force_flush(10_000)
         assert rows(conn, "SELECT heartbeat_at FROM job_event WHERE job_id = 'alive'") == [(None,)]
+        conn.execute(
+            "UPDATE job_event SET created_at = created_at - interval '1 minute'"
+            " WHERE job_id = 'alive'"
+        )
         progress(pct=10)
         assert processor.force_flush(10_000)
         ((seen,),) = rows(
             conn, "SELECT heartbeat_at > created_at FROM job_event WHERE job_id = 'alive'"
         )
         assert seen is True
+        ((beat,),) = rows(conn, "SELECT heartbeat_at FROM job_event WHERE job_id = 'alive'")
+        progress(pct=20)
+        assert processor.force_flush(10_000)
+        assert rows(
+            conn, "SELECT heartbeat_at, detail->>'pct' FROM job_event WHERE job_id = 'alive'"
+        ) == [(beat, "20")]

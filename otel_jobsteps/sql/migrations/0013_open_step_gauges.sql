@@ -10,9 +10,19 @@
 -- type = 'STEP' AND ended_at IS NULL, keep probing job_event_one_open_step even on a generic
 -- plan over an empty table's statistics, where the planner took this index for them and
 -- walked it (tests/integration/test_open_step_plans.py).
--- It replaces the opt-in index of that name that earlier docs suggested (its predicate unwrapped).
-DROP INDEX IF EXISTS job_event_open_gauges;
-CREATE INDEX job_event_open_gauges
+-- An index of that name with another predicate is the opt-in one earlier docs suggested: it is
+-- replaced. One built beforehand as here (CREATE INDEX CONCURRENTLY, docs/operations.md) is kept,
+-- so a big table need not hold its writers for the build.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_indexes
+               WHERE schemaname = current_schema() AND indexname = 'job_event_open_gauges'
+                 AND indexdef NOT LIKE '%IS TRUE%') THEN
+        DROP INDEX job_event_open_gauges;
+    END IF;
+END
+$$;
+CREATE INDEX IF NOT EXISTS job_event_open_gauges
     ON job_event (domain, job_type, step_key) INCLUDE (created_at, heartbeat_at, id)
     WHERE (type = 'STEP' AND ended_at IS NULL) IS TRUE;
 

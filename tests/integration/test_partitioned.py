@@ -32,6 +32,9 @@ from tests.helpers import counts, finished_attempt, open_step, rows, wait_until
 SECOND = timedelta(seconds=1)
 KEEP_ALL = timedelta(days=3650)  # a prune that only moves finished attempts
 RUN_FOR_S = 2.5  # long enough for jobs to span a few one-second intervals
+# Two job loops outrun one writer each (thousands of jobs a second against its 50,000-item
+# queue): unpaced, the queue filled and dropped spans whenever the writer was slowed.
+FLUSH_EVERY = 100
 PROBLEMS = ("rejected", "drop", "write_failed", "internal_error")
 
 
@@ -150,6 +153,8 @@ def test_jobs_keep_their_guarantees_while_intervals_roll_over(
                 if number % 3 == 0:
                     worker.run(f"job-{number}", attempts_made=1, execution=f"execution-{index}")
                 number += 1
+                if number % FLUSH_EVERY == 0:  # within the writer's pace: its queue is bounded
+                    assert worker.processor.force_flush(30_000)
         except BaseException as error:  # noqa: BLE001 - reported by the test below
             errors.append(error)
         ran.append(number)

@@ -226,7 +226,7 @@ WITH shown AS (
     FROM ONLY {job_event}  -- the partitioned layout's children hold no open step
     WHERE (type = 'STEP' AND ended_at IS NULL) IS TRUE
       AND GREATEST(created_at, heartbeat_at) <= now() - %(older_than)s::interval
-    ORDER BY GREATEST(created_at, heartbeat_at), id
+    ORDER BY seen_at, id
     LIMIT %(limit)s
 )
 SELECT e.domain, e.job_id, e.job_type, e.attempt, e.step_key, e.detail,

@@ -53,6 +53,7 @@ def test_the_gauges_and_running_read_open_steps_from_the_index(
         "Index Only Scan",
         "job_event_open_gauges",
     )
+    assert candidates["Heap Fetches"] == 0
     assert shown["Index Name"] == "job_event_pkey"  # only the rows shown, by id
     assert shown["Actual Loops"] == PARAMS["limit"]
     rows = conn.execute(qualified_queries("web.sql", "public")["open_step_gauges"], PARAMS)

@@ -1,10 +1,10 @@
 -- The open steps with what serve's /metrics gauges read (open and silent steps by domain, job
 -- type and step) and /running orders by (the last sign of life, then id), so a scrape is an
 -- Index Only Scan, and /running reads the heap of the rows it shows only, whatever the table's
--- size and wherever the open rows lie in the heap. heartbeat_at is in it, so a change of heartbeat_at is no longer a
--- HOT update: the writers move it once per heartbeat interval (refresh_heartbeats), and a
--- progress write moves it only once the step's last sign of life is 15 s old, so most progress
--- writes stay HOT (write_progress).
+-- size and wherever the open rows lie in the heap. heartbeat_at is in it, so a change of
+-- heartbeat_at is no longer a HOT update: the writers move it once per heartbeat interval
+-- (refresh_heartbeats), and a progress write moves it only once the step's last sign of life
+-- is 15 s old, so most progress writes stay HOT (write_progress).
 -- Its predicate is the open-step condition wrapped in IS TRUE (the same rows), so only a
 -- statement that says it so can use the index: the writer's guarded statements, which say
 -- type = 'STEP' AND ended_at IS NULL, keep probing job_event_one_open_step even on a generic

@@ -93,6 +93,9 @@ const jobs = {
     await step('RENDER', async (span) => {
       log(SeverityNumber.INFO, 'INFO', 'rendering 3 frames', { frames: 3 });
       log(SeverityNumber.DEBUG, 'DEBUG', 'frame cache warm'); // below INFO: not written
+      // The frames take a few milliseconds. Node's SDK starts spans on Date.now()'s whole
+      // millisecond: two steps starting in one millisecond would be ordered by their ends.
+      await new Promise((resolve) => setTimeout(resolve, 3));
       progress(span, { pct: 100 });
     });
     await step('SAVE', async () => {

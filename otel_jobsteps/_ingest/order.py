@@ -9,6 +9,10 @@ ends of spans that began earlier come first (inner before outer), then starts, o
 inner; of spans starting together, those that lasted no time first, each ending right after its
 own descendants of that instant. So a step ending in the tick the next one starts is closed by
 its own end, with its status and error, at any clock resolution; span ids break what is left.
+Node's SDK starts spans on the wall clock's whole millisecond (Date.now()) and ends them that
+much plus their precise duration, so a step's end may read later than the next one's start: a
+step starting on a whole millisecond waits for the end, within that millisecond, of a sibling
+step that started earlier, or started in the same millisecond and ended first.
 
 Log records join that order at their time, as live: after their span's start (right after it
 if earlier), before its end (right before it if later); records at one place go by time, then
@@ -18,17 +22,19 @@ by their place in their request, then by span and key.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
 from typing import Any
 
 from .._facts import LogFacts, SpanFacts
+from ..attributes import JOB_STEP_KEY
 
 __all__ = ["in_span_order", "latest_copies", "with_logs"]
 
 _Node = tuple[int, int]  # trace id, span id
 _Key = tuple[int, int, tuple[Any, ...]]
+_START_TICK_NS = 1_000_000  # a start on a whole millisecond stands for any time within it
 
 
 def latest_copies(spans: Iterable[SpanFacts]) -> dict[_Node, SpanFacts]:
@@ -102,6 +108,14 @@ def in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]]
         if span.end_ns
     }
     ready: list[tuple[_Key, bool, _Node]] = []
+    releases = _start_waits(nodes, children)
+    blocked: dict[_Node, int] = {}
+    for waiting in releases.values():
+        for node in waiting:
+            blocked[node] = blocked.get(node, 0) + 1
+
+    def push_start(node: _Node) -> None:
+        heapq.heappush(ready, ((nodes[node].start_ns, 1, paths[node][0]), True, node))
 
     def push_end(node: _Node) -> None:
         span = nodes[node]
@@ -117,7 +131,7 @@ def in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]]
             push_end(node)
 
     for node in roots:
-        heapq.heappush(ready, ((nodes[node].start_ns, 1, paths[node][0]), True, node))
+        push_start(node)
     order: list[tuple[bool, SpanFacts]] = []
     while ready:
         _, is_start, node = heapq.heappop(ready)
@@ -125,9 +139,15 @@ def in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]]
         order.append((is_start, span))
         if is_start:
             for child in children.get(node, ()):
-                heapq.heappush(ready, ((nodes[child].start_ns, 1, paths[child][0]), True, child))
+                if not blocked.get(child):
+                    push_start(child)
             if node in pending:
                 one_done(node)
+        else:
+            for later in releases.get(node, ()):  # siblings: their parent has started
+                blocked[later] -= 1
+                if not blocked[later]:
+                    push_start(later)
         parent = _parent(nodes, node)
         if parent is None or parent not in pending:
             continue
@@ -138,6 +158,32 @@ def in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]]
         ):
             one_done(parent)
     return order
+
+
+def _start_waits(
+    nodes: dict[_Node, SpanFacts], children: dict[_Node, list[_Node]]
+) -> dict[_Node, list[_Node]]:
+    """Per step, the sibling steps whose start waits for its end: each starts on a whole
+    millisecond this step ended within, and this step started earlier, or then and ended
+    first (Node's millisecond starts)."""
+    waits: dict[_Node, list[_Node]] = {}
+    for siblings in children.values():
+        steps = [node for node in siblings if JOB_STEP_KEY in nodes[node].attributes]
+        ended = sorted((nodes[node].end_ns, node) for node in steps if nodes[node].end_ns)
+        ends = [end for end, _ in ended]
+        for node in steps:
+            span = nodes[node]
+            if not ended or span.start_ns % _START_TICK_NS:
+                continue
+            first = bisect_right(ends, span.start_ns)
+            last = bisect_left(ends, span.start_ns + _START_TICK_NS)
+            for end, earlier in ended[first:last]:
+                began = nodes[earlier].start_ns
+                if began < span.start_ns or (
+                    began == span.start_ns and (not span.end_ns or end < span.end_ns)
+                ):
+                    waits.setdefault(earlier, []).append(node)
+    return waits
 
 
 def _end_waits(nodes: dict[_Node, SpanFacts], parent: _Node, child: _Node) -> bool:

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from otel_jobsteps._commands import EventRecorded, JobEnded, JobStarted, ProgressReported
+from otel_jobsteps._commands import (
+    EventRecorded,
+    JobEnded,
+    JobStarted,
+    ProgressReported,
+    StepEnded,
+)
 from otel_jobsteps._facts import SpanEvent, SpanFacts
 from otel_jobsteps._ingest.decode import BadRequest, decode_json
 from otel_jobsteps._ingest.derive import job_commands
@@ -228,6 +234,41 @@ def test_a_step_ending_in_the_tick_the_next_starts_keeps_its_own_end() -> None:
     # Zero-length job and steps in one tick: inner spans end before the job does.
     assert commands([span(1, 0, 5, 5, **JOB), span(2, 1, 5, 5, **{"job.step.key": "A"}),
                      span(3, 1, 5, 5, **{"job.step.key": "B"})]) == ORDERED  # fmt: skip
+
+
+MS = 1_796_298_417_223_000_000  # a whole millisecond, as Node's SDK stamps starts
+
+
+@pytest.mark.parametrize("ids", [(2, 3), (3, 2)], ids=["RENDER's id lower", "SAVE's id lower"])
+def test_steps_starting_in_one_millisecond_follow_their_ends(ids: tuple[int, int]) -> None:
+    # Node's SDK takes a span's start from Date.now() and its end from a finer clock (times of
+    # a real run): RENDER ends 0.269 ms into the millisecond SAVE's start reads as. RENDER is
+    # closed by its own end and SAVE keeps its failure, whichever span id is the lower.
+    render, save = ids
+    job = span(1, 0, MS, MS + 11_583_050, **JOB)
+    first = span(render, 1, MS, MS + 269_224, **{"job.step.key": "A"})
+    failed = SpanFacts(7, save, 1, "b", MS, MS + 10_236_687, {"job.step.key": "B"}, (), True, "x")
+    assert commands([job, failed, first]) == ORDERED
+    ends = [
+        c for c in job_commands([job, failed, first], problem=print) if isinstance(c, StepEnded)
+    ]
+    assert [(c.key, c.failed) for c in ends] == [("A", False), ("B", True)]
+    # SAVE only started (its marker): RENDER's end still comes before SAVE's start.
+    marker = span(save, 1, MS, 0, **{"job.step.key": "B"})
+    assert commands([span(1, 0, MS, 0, **JOB), marker, first]) == ORDERED[:4]
+    # SAVE, quick, ends before RENDER's end reads (each span's times shift by its own start's
+    # truncation): RENDER started a millisecond earlier, so it still ends first.
+    slow = span(render, 1, MS - 6_000_000, MS + 750_000, **{"job.step.key": "A"})
+    quick = SpanFacts(7, save, 1, "b", MS, MS + 333_185, {"job.step.key": "B"}, (), True, "x")
+    assert commands([span(1, 0, MS - 7_000_000, MS + 2_500_000, **JOB), quick, slow]) == ORDERED
+    # A start off the whole millisecond is exact: a sibling still open then is closed by it.
+    late = span(save, 1, MS + 100_000, 0, **{"job.step.key": "B"})
+    assert commands([span(1, 0, MS, 0, **JOB), late, first]) == [
+        ("JobStarted", None),
+        ("StepStarted", "A"),
+        ("StepStarted", "B"),
+        ("StepEnded", "A"),
+    ]
 
 
 def test_a_step_ending_after_its_job_is_closed_by_the_job_end_as_live() -> None:

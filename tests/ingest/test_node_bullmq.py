@@ -120,6 +120,11 @@ def test_failed_attempt_then_retry_gives_the_python_adapters_rows(
     assert detail.events[0].detail == {"next_attempt": 2}
     assert detail.log is not None
     assert detail.log.status == "COMPLETED"
+    # RENDER's end reads later than SAVE's millisecond start (Node's clocks): RENDER is still
+    # closed by its own end, with its progress.
+    first = job_detail(dsn, queue, "flaky-1", 1)
+    assert first is not None
+    assert [(s.key, s.detail) for s in first.steps] == [("RENDER", {"pct": 100}), ("SAVE", None)]
 
 
 def test_the_workers_log_lines_are_under_their_steps(

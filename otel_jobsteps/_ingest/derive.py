@@ -19,7 +19,7 @@ from .ids import ID_MASK, signed
 from .mapping import BULLMQ_OPERATION, JobMapping, map_trace
 from .order import in_span_order, latest_copies, with_logs
 from .place import JOB, Attempt
-from .state import JobState, capture, restore
+from .state import JobState, capture, held_by_job, restore
 
 __all__ = [
     "Derivation",
@@ -199,15 +199,24 @@ def derive_jobs(
             continue
         _apply(commands, recorder, found)
     found.derived = sorted(a for a in gathered.known if a[:2] not in found.failed)
+    held = held_by_job(recorder)
     found.batch = recorder.take_batch()
     markers = gathered.open_markers()
     found.pending = set(markers) | {a for a in found.derived if a not in gathered.jobs_ended}
+    markers_of, ended_of, firsts_of = (
+        _of_job(markers),
+        _of_job(gathered.jobs_ended),
+        _of_job(found.firsts),
+    )
     for job in jobs:
         found.states[job] = None  # a failed job is derived in full next time
         if job not in found.failed:
             times = _latest(gathered.by_job[job], (logs or {}).get(job, ()))
-            state = _state(job, times, markers, gathered.jobs_ended, found.firsts)
-            found.states[job] = capture(job, replays[job].translators, recorder, state)
+            state = _state(
+                times, markers_of.get(job, {}), ended_of.get(job, {}), firsts_of.get(job, {})
+            )
+            held_open = None if held is None else held.get(job, [])
+            found.states[job] = capture(replays[job].translators, held_open, state)
     return found
 
 
@@ -230,17 +239,26 @@ def _latest(spans: Iterable[SpanFacts], logs: Iterable[tuple[LogFacts, Any]]) ->
     return JobState(max(last_start, last_end, last_log), last_start, last_log)
 
 
+def _of_job(noted: Iterable[Attempt] | Mapping[Attempt, Any]) -> dict[Job, dict[Attempt, Any]]:
+    """Attempts' notes (or a set of attempts: None each) grouped by their job."""
+    found: dict[Job, dict[Attempt, Any]] = {}
+    items = noted.items() if isinstance(noted, Mapping) else ((a, None) for a in noted)
+    for attempt, value in items:
+        found.setdefault(attempt[:2], {})[attempt] = value
+    return found
+
+
 def _state(
-    job: Job,
     times: JobState,
     markers: Mapping[Attempt, set[tuple[str, int]]],
-    jobs_ended: set[Attempt],
+    ended: Iterable[Attempt],
     firsts: Mapping[Attempt, tuple[str, int, int]],
 ) -> JobState:
-    """A job's notes for its state (its translators and attempts are captured after)."""
-    times.markers = {a: set(m) for a, m in markers.items() if a[:2] == job}
-    times.ended = {a for a in jobs_ended if a[:2] == job}
-    times.firsts = {a: first for a, first in firsts.items() if a[:2] == job}
+    """A job's notes for its state, of its own attempts (its translators and attempts are
+    captured after)."""
+    times.markers = {a: set(m) for a, m in markers.items()}
+    times.ended = set(ended)
+    times.firsts = dict(firsts)
     return times
 
 
@@ -296,6 +314,9 @@ def resume_jobs(
         gathered.add(span)
     recorder = _recorder(len(gathered.known) + len(states), logs_max_per_step)
     found = Derivation()
+    new_markers, new_ended = _of_job(gathered.open_markers()), _of_job(gathered.jobs_ended)
+    known = _of_job(gathered.known)
+    noted: dict[Job, tuple[JobState, dict[int, SpanTranslator]]] = {}
     for job, state in states.items():
         replay = _Replay(problem, logs_min_severity)
         replay.translators = restore(state, recorder, replay.translator)
@@ -304,18 +325,22 @@ def resume_jobs(
             replay.commands(in_span_order(_mapped_nodes(gathered.by_job[job], ()))), recorder, found
         )
         markers = {a: set(m) for a, m in state.markers.items()}
-        for attempt, seen in gathered.open_markers().items():
-            if attempt[:2] == job:
-                markers.setdefault(attempt, set()).update(seen)
-        ended = state.ended | {a for a in gathered.jobs_ended if a[:2] == job}
+        for attempt, seen in new_markers.get(job, {}).items():
+            markers.setdefault(attempt, set()).update(seen)
+        ended = state.ended | set(new_ended.get(job, ()))
         times = _latest(gathered.by_job[job], ())
         times.frontier = max(times.frontier, state.frontier)
         times.last_start = max(times.last_start, state.last_start)
         times.last_log = state.last_log
         found.pending |= set(markers)
-        found.pending |= {a for a in gathered.known if a[:2] == job and a not in ended}
-        noted = _state(job, times, markers, ended, found.firsts)
-        found.states[job] = capture(job, replay.translators, recorder, noted)
+        found.pending |= {a for a in known.get(job, ()) if a not in ended}
+        noted[job] = (_state(times, markers, ended, {}), replay.translators)
+    held = held_by_job(recorder)
+    firsts = _of_job(found.firsts)
+    for job, (state, translators) in noted.items():
+        state.firsts = dict(firsts.get(job, {}))
+        held_open = None if held is None else held.get(job, [])
+        found.states[job] = capture(translators, held_open, state)
     found.derived = sorted(a for a in gathered.known if a[:2] not in found.failed)
     found.batch = recorder.take_batch()
     return found

@@ -18,7 +18,7 @@ from .._recorder import StepRecorder
 from .._translate import SpanTranslator
 from .place import Attempt
 
-__all__ = ["JobState", "capture", "dump", "load", "restore"]
+__all__ = ["JobState", "capture", "dump", "held_by_job", "load", "restore"]
 
 _VERSION = 1
 _PACKAGE = "otel_jobsteps."
@@ -60,23 +60,29 @@ class JobState:
         return found
 
 
-def capture(
-    job: tuple[str, str],
-    translators: dict[int, SpanTranslator],
-    recorder: StepRecorder,
-    state: JobState,
-) -> JobState | None:
-    """``state`` completed with the open spans of ``translators`` and the job's attempts open
-    in ``recorder``; None when the recorder forgot attempts (the state would be partial)."""
+def held_by_job(recorder: StepRecorder) -> dict[tuple[str, str], list[tuple[Any, Any]]] | None:
+    """The recorder's open attempts grouped by job; None when it forgot attempts (a state
+    would be partial)."""
     held = recorder.held_attempts()
     if held is None:
         return None
+    found: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
+    for key, attempt in held:
+        found.setdefault((attempt.scope.domain, attempt.scope.job_id), []).append((key, attempt))
+    return found
+
+
+def capture(
+    translators: dict[int, SpanTranslator],
+    attempts: list[tuple[Any, Any]] | None,
+    state: JobState,
+) -> JobState | None:
+    """``state`` completed with the open spans of ``translators`` and the job's open
+    ``attempts`` (`held_by_job`); None without them."""
+    if attempts is None:
+        return None
     state.translators = {trace: t.held_spans() for trace, t in translators.items()}
-    state.attempts = [
-        (key, attempt)
-        for key, attempt in held
-        if (attempt.scope.domain, attempt.scope.job_id) == job
-    ]
+    state.attempts = attempts
     return state
 
 

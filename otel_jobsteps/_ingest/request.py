@@ -101,10 +101,12 @@ def _placed(
     """The request's spans among what is staged of their traces, placed: (staged, fresh rows,
     duplicates, late, over the limit, staged spans placed anew, places). ``partial`` reads only
     what placing them needs; None if a placed span would move (its subtree is not read)."""
-    if partial:
-        staged = _skeletons(_request_skeletons(session, traces, rows))
-    else:
-        staged = _skeletons(session.execute("trace_skeletons", {"trace_id": traces}).fetchall())
+    staged: dict[Key, Staged] = {}
+    known = [trace for trace in traces if counts[trace]]  # a trace with no span staged is new
+    if known and partial:
+        staged = _skeletons(_request_skeletons(session, known, rows))
+    elif known:
+        staged = _skeletons(session.execute("trace_skeletons", {"trace_id": known}).fetchall())
     unique = {row[:3]: row for row in reversed(rows)}  # the first copy of a span wins
     fresh = [row for key, row in sorted(unique.items()) if key not in staged]
     copies = [key for key in unique if key in staged]
@@ -125,6 +127,9 @@ def _placed(
 def _request_skeletons(
     session: Session, traces: list[str], rows: list[SpanRow]
 ) -> list[tuple[Any, ...]]:
+    """The skeletons `request_skeletons` reads for the request's ``rows`` in ``traces``."""
+    within = set(traces)
+    rows = [row for row in rows if row[0] in within]
     ids = sorted({(r[0], r[1]) for r in rows} | {(r[0], signed(r[3].parent_span_id)) for r in rows})
     new = sorted({(r[0], r[1]) for r in rows})
     return session.execute(
@@ -222,6 +227,10 @@ def _lock_jobs(session: Session, jobs: list[Job]) -> _Jobs:
             known.new.add((domain, job_id))
         elif state is not None:
             known.states[(domain, job_id)] = bytes(state)
+    old = [job for job in jobs if job not in known.new]  # a new job has no attempt yet
+    if not old:
+        return known
+    columns = {"domain": [j[0] for j in old], "job_id": [j[1] for j in old]}
     for domain, job_id, attempt, is_settled, trace, span_id, start_ns in session.execute(
         "job_attempts", columns
     ):
@@ -321,7 +330,7 @@ def _derive(
             logs_min_severity=settings.logs_min_severity,
             logs_max_per_step=settings.logs_max_per_step,
         )
-        committed = _write_derived(session, found, forget=False)
+        committed = _write_derived(session, found, forget=set())
     if full:
         chosen = set(full)
         found = derive_jobs(
@@ -335,7 +344,8 @@ def _derive(
             logs_min_severity=settings.logs_min_severity,
             logs_max_per_step=settings.logs_max_per_step,
         )
-        committed.extend(_write_derived(session, found, forget=True))
+        # Rows to replace: of the jobs collect knew before (a new one has none).
+        committed.extend(_write_derived(session, found, forget=chosen - known.new))
     return committed
 
 
@@ -396,18 +406,15 @@ def _save_states(session: Session, states: dict[Job, bytes | None]) -> None:
     )
 
 
-def _write_derived(session: Session, found: Derivation, *, forget: bool) -> Committed:
-    """The derivation's rows (in place of the earlier ones: ``forget``, else on them), its notes
-    of each attempt and the state each job's next request may resume."""
+def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> Committed:
+    """The derivation's rows (in place of the earlier ones of the jobs to ``forget``, else on
+    them), its notes of each attempt and the state each job's next request may resume."""
     derived = found.derived
-    columns = {
-        "domain": [a[0] for a in derived],
-        "job_id": [a[1] for a in derived],
-        "attempt": [a[2] for a in derived],
-    }
+    columns = _attempt_columns(derived)
     counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
-    if derived and forget:
-        counted = session.execute("forget_derived_rows", columns).fetchall()
+    replaced = [a for a in derived if a[:2] in forget]
+    if replaced:
+        counted = session.execute("forget_derived_rows", _attempt_columns(replaced)).fetchall()
     committed = Committed() if found.batch is None else session.write(found.batch)
     if found.starts:
         starts = found.starts
@@ -441,12 +448,21 @@ def _write_derived(session: Session, found: Derivation, *, forget: bool) -> Comm
     )
 
 
+def _attempt_columns(attempts: list[Attempt]) -> dict[str, list[Any]]:
+    return {
+        "domain": [a[0] for a in attempts],
+        "job_id": [a[1] for a in attempts],
+        "attempt": [a[2] for a in attempts],
+    }
+
+
 def _job_spans(
     session: Session, jobs: list[Job], staged: dict[Key, Staged], new_jobs: set[Job]
 ) -> Iterator[JobSpan]:
     """Every staged span of the jobs' attempts not settled. A new job's are this request's
     spans, at hand; the others' are read (and decoded, the ones this request did not bring)."""
     placed = [(key, span) for key, span in staged.items() if span.place and not span.gone]
+    new_jobs = set(new_jobs)
     for _, span in placed:
         if span.new is None and span.place:  # placed now, staged before: read its job
             new_jobs.discard(span.place[:2])

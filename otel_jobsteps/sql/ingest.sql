@@ -13,7 +13,8 @@ SELECT pg_advisory_xact_lock_shared(hashtextextended('otel_jobsteps:move:' || %(
 
 -- name: lock_traces --
 -- Register the request's traces and lock their rows, in the (sorted) order given: two receivers
--- placing spans of the same traces wait for each other.
+-- placing spans of the same traces wait for each other. span_count 0: nothing of it is staged
+-- (a trace's row goes only once no span of it is left).
 INSERT INTO {otlp_trace} AS o (trace_id)
 SELECT unnest(%(trace_id)b::text[])
 ON CONFLICT (trace_id) DO UPDATE SET touched_at = now()

@@ -81,11 +81,11 @@ def test_a_database_error_is_unavailable_not_a_crash(
     spans = recording.spans(seed_story, "-rights")
     staging = Staging(CollectSettings(no_delete_role, connections=1))
     try:
-        first = decode_protobuf(request_of(spans[:2]).SerializeToString())
-        staging.receive(first.spans, first.wire)  # new traces: nothing to delete yet
-        rest = decode_protobuf(request_of(spans).SerializeToString())
+        first = decode_protobuf(request_of(spans[1:]).SerializeToString())
+        staging.receive(first.spans, first.wire)  # new jobs: nothing to delete yet
+        rest = decode_protobuf(request_of(spans[:1]).SerializeToString())
         with pytest.raises(StagingUnavailable, match="permission denied"):
-            staging.receive(rest.spans, rest.wire)  # re-derives: deletes the earlier rows
+            staging.receive(rest.spans, rest.wire)  # the earliest span: deletes earlier rows
         assert staging.stats.get("database_error") == 1
     finally:
         staging.close()

@@ -132,6 +132,9 @@ class Committed:
         counted step cancels one of these, so a row is counted once whichever span it has (and
         with the status it was counted with first: counters never go back)."""
         old_attempts = set(attempts)
+        steps = list(steps)
+        if not steps and not old_attempts:
+            return self  # nothing counted before: rows stay unread until recorded
         by_span: dict[tuple[str | None, str | None], list[tuple[Any, ...]]] = {}
         for trace, span, key in steps:
             by_span.setdefault((trace, span), []).append((trace, key))

@@ -15,8 +15,8 @@ from typing import NamedTuple
 from .._commands import EventRecorded, JobStarted
 from .._facts import SpanFacts
 from .._translate import SpanTranslator
-from ..attributes import JOB_EVENT_TYPE
-from .mapping import JobMapping, map_trace
+from ..attributes import JOB_EVENT_TYPE, JOB_ID
+from .mapping import BULLMQ_JOB_ID, JobMapping, map_trace
 
 __all__ = [
     "EVENT",
@@ -61,6 +61,11 @@ def _ignore(kind: str, detail: object) -> None:
 
 def skeleton(span: SpanFacts, mappings: Sequence[JobMapping] = ()) -> Skeleton:
     """The span's skeleton (a queue library's job span named as `mapping` names it)."""
+    names = span.attributes
+    if not (JOB_ID in names or JOB_EVENT_TYPE in names or BULLMQ_JOB_ID in names) and not any(
+        m.job_id in names for m in mappings
+    ):
+        return Skeleton(span.parent_span_id, PLAIN, None)  # names no job: most spans
     (mapped,) = map_trace([span], mappings)
     found = SpanTranslator(problem=_ignore).started(mapped)  # no parent known: its own scope
     own = None

@@ -88,22 +88,31 @@ class _Replay:
     def translator(self) -> SpanTranslator:
         return SpanTranslator(problem=self._problem, logs_min_severity=self._logs_min_severity)
 
-    def commands(self, order: Iterable[tuple[bool, SpanFacts | LogFacts]]) -> list[Command]:
+    def commands(self, order: Sequence[tuple[bool, SpanFacts | LogFacts]]) -> list[Command]:
+        """A span whose end comes right after its start is told whole (a step: one StepRan),
+        as the processor's writer does with a start and end adjacent in its queue."""
         translators = self.translators
         commands: list[Command] = []
-        for is_start, item in order:
+        whole = False
+        for index, (is_start, item) in enumerate(order):
             if isinstance(item, LogFacts):
                 found = translators.get(item.trace_id)
                 if found is not None:
                     commands.extend(found.log(item))
                 continue
+            if whole:  # the end of the span told whole just before
+                whole = False
+                continue
             translator = translators.get(item.trace_id)
             if translator is None:
                 translator = translators[item.trace_id] = self.translator()
-            if is_start:
-                commands.extend(translator.started(item))
-            elif JOB_EVENT_TYPE not in item.attributes:  # an event span is complete at start
-                commands.extend(translator.ended(item))
+            if not is_start:
+                if JOB_EVENT_TYPE not in item.attributes:  # an event span is whole at start
+                    commands.extend(translator.ended(item))
+                continue
+            after = order[index + 1] if index + 1 < len(order) else None
+            whole = after is not None and not after[0] and after[1] is item
+            commands.extend(translator.whole(item) if whole else translator.started(item))
         return commands
 
 

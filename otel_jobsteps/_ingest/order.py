@@ -7,8 +7,10 @@ closed by the job's end, as live. Where a child started before its parent the cl
 ends. Among what may come next, the earliest time goes first. The tie rule, at one instant:
 ends of spans that began earlier come first (inner before outer), then starts, outer before
 inner; of spans starting together, those that lasted no time first, each ending right after its
-own descendants of that instant. So a step ending in the tick the next one starts is closed by
-its own end, with its status and error, at any clock resolution; span ids break what is left.
+own descendants of that instant; spans starting as their parent ends start right after that
+instant's ends, before any other start then. So a step ending in the tick the next one starts
+is closed by its own end, with its status and error, at any clock resolution; span ids break
+what is left.
 Node's SDK starts spans on the wall clock's whole millisecond (Date.now()) and ends them that
 much plus their precise duration, so a step's end may read later than the next one's start: a
 step starting on a whole millisecond waits for the end, within that millisecond, of a sibling
@@ -114,15 +116,24 @@ def in_span_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]]
         for node in waiting:
             blocked[node] = blocked.get(node, 0) + 1
 
+    def in_ending(node: _Node) -> _Key | None:
+        """The key of a span starting as its parent ends: after that instant's ends, before
+        its other starts (the parent's end waits for it: no other start may pass it)."""
+        parent, span = _parent(nodes, node), nodes[node]
+        if parent is None or nodes[parent].end_ns != span.start_ns:
+            return None
+        return (span.start_ns, 1, (-len(paths[node][1]), *node))
+
     def push_start(node: _Node) -> None:
-        heapq.heappush(ready, ((nodes[node].start_ns, 1, paths[node][0]), True, node))
+        key = in_ending(node) or (nodes[node].start_ns, 2, paths[node][0])
+        heapq.heappush(ready, (key, True, node))
 
     def push_end(node: _Node) -> None:
         span = nodes[node]
         if span.end_ns > span.start_ns:
             key: _Key = (span.end_ns, 0, (-len(paths[node][1]), *node))
         else:
-            key = (span.start_ns, 1, (*paths[node][0], (2, 0, 0)))
+            key = in_ending(node) or (span.start_ns, 2, (*paths[node][0], (2, 0, 0)))
         heapq.heappush(ready, (key, False, node))
 
     def one_done(node: _Node) -> None:

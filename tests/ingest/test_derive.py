@@ -12,8 +12,8 @@ from otel_jobsteps._commands import (
     EventRecorded,
     JobEnded,
     JobStarted,
-    ProgressReported,
     StepEnded,
+    StepRan,
 )
 from otel_jobsteps._facts import SpanEvent, SpanFacts
 from otel_jobsteps._ingest.decode import BadRequest, decode_json
@@ -30,11 +30,15 @@ def span(span_id: int, parent: int, start: int, end: int, **attributes: Any) -> 
 
 
 def commands(spans: list[SpanFacts], **options: Any) -> list[tuple[str, object]]:
+    """The commands by type and key; a step told whole (StepRan) as its start and end."""
     found = job_commands(spans, problem=print, **options)
     named = []
     for command in found:
         label = getattr(command, "key", None) or getattr(command, "type", None)
-        named.append((type(command).__name__, label))
+        if isinstance(command, StepRan):
+            named += [("StepStarted", label), ("StepEnded", label)]
+        else:
+            named.append((type(command).__name__, label))
     return named
 
 
@@ -97,8 +101,8 @@ def test_progress_of_a_received_step_is_its_latest_event() -> None:
     )  # fmt: skip
     job = span(1, 0, 10, 30, **JOB)
     found = job_commands([job, step], problem=print)
-    (progress,) = [c for c in found if isinstance(c, ProgressReported)]
-    assert progress.attributes == {"pct": 100}
+    (ran,) = [c for c in found if isinstance(c, StepRan)]  # told whole: its newest progress
+    assert ran.progress == {"pct": 100}
 
 
 def test_an_event_outside_a_job_names_its_own_scope() -> None:
@@ -236,6 +240,19 @@ def test_a_step_ending_in_the_tick_the_next_starts_keeps_its_own_end() -> None:
                      span(3, 1, 5, 5, **{"job.step.key": "B"})]) == ORDERED  # fmt: skip
 
 
+@pytest.mark.parametrize("ids", [(3, 4), (4, 3)], ids=["event's id lower", "B's id lower"])
+def test_a_child_starting_as_its_step_ends_goes_before_the_next_step(ids: tuple[int, int]) -> None:
+    # A's event span starts in the instant A ends and B starts (a shrunk history): A's end waits
+    # for it, and B's start waits for A's end, whichever span id is the lower.
+    event, after = ids
+    job = span(1, 0, 5, 40, **JOB)
+    failed = SpanFacts(7, 2, 1, "a", 10, 11, {"job.step.key": "A"}, (), True, "boom")
+    inside = span(event, 2, 11, 11, **{"job.event.type": "LOG", "job.event.message": "in A"})
+    found = commands([job, failed, inside, span(after, 1, 11, 11, **{"job.step.key": "B"})])
+    assert [c for c in found if c[0] != "EventRecorded"] == ORDERED
+    assert found.index(("StepEnded", "A")) > found.index(("EventRecorded", "LOG"))
+
+
 MS = 1_796_298_417_223_000_000  # a whole millisecond, as Node's SDK stamps starts
 
 
@@ -249,9 +266,8 @@ def test_steps_starting_in_one_millisecond_follow_their_ends(ids: tuple[int, int
     first = span(render, 1, MS, MS + 269_224, **{"job.step.key": "A"})
     failed = SpanFacts(7, save, 1, "b", MS, MS + 10_236_687, {"job.step.key": "B"}, (), True, "x")
     assert commands([job, failed, first]) == ORDERED
-    ends = [
-        c for c in job_commands([job, failed, first], problem=print) if isinstance(c, StepEnded)
-    ]
+    found = job_commands([job, failed, first], problem=print)
+    ends = [c for c in found if isinstance(c, StepEnded | StepRan)]
     assert [(c.key, c.failed) for c in ends] == [("A", False), ("B", True)]
     # SAVE only started (its marker): RENDER's end still comes before SAVE's start.
     marker = span(save, 1, MS, 0, **{"job.step.key": "B"})

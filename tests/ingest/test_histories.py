@@ -148,6 +148,11 @@ _NOTHING = AttemptPlan(trace=0, gap_us=1, steps=())
             id="a step lasting no time in the tick its job ends",
         ),
         pytest.param(
+            History((_NOTHING, AttemptPlan(0, 1, (_INSTANT, StepPlan(6220, 0, fails=True),
+                                                  _INSTANT))), 1_000_000), 0,
+            id="a step failing in the tick the next starts and the job ends",
+        ),
+        pytest.param(
             History((_NOTHING, _NOTHING, AttemptPlan(0, 1, (), names_itself=True)), 1), 0,
             id="a later start abandons no attempt without rows yet",
         ),

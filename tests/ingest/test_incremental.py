@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -112,12 +112,31 @@ def test_a_state_that_does_not_load_is_no_state(
     assert table_rows(second_dsn, job_id) == table_rows(dsn, job_id)
 
 
+# Shrunk counterexamples, kept: a failing step with an event span starting as it ends, then a
+# step of no time starting then (the event's and that step's ids decided their order).
+_EVENT_AT_STEP_END = History(
+    (
+        AttemptPlan(trace=0, gap_us=7, steps=()),
+        AttemptPlan(
+            trace=0,
+            gap_us=1,
+            steps=(
+                StepPlan(duration_us=1, pause_us=0, fails=True, event=True),
+                StepPlan(duration_us=0, pause_us=0),
+            ),
+        ),
+    ),
+    tick_ns=1,
+)
+
+
 @settings(
     max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(history=histories, seed=st.integers(0, 2**32 - 1))
+@example(history=_EVENT_AT_STEP_END, seed=0)
 def test_any_history_in_time_order_gives_the_processors_rows(
     recording: Recording,
     staging: Staging,

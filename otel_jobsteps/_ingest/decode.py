@@ -228,7 +228,12 @@ def _events(span: Span) -> list[SpanEvent]:
 def attribute_values(pairs: Any) -> dict[str, Any]:
     """OTLP ``KeyValue`` list -> a plain dict (bytes as hex, maps as dicts, arrays as tuples:
     as the SDK keeps them, so a value turned into text reads the same through both doors)."""
-    return {pair.key: _value(pair.value) for pair in pairs}
+    found = {}
+    for pair in pairs:  # the scalar case inline: this runs for every attribute received
+        value = pair.value
+        kind = value.WhichOneof("value")
+        found[pair.key] = getattr(value, kind) if kind in _SCALARS else _value(value)
+    return found
 
 
 _SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})

@@ -335,7 +335,7 @@ def _derive(
         chosen = set(full)
         found = derive_jobs(
             full,
-            list(_job_spans(session, full, staged, known.new)),
+            list(_job_spans(session, full, staged, known.new, placed)),
             attempts={a for a in known.attempts if a[:2] in chosen},
             started=[s for s in known.started if _job_of(s) in chosen],
             logs=records.job_logs(full),
@@ -457,18 +457,20 @@ def _attempt_columns(attempts: list[Attempt]) -> dict[str, list[Any]]:
 
 
 def _job_spans(
-    session: Session, jobs: list[Job], staged: dict[Key, Staged], new_jobs: set[Job]
+    session: Session,
+    jobs: list[Job],
+    staged: dict[Key, Staged],
+    new_jobs: set[Job],
+    placed: list[JobSpan],
 ) -> Iterator[JobSpan]:
     """Every staged span of the jobs' attempts not settled. A new job's are this request's
-    spans, at hand; the others' are read (and decoded, the ones this request did not bring)."""
-    placed = [(key, span) for key, span in staged.items() if span.place and not span.gone]
+    spans (``placed``), at hand; the others' are read (and decoded, the ones this request did
+    not bring)."""
     new_jobs = set(new_jobs)
-    for _, span in placed:
-        if span.new is None and span.place:  # placed now, staged before: read its job
-            new_jobs.discard(span.place[:2])
-    for key, span in placed:
-        if span.new is not None and span.place and span.place[:2] in new_jobs:
-            yield JobSpan(key[0], key[1], bool(key[2]), span.new[3], span.skeleton.kind, span.place)
+    for span in staged.values():
+        if span.new is None and span.place and not span.gone:  # placed now, staged before
+            new_jobs.discard(span.place[:2])  # its job is read
+    yield from (span for span in placed if span.attempt[:2] in new_jobs)
     read = [job for job in jobs if job not in new_jobs]
     if not read:
         return

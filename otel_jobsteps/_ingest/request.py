@@ -4,10 +4,11 @@ rows of those jobs' attempts that are not settled by one derivation (`derive`)."
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from psycopg.types.json import Jsonb
 
 from .._facts import SpanFacts
 from .._metrics import Committed
@@ -272,26 +273,23 @@ def _stage(session: Session, staged: dict[Key, Staged], moved: Moved, settled: s
     return sum(1 for span in staged.values() if span.new is not None) - len(new)
 
 
+# stage_spans' columns, as COPY's binary format names them.
+_SPAN_TYPES = ("text", "int8", "int2", "bytea", "int8", "int2", "jsonb",
+               "text", "text", "int4", "text")  # fmt: skip
+
+
 def _insert_spans(session: Session, new: list[Staged]) -> None:
-    rows = [span.new for span in new if span.new is not None]
-    owns = [span.skeleton.own for span in new]
-    places = [span.place or (None, None, None) for span in new]
-    session.execute(
-        "stage_spans",
-        {
-            "trace_id": [r[0] for r in rows],
-            "span_id": [r[1] for r in rows],
-            "phase": [r[2] for r in rows],
-            "body": [r[4] for r in rows],
-            "parent": [signed(span.skeleton.parent) for span in new],
-            "kind": [span.skeleton.kind for span in new],
-            "own": [None if own is None else json.dumps(own) for own in owns],
-            "domain": [p[0] for p in places],
-            "job_id": [p[1] for p in places],
-            "attempt": [p[2] for p in places],
-            "step_key": [span.step_key for span in new],
-        },
-    )
+    with session.cur.copy(session.queries["stage_spans"]) as copy:
+        copy.set_types(_SPAN_TYPES)
+        for span in new:
+            row, shape = span.new, span.skeleton
+            assert row is not None
+            own = None if shape.own is None else Jsonb(list(shape.own))
+            domain, job_id, attempt = span.place or (None, None, None)
+            copy.write_row(
+                (row[0], row[1], row[2], row[4], signed(shape.parent), shape.kind, own,
+                 domain, job_id, attempt, span.step_key)
+            )  # fmt: skip
 
 
 def _note_traces(session: Session, traces: list[str], staged: dict[Key, Staged]) -> None:

@@ -63,15 +63,11 @@ JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
   ON a.domain = t.domain AND a.job_id = t.job_id;
 
 -- name: stage_spans --
--- Keep the request's new spans with their place (a copy of a span staged before was filtered
--- out already, under the trace's lock).
-INSERT INTO {otlp_span} (trace_id, span_id, phase, body, parent, kind, own, domain, job_id,
-                         attempt, step_key)
-SELECT * FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(phase)b::smallint[],
-                     %(body)b::bytea[], %(parent)b::bigint[], %(kind)b::smallint[],
-                     %(own)b::jsonb[], %(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
-                     %(step_key)b::text[])
-ON CONFLICT (trace_id, span_id, phase) DO NOTHING;
+-- Keep the request's new spans with their place, by COPY: a copy of a span staged before was
+-- filtered out already, under the trace's lock, so none can conflict.
+COPY {otlp_span} (trace_id, span_id, phase, body, parent, kind, own, domain, job_id, attempt,
+                  step_key)
+FROM STDIN (FORMAT BINARY);
 
 -- name: place_spans --
 -- Staged spans whose place changed (a parent arrived); one of a settled attempt loses its body.

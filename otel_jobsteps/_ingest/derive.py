@@ -212,11 +212,8 @@ def derive_jobs(
     found.batch = recorder.take_batch()
     markers = gathered.open_markers()
     found.pending = set(markers) | {a for a in found.derived if a not in gathered.jobs_ended}
-    markers_of, ended_of, firsts_of = (
-        _of_job(markers),
-        _of_job(gathered.jobs_ended),
-        _of_job(found.firsts),
-    )
+    markers_of, firsts_of = _of_job(markers), _of_job(found.firsts)
+    ended_of = _of_job(dict.fromkeys(gathered.jobs_ended))
     for job in jobs:
         found.states[job] = None  # a failed job is derived in full next time
         if job not in found.failed:
@@ -248,11 +245,10 @@ def _latest(spans: Iterable[SpanFacts], logs: Iterable[tuple[LogFacts, Any]]) ->
     return JobState(max(last_start, last_end, last_log), last_start, last_log)
 
 
-def _of_job(noted: Iterable[Attempt] | Mapping[Attempt, Any]) -> dict[Job, dict[Attempt, Any]]:
-    """Attempts' notes (or a set of attempts: None each) grouped by their job."""
+def _of_job(noted: Mapping[Attempt, Any]) -> dict[Job, dict[Attempt, Any]]:
+    """Attempts' notes grouped by their job."""
     found: dict[Job, dict[Attempt, Any]] = {}
-    items = noted.items() if isinstance(noted, Mapping) else ((a, None) for a in noted)
-    for attempt, value in items:
+    for attempt, value in noted.items():
         found.setdefault(attempt[:2], {})[attempt] = value
     return found
 
@@ -323,8 +319,9 @@ def resume_jobs(
         gathered.add(span)
     recorder = _recorder(len(gathered.known) + len(states), logs_max_per_step)
     found = Derivation()
-    new_markers, new_ended = _of_job(gathered.open_markers()), _of_job(gathered.jobs_ended)
-    known = _of_job(gathered.known)
+    new_markers = _of_job(gathered.open_markers())
+    new_ended = _of_job(dict.fromkeys(gathered.jobs_ended))
+    known = _of_job(dict.fromkeys(gathered.known))
     noted: dict[Job, tuple[JobState, dict[int, SpanTranslator]]] = {}
     for job, state in states.items():
         replay = _Replay(problem, logs_min_severity)

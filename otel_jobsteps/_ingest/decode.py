@@ -209,18 +209,17 @@ def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
 
 
 def _events(span: Span) -> list[SpanEvent]:
-    """The span's events; of progress snapshots only the newest keeps its attributes (each
-    replaces the one before, so decoding the older ones is work for nothing)."""
+    """The span's events the translation reads: its exceptions, BullMQ's failed events and its
+    newest other one (progress, or that failed event). Each older snapshot was replaced by the
+    newest, so decoding them is work for nothing."""
     events = []
     newest_seen = False
     for event in reversed(span.events):
         name = event.name
         if name == "exception" or name == BULLMQ_FAILED_EVENT or not newest_seen:
             attributes = attribute_values(event.attributes)
+            events.append(SpanEvent(name, event.time_unix_nano, attributes))
             newest_seen = newest_seen or name != "exception"
-        else:
-            attributes = {}
-        events.append(SpanEvent(name, event.time_unix_nano, attributes))
     events.reverse()
     return events
 

@@ -4,9 +4,12 @@ edge cases."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from otel_jobsteps._commands import (
     EventRecorded,
@@ -19,6 +22,7 @@ from otel_jobsteps._facts import SpanEvent, SpanFacts
 from otel_jobsteps._ingest.decode import BadRequest, decode_json
 from otel_jobsteps._ingest.derive import job_commands
 from otel_jobsteps._ingest.mapping import JobMapping, map_trace
+from otel_jobsteps._ingest.order import in_span_order, scheduled_order
 from otel_jobsteps._ingest.place import place, skeleton
 from otel_jobsteps.errors import ConfigurationError
 
@@ -285,6 +289,50 @@ def test_steps_starting_in_one_millisecond_follow_their_ends(ids: tuple[int, int
         ("StepStarted", "B"),
         ("StepEnded", "A"),
     ]
+
+
+@st.composite
+def _forests(draw: st.DrawFn) -> dict[tuple[int, int], SpanFacts]:
+    """Spans of one or two traces, each mostly starting a little after its parent (or none,
+    or a missing one), some steps, some markers; instants a quarter or a fiftieth of a
+    millisecond apart around whole milliseconds: ties, zero lengths and Node-like starts, or
+    (most often) every instant its own."""
+    apart = draw(st.sampled_from((20_000, 250_000)))
+    nodes: dict[tuple[int, int], SpanFacts] = {}
+    for span_id in range(1, draw(st.integers(1, 7)) + 1):
+        trace = draw(st.sampled_from((7, 7, 8)))
+        parent = draw(st.integers(0, span_id + 1))
+        known = nodes.get((trace, parent))
+        start = (MS if known is None else known.start_ns) + draw(st.integers(-1, 40)) * apart
+        length = draw(st.one_of(st.none(), st.integers(0, 40)))  # None: a start marker
+        end = 0 if length is None else start + length * apart
+        names = {"job.step.key": f"K{span_id}"} if draw(st.booleans()) else {}
+        nodes[(trace, span_id)] = SpanFacts(trace, span_id, parent, "s", start, end, names)
+    return nodes
+
+
+_NODE_STEPS = {  # a step started on Node's whole millisecond, its sibling ending within it
+    (7, 1): span(1, 0, MS - 5_000_001, MS + 9_000_000, **JOB),
+    (7, 2): span(2, 1, MS - 1_000_001, MS + 269_224, **{"job.step.key": "A"}),
+    (7, 3): span(3, 1, MS, MS + 5_000_000, **{"job.step.key": "B"}),
+}
+
+
+@given(_forests(), st.integers(0, 3))
+@example(_NODE_STEPS, 0)
+def test_ordering_by_time_alone_is_what_the_scheduler_gives(
+    nodes: dict[tuple[int, int], SpanFacts], shift: int
+) -> None:
+    # Off the whole millisecond by ``shift`` (0: on it), times are apart often enough that most
+    # draws are ordered by time alone: that shortcut must give the scheduler's order.
+    moved = {node: replace(span, start_ns=span.start_ns + shift,
+                           end_ns=span.end_ns and span.end_ns + shift)
+             for node, span in nodes.items()}  # fmt: skip
+
+    def ids(order: list[tuple[bool, SpanFacts]]) -> list[tuple[bool, int, int]]:
+        return [(is_start, span.trace_id, span.span_id) for is_start, span in order]
+
+    assert ids(in_span_order(moved)) == ids(scheduled_order(moved))
 
 
 def test_a_step_ending_after_its_job_is_closed_by_the_job_end_as_live() -> None:

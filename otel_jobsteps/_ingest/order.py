@@ -56,6 +56,9 @@ def with_logs(
 ) -> list[tuple[bool, SpanFacts | LogFacts]]:
     """``order`` with each record placed at its time within its span's start and end (a
     record whose span is not in ``order`` is outside these spans: left out)."""
+    logs = list(logs)
+    if not logs:
+        return list(order)
     starts: dict[_Node, int] = {}
     ends: dict[_Node, int] = {}
     for index, (is_start, span) in enumerate(order):

@@ -62,8 +62,8 @@ def _ignore(kind: str, detail: object) -> None:
 def skeleton(span: SpanFacts, mappings: Sequence[JobMapping] = ()) -> Skeleton:
     """The span's skeleton (a queue library's job span named as `mapping` names it)."""
     names = span.attributes
-    if not (JOB_ID in names or JOB_EVENT_TYPE in names or BULLMQ_JOB_ID in names) and not any(
-        m.job_id in names for m in mappings
+    if not (JOB_ID in names or JOB_EVENT_TYPE in names or BULLMQ_JOB_ID in names) and not (
+        mappings and any(m.job_id in names for m in mappings)
     ):
         return Skeleton(span.parent_span_id, PLAIN, None)  # names no job: most spans
     (mapped,) = map_trace([span], mappings)

@@ -179,6 +179,8 @@ def _within_limit(session: Session, rows: list[SpanRow], counts: dict[str, int])
     request that touches it): the earliest spans are kept, as the processor saw them first."""
     limit = session.settings.max_spans_per_trace
     room = {trace: limit - count for trace, count in counts.items()}
+    if len(rows) <= min(room.values(), default=0):
+        return rows  # every trace has room for all of them
     kept = []
     for row in sorted(rows, key=lambda row: (row[0], row[3].start_ns, row[1:3])):
         if room[row[0]] > 0:

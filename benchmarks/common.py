@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import socket
 import statistics
 import subprocess
@@ -53,11 +54,35 @@ def server(dsn: str | None) -> Iterator[str]:
         yield embedded_dsn
 
 
+_LOWEST_PORT = 20_000
+_handed_out: set[int] = set()
+_ports = random.Random()  # its own: hypothesis seeds the global generator
+
+
 def free_port() -> int:
-    """A loopback TCP port free a moment ago: nothing listens there until someone binds it."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A loopback TCP port nothing listens on, for a server about to start there: below the
+    kernel's ephemeral range (an outgoing connection is never given it meanwhile, as it may be
+    a port the kernel picks) and never handed out twice by this process."""
+    below = _ephemeral_start()
+    while True:
+        wanted = _ports.randrange(_LOWEST_PORT, below) if below > _LOWEST_PORT else 0
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", wanted))
+            except OSError:
+                continue  # taken, or lingering connections hold it
+            port = int(probe.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+
+
+def _ephemeral_start() -> int:
+    """The first port of Linux's ephemeral range (32768 elsewhere, its default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def closed_port_dsn() -> str:

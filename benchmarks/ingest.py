@@ -105,8 +105,6 @@ class Receiver(NamedTuple):
 def collect(dsn: str, *options: str) -> Iterator[Receiver]:
     """A running ``otel-jobsteps collect``; stopped after."""
     port, grpc_port = free_port(), free_port()
-    while grpc_port == port:  # a port free a moment ago can be handed out again
-        grpc_port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "otel_jobsteps.cli", "collect", "--dsn", dsn,
          "--listen", f"127.0.0.1:{port}", "--grpc-listen", f"127.0.0.1:{grpc_port}",

@@ -7,7 +7,6 @@ import helpers from here, never from a conftest or from another test module.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,6 +18,7 @@ from opentelemetry.trace import Tracer
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from benchmarks.common import free_port as free_port  # one definition (see there)
 from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps._demo import record_seed_story
 
@@ -132,13 +132,6 @@ def counts(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         conn,
         "SELECT job_id, attempt, count(*) FROM job_event GROUP BY 1, 2 ORDER BY 1, 2",
     )
-
-
-def free_port() -> int:
-    """A loopback TCP port free a moment ago: nothing listens there until someone binds it."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def writer_processes() -> list[int]:

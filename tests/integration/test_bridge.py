@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, progress, step
 from otel_jobsteps._demo import record_seed_story
-from tests.helpers import TracingFactory, rows, wait_until
+from tests.helpers import TracingFactory, free_port, rows, wait_until
 
 
 def _at(ns: int) -> datetime:
@@ -246,11 +246,7 @@ def silent_server() -> Iterator[tuple[str, threading.Event]]:
 
 
 def _refused_dsn() -> str:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
-    return f"postgresql://u:hunter2@127.0.0.1:{port}/db"
+    return f"postgresql://u:hunter2@127.0.0.1:{free_port()}/db"  # nothing listens there
 
 
 def test_refused_database_never_reaches_the_job(caplog: pytest.LogCaptureFixture) -> None:

@@ -31,9 +31,7 @@ def start_collect(tmp_path: Any) -> Iterator[CollectorFactory]:
         port = port or free_port()
         grpc_port = None
         if "--grpc-listen" not in args:
-            grpc_port = free_port()
-            while grpc_port == port:  # a port free a moment ago can be handed out again
-                grpc_port = free_port()
+            grpc_port = free_port()  # never one handed out before: not ``port``
             args = ("--grpc-listen", f"127.0.0.1:{grpc_port}", *args)
         log_path = str(tmp_path / f"collect-{port}-{len(started)}.log")
         with open(log_path, "wb") as log:

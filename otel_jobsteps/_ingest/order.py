@@ -27,6 +27,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
+from operator import itemgetter
 from typing import Any
 
 from .._facts import LogFacts, SpanFacts
@@ -112,12 +113,8 @@ def _in_time_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]
             events.append((span.end_ns, False, span))
     if len({event[0] for event in events}) < len(events):
         return None
-    events.sort(key=_time)
+    events.sort(key=itemgetter(0))
     return [(is_start, span) for _, is_start, span in events]
-
-
-def _time(event: tuple[int, bool, SpanFacts]) -> int:
-    return event[0]
 
 
 def scheduled_order(nodes: dict[_Node, SpanFacts]) -> list[tuple[bool, SpanFacts]]:

@@ -66,7 +66,7 @@ def app_from_environment() -> Starlette:
 
 
 # A request makes ~10 short-lived objects per span, few in cycles: at Python's default 700 the
-# cyclic collector ran ~15 times per 1,000-span request (docs/ingest.md: 7-10% of its CPU).
+# cyclic collector ran ~15 times per 1,000-span request (measured in docs/ingest.md).
 _YOUNG_OBJECTS_PER_COLLECTION = 20_000
 
 

@@ -18,6 +18,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import pq
 from psycopg.abc import PQGen
 
 from ._batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
@@ -384,9 +385,12 @@ class StepStore:
         connection breaks before the COMMIT's answer arrives."""
         self.last_transaction = None  # set once this batch's transaction has an id
         conn = self.connection()
+        # A savepoint in a transaction its owner began (collect's request): the owner has its id.
+        nested = conn.info.transaction_status != pq.TransactionStatus.IDLE
         with conn.transaction(), conn.cursor() as cur:
-            row = cur.execute("SELECT txid_current()").fetchone()
-            self.last_transaction = row[0] if row else None
+            if not nested:
+                row = cur.execute("SELECT txid_current()").fetchone()
+                self.last_transaction = row[0] if row else None
             yield cur
 
     def transaction_status(self, transaction: int) -> str | None:

@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .._requestlog import Answered
 from .decode import BadRequest, Decoded
+from .receipt import Receipt
 from .staging import Staging, StagingUnavailable
 
 __all__ = ["GRPC_CODES", "HTTP_STATUS", "Answer", "Intake", "Outcome", "accepted"]
@@ -107,22 +108,14 @@ class Intake:
 
     async def _export(self, body: bytes, decode: Callable[[bytes], Decoded]) -> Outcome:
         staging = self._staging
-        try:  # before decoding: a database that is away costs no decoding memory
-            if staging.resting():
-                raise StagingUnavailable("resting")
-            await run_in_threadpool(staging.ready)
-        except StagingUnavailable:
+        staged = None
+        if not staging.resting():  # a database away a moment ago is not tried again yet
+            async with self._staging_slots:
+                staged = await run_in_threadpool(self._stage, body, decode)
+        if staged is None:
             staging.stats.add("unavailable_answers")
             return Outcome(Answer.UNAVAILABLE, _UNAVAILABLE)
-        async with self._staging_slots:
-            decoded = await run_in_threadpool(decode, body)
-            if decoded.signal == "logs":
-                staging.stats.add("logs_outside", decoded.outside)
-                receipt = await run_in_threadpool(
-                    staging.receive_logs, decoded.logs, decoded.wire, decoded.keys
-                )
-            else:
-                receipt = await run_in_threadpool(staging.receive, decoded.spans, decoded.wire)
+        decoded, receipt = staged
         rejected = decoded.rejected + receipt.rejected
         if not rejected:
             return Outcome(Answer.ACCEPTED, staged=receipt.staged)
@@ -133,6 +126,22 @@ class Intake:
             staging.stats.add("rejected_spans", rejected)
             reason = decoded.reason or "a trace over its span limit"
         return Outcome(Answer.ACCEPTED, reason, rejected, receipt.staged)
+
+    def _stage(
+        self, body: bytes, decode: Callable[[bytes], Decoded]
+    ) -> tuple[Decoded, Receipt] | None:
+        """Decode and stage ``body``, in one worker thread; None when no connection comes
+        before decoding (a database that is away costs no decoding memory)."""
+        staging = self._staging
+        try:
+            staging.ready()
+        except StagingUnavailable:
+            return None
+        decoded = decode(body)
+        if decoded.signal == "logs":
+            staging.stats.add("logs_outside", decoded.outside)
+            return decoded, staging.receive_logs(decoded.logs, decoded.wire, decoded.keys)
+        return decoded, staging.receive(decoded.spans, decoded.wire)
 
 
 def accepted(outcome: Outcome, *, logs: bool) -> Message:

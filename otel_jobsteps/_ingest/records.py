@@ -29,7 +29,8 @@ _StagedLog = tuple[LogFacts, tuple[int, bytes]]  # a record and its tie (place i
 class RequestLogs:
     """The log records of one request and those of its traces still waiting."""
 
-    def __init__(self, session: Session, traces: list[str], logs: list[LogRow], places: Places):
+    def __init__(self, session: Session, waiting: list[str], logs: list[LogRow], places: Places):
+        """``waiting``: the request's traces with records waiting for their span."""
         self._session = session
         self.placed: list[tuple[LogRow, Attempt]] = []  # new records with a place
         self.waiting: list[LogRow] = []  # new records whose span is not placed yet
@@ -40,9 +41,8 @@ class RequestLogs:
         self._direct: list[tuple[LogFacts, Attempt]] = []  # written without a derivation
         self.direct: set[Job] = set()
         still: dict[str, int] = {}
-        for trace, span_id, key, seq, body in session.execute(
-            "waiting_logs", {"trace_id": traces}
-        ).fetchall():
+        found = session.execute("waiting_logs", {"trace_id": waiting}).fetchall() if waiting else []
+        for trace, span_id, key, seq, body in found:
             where = places.get(trace, {}).get(span_id & ID_MASK)
             if where is None:
                 still[trace] = still.get(trace, 0) + 1
@@ -131,6 +131,8 @@ class RequestLogs:
         """Every staged record of the jobs' attempts that are not settled, with its tie (the
         ones this request brought are not decoded again)."""
         found: dict[Job, list[_StagedLog]] = {}
+        if not jobs:
+            return found
         rows = self._session.execute(
             "job_logs", {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]}
         ).fetchall()

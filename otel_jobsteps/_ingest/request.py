@@ -54,16 +54,19 @@ def receive(
 ) -> tuple[Receipt, Committed]:
     """Stage and derive (noted in ``transaction``); what it closed and finished that no
     earlier derivation had (the metrics count each step and attempt once)."""
-    noted = session.execute("share_move_lock", {"schema": session.settings.schema}).fetchone()
-    transaction.txid = noted[1] if noted else None
     traces = sorted({row[0] for row in rows} | {log[0] for log in logs})
-    counts: dict[str, int] = dict(session.execute("lock_traces", {"trace_id": traces}).fetchall())
+    locked = session.execute(
+        "lock_traces", {"schema": session.settings.schema, "trace_id": traces}
+    ).fetchall()
+    counts: dict[str, int] = {trace: count for trace, count, _, _ in locked}
+    waiting = [trace for trace, _, logs_wait, _ in locked if logs_wait]
+    transaction.txid = locked[0][3] if locked else None
     found = None if logs else _placed(session, traces, rows, counts, partial=True)
     if found is None:  # records need their spans' whole context; or a staged span moves
         found = _placed(session, traces, rows, counts, partial=False)
     assert found is not None
     staged, fresh, duplicates, late, over, moved, places = found
-    records = RequestLogs(session, traces, logs, places)
+    records = RequestLogs(session, waiting, logs, places)
     derived = {(p[0], p[1]) for span in staged.values() if span.new and (p := span.place)}
     derived |= {(p[0], p[1]) for key in moved for p in moved[key] if p is not None}
     records.choose_direct(derived)
@@ -338,7 +341,7 @@ def _derive(
             list(_job_spans(session, full, staged, known.new, placed)),
             attempts={a for a in known.attempts if a[:2] in chosen},
             started=[s for s in known.started if _job_of(s) in chosen],
-            logs=records.job_logs(full),
+            logs=records.job_logs(_with_records(full, known.new, records)),
             problem=session.stats.problem,
             mappings=settings.mappings,
             logs_min_severity=settings.logs_min_severity,
@@ -347,6 +350,13 @@ def _derive(
         # Rows to replace: of the jobs collect knew before (a new one has none).
         committed.extend(_write_derived(session, found, forget=chosen - known.new))
     return committed
+
+
+def _with_records(jobs: list[Job], new: set[Job], records: RequestLogs) -> list[Job]:
+    """The jobs that may have records staged: a job new in this request has only those it
+    places now."""
+    placed = records.jobs()
+    return [job for job in jobs if job not in new or job in placed]
 
 
 def _job_of(span: SpanFacts) -> Job:
@@ -391,17 +401,24 @@ def _resumable(
 def _forget_states(session: Session, jobs: set[Job]) -> None:
     """Rows written without a derivation: the jobs' states no longer match them."""
     if jobs:
-        _save_states(session, dict.fromkeys(jobs))
+        _note_jobs(session, dict.fromkeys(jobs), Derivation())
 
 
-def _save_states(session: Session, states: dict[Job, bytes | None]) -> None:
+def _note_jobs(session: Session, states: dict[Job, bytes | None], found: Derivation) -> None:
+    """Keep each job's state for its next request, and note each attempt ``found`` derived."""
     jobs = sorted(states)
+    derived, firsts = found.derived, found.firsts
     session.execute(
-        "save_job_states",
+        "note_jobs",
         {
-            "domain": [j[0] for j in jobs],
-            "job_id": [j[1] for j in jobs],
+            "job_domain": [j[0] for j in jobs],
+            "job_job_id": [j[1] for j in jobs],
             "state": [states[j] for j in jobs],
+            **_attempt_columns(derived),
+            "pending": [a in found.pending for a in derived],
+            "trace_id": [firsts.get(a, (None,))[0] for a in derived],
+            "span_id": [firsts.get(a, (None, None))[1] for a in derived],
+            "start_ns": [firsts.get(a, (None, None, None))[2] for a in derived],
         },
     )
 
@@ -409,10 +426,8 @@ def _save_states(session: Session, states: dict[Job, bytes | None]) -> None:
 def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> Committed:
     """The derivation's rows (in place of the earlier ones of the jobs to ``forget``, else on
     them), its notes of each attempt and the state each job's next request may resume."""
-    derived = found.derived
-    columns = _attempt_columns(derived)
     counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
-    replaced = [a for a in derived if a[:2] in forget]
+    replaced = [a for a in found.derived if a[:2] in forget]
     if replaced:
         counted = session.execute("forget_derived_rows", _attempt_columns(replaced)).fetchall()
     committed = Committed() if found.batch is None else session.write(found.batch)
@@ -427,21 +442,8 @@ def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> 
                 "at_us": [s[3] // 1000 for s in starts],
             },
         )
-    firsts = found.firsts
-    session.execute(
-        "note_attempts",
-        {
-            **columns,
-            "pending": [a in found.pending for a in derived],
-            "trace_id": [firsts.get(a, (None,))[0] for a in derived],
-            "span_id": [firsts.get(a, (None, None))[1] for a in derived],
-            "start_ns": [firsts.get(a, (None, None, None))[2] for a in derived],
-        },
-    )
-    _save_states(
-        session,
-        {job: None if state is None else dump(state) for job, state in found.states.items()},
-    )
+    states = found.states
+    _note_jobs(session, {job: None if s is None else dump(s) for job, s in states.items()}, found)
     return committed.without(
         [(trace, span, key) for trace, span, key, *_, n in counted if n is None],
         [(domain, job, n) for *_, domain, job, n in counted if n is not None],

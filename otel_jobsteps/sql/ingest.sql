@@ -3,22 +3,24 @@
 -- Lock order: a request's traces (otlp_trace, sorted), then its jobs (otlp_job, sorted); the
 -- settle pass takes only job locks, and skips locked ones.
 
--- name: share_move_lock --
--- Beside prune's mover (partitioned layout: its lock key): it moves finished attempts' rows
--- while no request derives rows, a request derives while no mover runs (its delete then sees
--- the moved rows); requests do not wait for each other. Returns the transaction's id: should
--- its COMMIT go unanswered, txid_status tells whether it landed (the metrics count it then).
-SELECT pg_advisory_xact_lock_shared(hashtextextended('otel_jobsteps:move:' || %(schema)s, 0)),
-       txid_current();
-
 -- name: lock_traces --
--- Register the request's traces and lock their rows, in the (sorted) order given: two receivers
--- placing spans of the same traces wait for each other. span_count 0: nothing of it is staged
--- (a trace's row goes only once no span of it is left).
+-- First beside prune's mover (partitioned layout: its lock key): it moves finished attempts'
+-- rows while no request derives rows, a request derives while no mover runs (its delete then
+-- sees the moved rows); requests do not wait for each other. Then register the request's traces
+-- and lock their rows, in the (sorted) order given: two receivers placing spans of the same
+-- traces wait for each other. span_count 0: nothing of it is staged (a trace's row goes only
+-- once no span of it is left); waiting: records of it wait for their span. Each row carries
+-- the transaction's id: should its COMMIT go unanswered, txid_status tells whether it landed
+-- (the metrics count it then).
+WITH mover AS (  -- a volatile function: run once, before the first row is registered
+    SELECT pg_advisory_xact_lock_shared(hashtextextended('otel_jobsteps:move:' || %(schema)s, 0))
+)
 INSERT INTO {otlp_trace} AS o (trace_id)
-SELECT unnest(%(trace_id)b::text[])
+SELECT unnest(%(trace_id)b::text[]) FROM mover
 ON CONFLICT (trace_id) DO UPDATE SET touched_at = now()
-RETURNING o.trace_id, o.span_count;
+RETURNING o.trace_id, o.span_count,
+          EXISTS (SELECT 1 FROM {otlp_log} AS g WHERE g.trace_id = o.trace_id AND g.domain IS NULL),
+          txid_current();
 
 -- name: trace_skeletons --
 -- What is staged of these traces, without bodies: enough to place every span in its job.
@@ -131,12 +133,6 @@ FROM events WHERE type = 'STEP' AND ended_at IS NOT NULL
 UNION ALL
 SELECT NULL, NULL, NULL, domain, job_id, attempt FROM logs;
 
--- name: save_job_states --
--- After a derivation: the state each job's next request may resume (NULL: derive it in full).
-UPDATE {otlp_job} AS j SET state = t.state
-FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(state)b::bytea[]) AS t (domain, job_id, state)
-WHERE j.domain = t.domain AND j.job_id = t.job_id;
-
 -- name: closed_under_state --
 -- Of the attempts and steps jobs' states hold open (step_key NULL: the attempt), the jobs with
 -- one closed since by another writer (sweep): their state is stale, they are derived in full.
@@ -154,10 +150,17 @@ WHERE CASE WHEN t.step_key IS NULL
                               AND e.ended_at IS NULL)
       END;
 
--- name: note_attempts --
--- After a derivation: each attempt derived, whether it has its final row now and whether it is
--- pending (a span of it still open, or its job span's end not received: a final row another
--- attempt's start wrote does not settle it); its settle time starts again.
+-- name: note_jobs --
+-- After a derivation: the state each job's next request may resume (NULL: derive it in full),
+-- and each attempt derived: whether it has its final row now and whether it is pending (a span
+-- of it still open, or its job span's end not received: a final row another attempt's start
+-- wrote does not settle it); its settle time starts again.
+WITH states AS (
+    UPDATE {otlp_job} AS j SET state = s.state
+    FROM unnest(%(job_domain)b::text[], %(job_job_id)b::text[], %(state)b::bytea[])
+         AS s (domain, job_id, state)
+    WHERE j.domain = s.domain AND j.job_id = s.job_id
+)
 INSERT INTO {otlp_attempt} AS a (domain, job_id, attempt, final, pending, trace_id, span_id,
                                   start_ns)
 SELECT t.domain, t.job_id, t.attempt,

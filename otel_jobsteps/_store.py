@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import fields
 from operator import attrgetter
@@ -26,7 +26,7 @@ from ._db import check_schema_name, connection_kwargs
 from ._detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
 from ._metrics import ClosedStep, Committed, FinishedAttempt
 from ._vocabulary import ABANDONED, FAILED, STEP
-from .sql import qualified_queries
+from .sql import Statement, rendered_queries
 
 __all__ = [
     "SQLSTATE_CLASSES",
@@ -264,7 +264,7 @@ class StepStore:
             else statement_timeout_ms / 1000.0 + connect_timeout_s
         )
         self._max_detail_bytes = max_detail_bytes
-        self._queries = qualified_queries("queries.sql", schema)
+        self._schema = schema
         self._on_connect = on_connect
         self._conn: psycopg.Connection[Any] | None = None
         self.last_transaction: int | None = None
@@ -328,8 +328,9 @@ class StepStore:
         returns what it closed and finished."""
         committed = self.last_changes = Committed()
         with self._transaction() as cur:
+            queries = self._statements(cur.connection)
             for name, ops in statements(batch):
-                cur.execute(self._queries[name], statement_params(ops, self._max_detail_bytes))
+                cur.execute(queries[name], statement_params(ops, self._max_detail_bytes))
                 _note_changes(cur, name, ops, committed)
                 if name == "insert_events" and cur.rowcount < len(ops):
                     self._take_over_open_steps(cur, ops, committed)
@@ -350,11 +351,10 @@ class StepStore:
             CloseForeign(r.domain, r.job_id, r.attempt, r.execution_id or "", r.created_us)
             for r in running
         ]
-        cur.execute(self._queries["close_foreign_steps"], statement_params(takeovers, 0))
+        queries = self._statements(cur.connection)
+        cur.execute(queries["close_foreign_steps"], statement_params(takeovers, 0))
         _note_changes(cur, "close_foreign_steps", takeovers, committed)
-        cur.execute(
-            self._queries["insert_events"], statement_params(running, self._max_detail_bytes)
-        )
+        cur.execute(queries["insert_events"], statement_params(running, self._max_detail_bytes))
 
     def write_one_by_one(
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
@@ -362,13 +362,14 @@ class StepStore:
         """Write each operation in its own savepoint; report and skip those PostgreSQL rejects."""
         committed = self.last_changes = Committed()
         with self._transaction() as cur:
+            queries = self._statements(cur.connection)
             for name, ops in statements(batch):
                 for op in ops:
                     changed = Committed()
                     try:
                         with cur.connection.transaction():
                             cur.execute(
-                                self._queries[name], statement_params([op], self._max_detail_bytes)
+                                queries[name], statement_params([op], self._max_detail_bytes)
                             )
                             _note_changes(cur, name, [op], changed)
                     except (psycopg.Error, UnicodeEncodeError) as error:
@@ -378,6 +379,9 @@ class StepStore:
                     else:
                         committed.extend(changed)
         return committed
+
+    def _statements(self, conn: psycopg.Connection[Any]) -> Mapping[str, Statement]:
+        return rendered_queries("queries.sql", self._schema, conn)
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -408,7 +412,8 @@ class StepStore:
         domains, job_ids, attempts, executions = (
             list(column) for column in zip(*open_steps, strict=True)
         )
-        self.connection().execute(
-            self._queries["refresh_heartbeats"],
+        conn = self.connection()
+        conn.execute(
+            self._statements(conn)["refresh_heartbeats"],
             {"domain": domains, "job_id": job_ids, "attempt": attempts, "execution_id": executions},
         )

@@ -78,11 +78,12 @@ def receive(
     late += dropped
     if late:
         session.stats.problem("late_spans", f"{late} spans of settled attempts dropped")
-    _note_traces(session, traces, staged)
     jobs = sorted({job for job in jobs if job not in records.direct} | records.write_direct(staged))
-    committed = _derive(session, jobs, staged, known, records) if jobs else Committed()
-    _forget_states(session, records.direct - set(jobs))  # their LOG rows went around them
+    derived_now: list[Derivation] = []
+    committed = _derive(session, jobs, staged, known, records, derived_now) if jobs else Committed()
     records.write_settled(staged)
+    # The jobs whose LOG rows went around a derivation: their states no longer match them.
+    _note_request(session, traces, staged, derived_now, records.direct - set(jobs))
     transaction.committed = committed  # its statements ran: only the COMMIT is left
     if logs:
         return log_receipt, committed
@@ -297,22 +298,18 @@ def _insert_spans(session: Session, new: list[Staged]) -> None:
             )  # fmt: skip
 
 
-def _note_traces(session: Session, traces: list[str], staged: dict[Key, Staged]) -> None:
-    added = dict.fromkeys(traces, 0)
-    for span in staged.values():
-        if span.new and not span.gone:
-            added[span.new[0]] += 1
-    session.execute(
-        "note_traces", {"trace_id": traces, "added": [added[trace] for trace in traces]}
-    )
-
-
 def _derive(
-    session: Session, jobs: list[Job], staged: dict[Key, Staged], known: _Jobs, records: RequestLogs
+    session: Session,
+    jobs: list[Job],
+    staged: dict[Key, Staged],
+    known: _Jobs,
+    records: RequestLogs,
+    derived_now: list[Derivation],
 ) -> Committed:
     """Replace the rows of the jobs' attempts that are not settled: resumed from a job's state
     where its new spans allow (`derive.resumable`), else by a derivation from all their staged
-    spans. Returns what it closed and finished that no earlier derivation had."""
+    spans (each derivation added to ``derived_now``). Returns what it closed and finished that
+    no earlier derivation had."""
     settings = session.settings
     placed = [
         JobSpan(key[0], key[1], bool(key[2]), span.new[3], span.skeleton.kind, span.place)
@@ -334,6 +331,7 @@ def _derive(
             logs_max_per_step=settings.logs_max_per_step,
         )
         committed = _write_derived(session, found, forget=set())
+        derived_now.append(found)
     if full:
         chosen = set(full)
         found = derive_jobs(
@@ -349,6 +347,7 @@ def _derive(
         )
         # Rows to replace: of the jobs collect knew before (a new one has none).
         committed.extend(_write_derived(session, found, forget=chosen - known.new))
+        derived_now.append(found)
     return committed
 
 
@@ -398,34 +397,49 @@ def _resumable(
     return states
 
 
-def _forget_states(session: Session, jobs: set[Job]) -> None:
-    """Rows written without a derivation: the jobs' states no longer match them."""
-    if jobs:
-        _note_jobs(session, dict.fromkeys(jobs), Derivation())
-
-
-def _note_jobs(session: Session, states: dict[Job, bytes | None], found: Derivation) -> None:
-    """Keep each job's state for its next request, and note each attempt ``found`` derived."""
+def _note_request(
+    session: Session,
+    traces: list[str],
+    staged: dict[Key, Staged],
+    derived_now: list[Derivation],
+    forgotten: set[Job],
+) -> None:
+    """At the request's end, in one statement: the spans each trace staged now, the state each
+    job's next request may resume (none for ``forgotten`` ones), and each attempt derived."""
+    added = dict.fromkeys(traces, 0)
+    for span in staged.values():
+        if span.new and not span.gone:
+            added[span.new[0]] += 1
+    states: dict[Job, bytes | None] = dict.fromkeys(forgotten)
+    derived: list[Attempt] = []
+    pending: list[bool] = []
+    firsts: list[tuple[str | None, int | None, int | None]] = []
+    for found in derived_now:
+        states.update((job, None if s is None else dump(s)) for job, s in found.states.items())
+        derived += found.derived
+        pending += (a in found.pending for a in found.derived)
+        firsts += (found.firsts.get(a, (None, None, None)) for a in found.derived)
     jobs = sorted(states)
-    derived, firsts = found.derived, found.firsts
     session.execute(
-        "note_jobs",
+        "note_request",
         {
+            "trace_id": traces,
+            "added": [added[trace] for trace in traces],
             "job_domain": [j[0] for j in jobs],
             "job_job_id": [j[1] for j in jobs],
             "state": [states[j] for j in jobs],
             **_attempt_columns(derived),
-            "pending": [a in found.pending for a in derived],
-            "trace_id": [firsts.get(a, (None,))[0] for a in derived],
-            "span_id": [firsts.get(a, (None, None))[1] for a in derived],
-            "start_ns": [firsts.get(a, (None, None, None))[2] for a in derived],
+            "pending": pending,
+            "first_trace_id": [f[0] for f in firsts],
+            "first_span_id": [f[1] for f in firsts],
+            "start_ns": [f[2] for f in firsts],
         },
     )
 
 
 def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> Committed:
     """The derivation's rows (in place of the earlier ones of the jobs to ``forget``, else on
-    them), its notes of each attempt and the state each job's next request may resume."""
+    them)."""
     counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
     replaced = [a for a in found.derived if a[:2] in forget]
     if replaced:
@@ -442,8 +456,6 @@ def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> 
                 "at_us": [s[3] // 1000 for s in starts],
             },
         )
-    states = found.states
-    _note_jobs(session, {job: None if s is None else dump(s) for job, s in states.items()}, found)
     return committed.without(
         [(trace, span, key) for trace, span, key, *_, n in counted if n is None],
         [(domain, job, n) for *_, domain, job, n in counted if n is not None],

@@ -3,16 +3,17 @@ the settings and the stats."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from .._batch import Batch
 from .._metrics import Committed
 from .._stats import Stats
 from .._store import StepStore, rejects_row
+from ..sql import Statement
 from .settings import CollectSettings
 
 __all__ = ["Session"]
@@ -24,7 +25,7 @@ class Session:
 
     cur: psycopg.Cursor[Any]
     store: StepStore
-    queries: dict[str, sql.Composed]
+    queries: Mapping[str, Statement]
     settings: CollectSettings
     stats: Stats
 

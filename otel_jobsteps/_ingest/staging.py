@@ -23,7 +23,7 @@ from .._stats import Stats
 from .._store import StepStore
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..schema import check_writable_tables
-from ..sql import qualified_queries
+from ..sql import qualified_queries, rendered_queries
 from .ids import signed
 from .pool import StorePool
 from .receipt import Receipt, Transaction
@@ -148,7 +148,8 @@ class Staging:
     ) -> tuple[Receipt, Committed]:
         conn = store.connection()
         with conn.transaction(), conn.cursor() as cur:
-            session = Session(cur, store, self._queries, self.settings, self.stats)
+            queries = rendered_queries("ingest.sql", self.settings.schema, conn)
+            session = Session(cur, store, queries, self.settings, self.stats)
             return receive(session, rows, logs, transaction)
 
     def _note_uncertain(self, transaction: Transaction) -> None:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
+import psycopg
 from psycopg import sql
 
 if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
-__all__ = ["load_queries", "migrations", "qualified_queries"]
+__all__ = ["Statement", "load_queries", "migrations", "qualified_queries", "rendered_queries"]
+
+Statement = bytes | sql.Composed  # a query as `rendered_queries` gives it
 
 _NAME = re.compile(r"^-- name: (\w+) --$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -71,3 +75,18 @@ def qualified_queries(
     names: dict[str, sql.Composable] = {name: sql.Identifier(schema, name) for name in _RELATIONS}
     names.update((key, sql.SQL(text)) for key, text in fragments)
     return {name: sql.SQL(text).format(**names) for name, text in load_queries(file_name).items()}
+
+
+def rendered_queries(
+    file_name: str, schema: str, conn: psycopg.Connection[Any]
+) -> Mapping[str, Statement]:
+    """`qualified_queries` for ``conn``: as bytes where it speaks UTF-8 (rendered once, not at
+    every execution: the writer's and collect's statements run per batch and per request)."""
+    if conn.info.encoding == "utf-8":
+        return _utf8_queries(file_name, schema)
+    return qualified_queries(file_name, schema)
+
+
+@cache
+def _utf8_queries(file_name: str, schema: str) -> dict[str, bytes]:
+    return {name: query.as_bytes() for name, query in qualified_queries(file_name, schema).items()}

@@ -105,13 +105,6 @@ FROM unnest(ARRAY['job_event', 'job_log', 'otlp_trace', 'otlp_span', 'otlp_job',
 WHERE NOT has_table_privilege(format('%%I.%%I', %(schema)s::text, t.name), r.name)
 ORDER BY 1, 2;
 
--- name: note_traces --
--- After a request: how many spans each trace has staged (its limit).
-UPDATE {otlp_trace} AS o
-SET span_count = o.span_count + t.added
-FROM unnest(%(trace_id)b::text[], %(added)b::int[]) AS t (trace_id, added)
-WHERE o.trace_id = t.trace_id AND t.added > 0;
-
 -- name: forget_derived_rows --
 -- Remove what earlier derivations wrote of these attempts (not settled), before writing anew.
 -- Returns what of it the metrics counted then: its closed steps (with their key), then its
@@ -150,12 +143,18 @@ WHERE CASE WHEN t.step_key IS NULL
                               AND e.ended_at IS NULL)
       END;
 
--- name: note_jobs --
--- After a derivation: the state each job's next request may resume (NULL: derive it in full),
--- and each attempt derived: whether it has its final row now and whether it is pending (a span
--- of it still open, or its job span's end not received: a final row another attempt's start
--- wrote does not settle it); its settle time starts again.
-WITH states AS (
+-- name: note_request --
+-- At a request's end: how many spans each trace has staged now (its limit); the state each
+-- job's next request may resume (NULL: derive it in full); and each attempt derived, whether it
+-- has its final row now and whether it is pending (a span of it still open, or its job span's
+-- end not received: a final row another attempt's start wrote does not settle it); its settle
+-- time starts again.
+WITH traces AS (
+    UPDATE {otlp_trace} AS o
+    SET span_count = o.span_count + t.added
+    FROM unnest(%(trace_id)b::text[], %(added)b::int[]) AS t (trace_id, added)
+    WHERE o.trace_id = t.trace_id AND t.added > 0
+), states AS (
     UPDATE {otlp_job} AS j SET state = s.state
     FROM unnest(%(job_domain)b::text[], %(job_job_id)b::text[], %(state)b::bytea[])
          AS s (domain, job_id, state)
@@ -168,7 +167,7 @@ SELECT t.domain, t.job_id, t.attempt,
                WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt),
        t.pending, t.trace_id, t.span_id, t.start_ns
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(pending)b::bool[],
-            %(trace_id)b::text[], %(span_id)b::bigint[], %(start_ns)b::bigint[])
+            %(first_trace_id)b::text[], %(first_span_id)b::bigint[], %(start_ns)b::bigint[])
      AS t (domain, job_id, attempt, pending, trace_id, span_id, start_ns)
 ON CONFLICT (domain, job_id, attempt) DO UPDATE
 SET final = excluded.final, pending = excluded.pending, touched_at = now(),

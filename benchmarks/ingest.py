@@ -7,19 +7,24 @@ of one job span and nine step spans (three progress events each), whole traces, 
 request; the same bodies go over OTLP/HTTP and over OTLP/gRPC (as the message of a unary
 ``TraceService/Export`` call). "Decode alone" parses the same bodies into span facts in this
 process, in the same run: the ceiling the receiver's database work is compared with. Rows are
-counted afterwards: a span that did not become its row does not count. Log records (I5) go the
+counted afterwards: a span that did not become its row does not count; beside the rate, the CPU
+time per span of collect's processes and of PostgreSQL's. One client sending one-job requests
+(I7) shows what a request costs whatever its size. Log records (I5) go the
 same way: 1,000-record ``ExportLogsServiceRequest`` bodies of jobs whose spans were sent first,
 each record an INFO line in a step's context, counted as LOG rows afterwards.
 """
 
 from __future__ import annotations
 
+import glob
+import http.client
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -140,14 +145,35 @@ Send = Callable[[Receiver, list[bytes], int], list[int]]
 
 
 def _post_all(receiver: Receiver, bodies: list[bytes], clients: int) -> list[int]:
-    """Send every body over HTTP, ``clients`` connections at once; their status codes."""
+    """Send every body over HTTP, ``clients`` keep-alive connections at once; their status
+    codes. The standard library's client: the load shares the two cores with what it
+    measures, and httpx took 5-10 us of them per span (http.client under 1)."""
+    url = urllib.parse.urlsplit(receiver.url)
 
     def client(next_body: Callable[[], bytes | None], answered: Callable[[int], None]) -> None:
-        with httpx.Client(timeout=120) as session:
+        connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=120)
+        try:
             while (body := next_body()) is not None:
-                answered(session.post(receiver.url, content=body, headers=HEADERS).status_code)
+                answered(_post(connection, url.path, body))
+        finally:
+            connection.close()
 
     return _in_parallel(client, bodies, clients)
+
+
+def _post(connection: http.client.HTTPConnection, path: str, body: bytes) -> int:
+    """POST ``body``; its status. A connection the server closed is opened again once."""
+    for last in (False, True):
+        try:
+            connection.request("POST", path, body, HEADERS)
+            response = connection.getresponse()
+            response.read()
+            return response.status
+        except (http.client.RemoteDisconnected, ConnectionError):
+            connection.close()
+            if last:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _export_all(receiver: Receiver, bodies: list[bytes], clients: int) -> list[int]:
@@ -206,41 +232,79 @@ def throughput(dbs: Databases, *, quick: bool) -> list[Row]:
     rows = []
     for protocol, send in (("HTTP", _post_all), ("gRPC", _export_all)):
         for workers in (1, 2):
-            rate = _rows_per_second(dbs, bodies, workers, send)
-            rows.append(_throughput_row(protocol, workers, rate, decode_rate))
+            rate, cpu = _rows_per_second(dbs, bodies, workers, send)
+            rows.append(_throughput_row(protocol, workers, rate, decode_rate, cpu))
     return rows
 
 
-def _throughput_row(protocol: str, workers: int, rate: float, decode_rate: float) -> Row:
+def _throughput_row(
+    protocol: str, workers: int, rate: float, decode_rate: float, cpu: CpuPerSpan
+) -> Row:
     ratio = rate / decode_rate
     return Row(
         "I1",
         f"collect --workers {workers}: spans/s into verified rows over OTLP/{protocol} "
         "(1,000-span protobuf requests, 4 clients)",
         fmt_rate(rate, "spans/s"),
-        f"decode alone {fmt_rate(decode_rate, 'spans/s')}",
+        f"decode alone {fmt_rate(decode_rate, 'spans/s')}; CPU per span: collect "
+        f"{cpu.collect:.0f} us, PostgreSQL {cpu.postgres:.0f} us",
         fmt_ratio(ratio),
         f">= {TARGET_SPANS_S:,} and >= {TARGET_RATIO}x",
         verdict(rate >= TARGET_SPANS_S and ratio >= TARGET_RATIO),
     )
 
 
-def _rows_per_second(dbs: Databases, bodies: list[bytes], workers: int, send: Send) -> float:
-    """Spans/s from the first byte sent to the last answer, 0 unless every row is there."""
+class CpuPerSpan(NamedTuple):
+    """CPU time per span, in microseconds: of collect (all its processes) and of PostgreSQL
+    (all the server's processes)."""
+
+    collect: float
+    postgres: float
+
+
+def _rows_per_second(
+    dbs: Databases, bodies: list[bytes], workers: int, send: Send
+) -> tuple[float, CpuPerSpan]:
+    """Spans/s from the first byte sent to the last answer, 0 unless every row is there, and
+    the CPU time the spans took."""
     dsn = dbs.fresh("ingest")
     try:
         with collect(dsn, "--workers", str(workers)) as receiver:
             send(receiver, bodies[:workers], workers)  # warm: connections, caches
+            cpu_before = _cpu_s(receiver.pid)
             started = time.perf_counter()
             statuses = send(receiver, bodies[workers:], 4)
             elapsed = time.perf_counter() - started
+            cpu_after = _cpu_s(receiver.pid)
         steps, logs = count_closed_steps(dsn, "otlp")
     finally:
         dbs.drop(dsn)
     jobs = len(bodies) * SPANS_PER_REQUEST // SPANS_PER_JOB
     sent = len(bodies) - workers
     complete = statuses.count(200) == sent and (steps, logs) == (jobs * STEPS_PER_JOB, jobs)
-    return sent * SPANS_PER_REQUEST / elapsed if complete else 0.0
+    spans = sent * SPANS_PER_REQUEST
+    cpu = CpuPerSpan(*((a - b) / spans * 1e6 for a, b in zip(cpu_after, cpu_before, strict=True)))
+    return (spans / elapsed if complete else 0.0), cpu
+
+
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds so far of the process ``pid`` with its children, and of every PostgreSQL
+    process on this machine (user and system time, from /proc)."""
+    ours = postgres = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat, encoding="ascii", errors="replace") as file:
+                name, _, rest = file.read().partition(" (")[2].rpartition(") ")
+        except OSError:  # gone meanwhile
+            continue
+        fields = rest.split()
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        if name.startswith("postgres"):
+            postgres += seconds
+        elif int(stat.split("/")[2]) == pid or int(fields[1]) == pid:  # itself, a worker
+            ours += seconds
+    return ours, postgres
 
 
 def latency(dbs: Databases, *, quick: bool) -> list[Row]:
@@ -567,9 +631,40 @@ def log_history_cost(dbs: Databases, *, quick: bool) -> list[Row]:
     return [_history_row("I6", what, old, fresh)]
 
 
+def small_requests(dbs: Databases, *, quick: bool) -> list[Row]:
+    """One client sending requests of one job each (an exporter under light load): what a
+    request costs whatever its size, in collect and in PostgreSQL."""
+    requests = 200 if quick else 1_000
+    bodies = encoded_requests("small", requests + 10, SPANS_PER_JOB)
+    dsn = dbs.fresh("ingest_small")
+    try:
+        with collect(dsn) as receiver:
+            _post_all(receiver, bodies[:10], 1)  # warm: the connection, prepared statements
+            cpu_before = _cpu_s(receiver.pid)
+            started = time.perf_counter()
+            statuses = _post_all(receiver, bodies[10:], 1)
+            elapsed = time.perf_counter() - started
+            cpu_after = _cpu_s(receiver.pid)
+        if set(statuses) != {200}:
+            raise RuntimeError("a one-job request was refused")
+    finally:
+        dbs.drop(dsn)
+    ours, postgres = (1000 * (a - b) / requests for a, b in zip(cpu_after, cpu_before, strict=True))
+    return [
+        Row(
+            "I7",
+            f"collect: one-job requests ({SPANS_PER_JOB} spans) per second from one client, "
+            "and CPU per request",
+            fmt_rate(requests / elapsed, "requests/s"),
+            f"CPU per request: collect {ours:.2f} ms, PostgreSQL {postgres:.2f} ms",
+        )
+    ]
+
+
 def run(dbs: Databases, *, quick: bool) -> list[Row]:
     return [
         *throughput(dbs, quick=quick),
+        *small_requests(dbs, quick=quick),
         *log_throughput(dbs, quick=quick),
         *latency(dbs, quick=quick),
         *history_cost(dbs, quick=quick),

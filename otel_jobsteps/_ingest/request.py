@@ -1,6 +1,7 @@
 """One request's statements, in the transaction `staging` opened: lock its traces, place every
-span in its attempt, lock the jobs touched, stage the new spans and records, and replace the
-rows of those jobs' attempts that are not settled by one derivation (`derive`)."""
+span in its attempt, lock the jobs touched, stage the new spans and records, replace the rows
+of those jobs' attempts that are not settled by one derivation (`derive`), and note what the
+request left (span counts, job states, attempts) in one last statement."""
 
 from __future__ import annotations
 
@@ -79,11 +80,10 @@ def receive(
     if late:
         session.stats.problem("late_spans", f"{late} spans of settled attempts dropped")
     jobs = sorted({job for job in jobs if job not in records.direct} | records.write_direct(staged))
-    derived_now: list[Derivation] = []
-    committed = _derive(session, jobs, staged, known, records, derived_now) if jobs else Committed()
+    committed, derivations = _derive(session, jobs, staged, known, records)
     records.write_settled(staged)
     # The jobs whose LOG rows went around a derivation: their states no longer match them.
-    _note_request(session, traces, staged, derived_now, records.direct - set(jobs))
+    _note_request(session, traces, staged, derivations, records.direct - set(jobs))
     transaction.committed = committed  # its statements ran: only the COMMIT is left
     if logs:
         return log_receipt, committed
@@ -299,17 +299,15 @@ def _insert_spans(session: Session, new: list[Staged]) -> None:
 
 
 def _derive(
-    session: Session,
-    jobs: list[Job],
-    staged: dict[Key, Staged],
-    known: _Jobs,
-    records: RequestLogs,
-    derived_now: list[Derivation],
-) -> Committed:
+    session: Session, jobs: list[Job], staged: dict[Key, Staged], known: _Jobs, records: RequestLogs
+) -> tuple[Committed, list[Derivation]]:
     """Replace the rows of the jobs' attempts that are not settled: resumed from a job's state
     where its new spans allow (`derive.resumable`), else by a derivation from all their staged
-    spans (each derivation added to ``derived_now``). Returns what it closed and finished that
-    no earlier derivation had."""
+    spans. Returns what it closed and finished that no earlier derivation had, and the
+    derivations (their notes are written with the request's)."""
+    derivations: list[Derivation] = []
+    if not jobs:
+        return Committed(), derivations
     settings = session.settings
     placed = [
         JobSpan(key[0], key[1], bool(key[2]), span.new[3], span.skeleton.kind, span.place)
@@ -331,7 +329,7 @@ def _derive(
             logs_max_per_step=settings.logs_max_per_step,
         )
         committed = _write_derived(session, found, forget=set())
-        derived_now.append(found)
+        derivations.append(found)
     if full:
         chosen = set(full)
         found = derive_jobs(
@@ -347,8 +345,8 @@ def _derive(
         )
         # Rows to replace: of the jobs collect knew before (a new one has none).
         committed.extend(_write_derived(session, found, forget=chosen - known.new))
-        derived_now.append(found)
-    return committed
+        derivations.append(found)
+    return committed, derivations
 
 
 def _with_records(jobs: list[Job], new: set[Job], records: RequestLogs) -> list[Job]:
@@ -401,7 +399,7 @@ def _note_request(
     session: Session,
     traces: list[str],
     staged: dict[Key, Staged],
-    derived_now: list[Derivation],
+    derivations: list[Derivation],
     forgotten: set[Job],
 ) -> None:
     """At the request's end, in one statement: the spans each trace staged now, the state each
@@ -414,7 +412,7 @@ def _note_request(
     derived: list[Attempt] = []
     pending: list[bool] = []
     firsts: list[tuple[str | None, int | None, int | None]] = []
-    for found in derived_now:
+    for found in derivations:
         states.update((job, None if s is None else dump(s)) for job, s in found.states.items())
         derived += found.derived
         pending += (a in found.pending for a in found.derived)

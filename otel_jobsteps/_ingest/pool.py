@@ -95,7 +95,3 @@ def _configure(conn: psycopg.Connection[Any], reply_timeout_s: float) -> None:
     if isinstance(conn, _BoundedConnection):
         conn.reply_timeout_s = reply_timeout_s
     conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(_STATEMENT_TIMEOUT_MS),))
-    import os
-
-    if os.environ.get("PCM"):
-        conn.execute("SELECT set_config('plan_cache_mode', %s, false)", (os.environ["PCM"],))

@@ -1,9 +1,13 @@
-"""``GET /healthz`` (the process answers) and ``GET /readyz`` (the database answers and grants the
-rights needed, else 503 and why) of ``serve`` and ``collect``: no token, no job data."""
+"""``GET /healthz`` (the process answers) and ``GET /readyz`` (the database answers, takes the
+service's work and grants the rights it needs, else 503 and why) of ``serve`` and ``collect``:
+no token, no job data."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -16,26 +20,65 @@ from .errors import describe
 from .schema import is_partitioned
 from .sql import load_queries
 
-__all__ = ["COLLECT_RIGHTS", "SERVE_RIGHTS", "HealthMiddleware", "Readiness", "is_health_request"]
+__all__ = [
+    "COLLECT_RIGHTS",
+    "SERVE_RIGHTS",
+    "HealthMiddleware",
+    "Needs",
+    "Readiness",
+    "is_health_request",
+]
 
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 CHECK_TIMEOUT_S = 2.0  # a probe's connect; a probe answers before its own timeout
-SERVE_RIGHTS = (("job_event", "job_log"), ("SELECT",))
-COLLECT_RIGHTS = (
-    ("job_event", "job_log", "otlp_trace", "otlp_span"),
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a service needs of the database: these rights on each of these tables (or views),
+    and, if it ``writes``, a session that may write (no standby, no read-only default)."""
+
+    service: str
+    tables: tuple[str, ...]
+    rights: tuple[str, ...]
+    writes: bool
+
+
+SERVE_RIGHTS = Needs(
+    "serve", ("job_event", "job_log", "job_attempt", "job_step_duration"), ("SELECT",), False
+)
+# Every table a request or the settling pass reads or writes; it deletes what it re-derives.
+COLLECT_RIGHTS = Needs(
+    "collect",
+    ("job_event", "job_log", "otlp_trace", "otlp_span", "otlp_job", "otlp_attempt", "otlp_log"),
     ("SELECT", "INSERT", "UPDATE", "DELETE"),
+    True,
 )
 
 
 class Readiness:
-    """Whether the service can work now: None, or the reason it cannot (one printable line)."""
+    """Whether the service can work now: None, or the reason it cannot (one printable line).
+
+    An answer is reused for ``cache_s`` (by ``clock``): a load balancer's probes and a
+    kubelet's cost one short connection and one statement a second, not one each.
+    """
+
+    cache_s = 1.0
 
     def __init__(
-        self, dsn: str, *, schema: str, rights: tuple[Sequence[str], Sequence[str]]
+        self,
+        dsn: str,
+        *,
+        schema: str,
+        rights: Needs,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.dsn = dsn
         self.schema = schema
-        self.tables, self.rights = rights
+        self.needs = rights
+        self._clock = clock
+        self._lock = threading.Lock()  # concurrent probes wait for one check and share it
+        self._answer: tuple[float, str | None] | None = None
 
     def _connect(self) -> psycopg.Connection[Any]:
         options = connection_kwargs(
@@ -52,17 +95,39 @@ class Readiness:
             return f"unknown until the database answers ({describe(error)})"
 
     def problem(self) -> str | None:
+        """None when ready, else why not: the last answer while it is younger than ``cache_s``."""
+        with self._lock:
+            now = self._clock()
+            if self._answer is not None and now - self._answer[0] < self.cache_s:
+                return self._answer[1]
+            problem = self._check()
+            self._answer = (now, problem)
+            return problem
+
+    def _check(self) -> str | None:
+        needs = self.needs
+        params = {"tables": list(needs.tables), "rights": list(needs.rights), "schema": self.schema}
         try:
             with self._connect() as conn:
-                params = {"tables": list(self.tables), "rights": list(self.rights)}
-                missing = conn.execute(
-                    load_queries("health.sql")["missing_rights"], {**params, "schema": self.schema}
-                ).fetchall()
+                found = conn.execute(load_queries("health.sql")["readiness"], params).fetchall()
         except psycopg.Error as error:  # libpq's messages name host and port, never a password
             return f"database unreachable: {describe(error)}"
-        if any(absent for _, _, absent in missing):
-            tables = sorted({table for table, _, absent in missing if absent})
-            return f"schema {self.schema!r} lacks {', '.join(tables)}: run `otel-jobsteps migrate`"
+        read_only, in_recovery = found[0][:2]
+        missing = [(table, right, absent) for _, _, table, right, absent in found if table]
+        if needs.writes and in_recovery:
+            return (
+                f"the database is a standby in recovery: {needs.service} writes to a primary"
+                " (with several hosts in the DSN, add target_session_attrs=read-write)"
+            )
+        if needs.writes and read_only:
+            return (
+                f"the database is read-only (default_transaction_read_only is on):"
+                f" {needs.service} cannot write"
+            )
+        absent = {table for table, _, gone in missing if gone}
+        if absent:
+            tables = ", ".join(table for table in needs.tables if table in absent)
+            return f"schema {self.schema!r} lacks {tables}: run `otel-jobsteps migrate`"
         if missing:
             lacks = ", ".join(f"{right} on {table}" for table, right, _ in missing)
             return f"this role lacks {lacks}"

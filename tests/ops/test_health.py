@@ -1,6 +1,6 @@
 """`/healthz` and `/readyz` of serve and collect: no token needed, nothing about jobs, 503 with
-the reason (never the password) while the database is away or a right is missing, 200 again
-after."""
+the reason (never the password) while the database is away, read-only for collect, or a right on
+any table is missing, 200 again after; an answer is reused for a second."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
+from otel_jobsteps._health import COLLECT_RIGHTS, Readiness
 from otel_jobsteps._ingest.app import create_app as create_collect
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
 from otel_jobsteps._loopback import loopback_hosts
 from otel_jobsteps.web import create_app as create_serve
 from tests.faults.proxy import FaultProxy, Mode, Upstream
+from tests.unit.recorder_support import FakeClock
 
 SECRET = "pa55-for-nobody"
 TOKEN = "the-page-token"
@@ -35,6 +37,12 @@ def _collect(dsn: str) -> ASGIApp:
 
 
 SERVICES = [pytest.param(_serve, id="serve"), pytest.param(_collect, id="collect")]
+
+
+@pytest.fixture(autouse=True)
+def uncached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each probe of these tests asks the database (the cache has its own test)."""
+    monkeypatch.setattr(Readiness, "cache_s", 0.0)
 
 
 @pytest.fixture
@@ -102,11 +110,13 @@ def role(dsn: str, server_dsn: str) -> Iterator[str]:
     name = f"jobsteps_ready_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+        tables = sql.SQL(", ").join(map(sql.Identifier, COLLECT_RIGHTS.tables))
+        grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}"
+        conn.execute(sql.SQL(grant).format(tables, sql.Identifier(name)))
         conn.execute(
-            sql.SQL(
-                "GRANT SELECT, INSERT, UPDATE, DELETE ON job_event, job_log, otlp_trace,"
-                " otlp_span TO {}"
-            ).format(sql.Identifier(name))
+            sql.SQL("GRANT SELECT ON job_attempt, job_step_duration TO {}").format(
+                sql.Identifier(name)
+            )
         )
     yield name
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -115,20 +125,30 @@ def role(dsn: str, server_dsn: str) -> Iterator[str]:
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
 
 
+def _change(dsn: str, verb: str, right: str, table: str, role: str) -> None:
+    statement = {"grant": "GRANT {} ON {} TO {}", "revoke": "REVOKE {} ON {} FROM {}"}[verb]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(statement).format(sql.SQL(right), sql.Identifier(table), sql.Identifier(role))
+        )
+
+
 @pytest.mark.parametrize(
-    ("factory", "right", "said"),
+    ("factory", "right", "table"),
     [
-        pytest.param(_serve, "SELECT", "this role lacks SELECT on job_log", id="serve"),
-        pytest.param(_collect, "DELETE", "this role lacks DELETE on job_log", id="collect"),
+        pytest.param(_serve, "SELECT", "job_log", id="serve-job_log"),
+        pytest.param(_serve, "SELECT", "job_attempt", id="serve-job_attempt"),
+        pytest.param(_collect, "DELETE", "job_log", id="collect-job_log"),
+        pytest.param(_collect, "INSERT", "otlp_log", id="collect-otlp_log"),
+        pytest.param(_collect, "UPDATE", "otlp_job", id="collect-otlp_job"),
+        pytest.param(_collect, "SELECT", "otlp_attempt", id="collect-otlp_attempt"),
     ],
 )
 def test_readyz_names_a_revoked_right_and_recovers_when_granted(
-    factory: AppFactory, right: str, said: str, role: str, dsn: str
+    factory: AppFactory, right: str, table: str, role: str, dsn: str
 ) -> None:
     def change(verb: str) -> None:
-        statement = {"grant": "GRANT {} ON job_log TO {}", "revoke": "REVOKE {} ON job_log FROM {}"}
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL(statement[verb]).format(sql.SQL(right), sql.Identifier(role)))
+        _change(dsn, verb, right, table, role)
 
     with TestClient(factory(make_conninfo(dsn, user=role))) as client:
         before = client.get("/readyz")
@@ -138,5 +158,67 @@ def test_readyz_names_a_revoked_right_and_recovers_when_granted(
         granted = client.get("/readyz")
 
     assert before.status_code == 200
-    assert (revoked.status_code, revoked.json()["reason"]) == (503, said)
+    said = f"this role lacks {right} on {table}"
+    assert (revoked.status_code, revoked.json()) == (503, {"ready": False, "reason": said})
     assert granted.status_code == 200
+
+
+@pytest.fixture
+def read_only(dsn: str) -> Callable[[bool], None]:
+    """Turns the test database's default_transaction_read_only on or off for new sessions (as
+    a failover to a standby, or an operator, makes it)."""
+    name = sql.Identifier(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+    def turn(on: bool) -> None:
+        setting = (
+            "SET default_transaction_read_only = on"
+            if on
+            else "RESET default_transaction_read_only"
+        )
+        writable = "-c default_transaction_read_only=off"  # this session, to turn it back off
+        with psycopg.connect(dsn, autocommit=True, options=writable) as conn:
+            conn.execute(sql.SQL("ALTER DATABASE {} " + setting).format(name))
+
+    return turn
+
+
+def test_readyz_of_collect_is_503_on_a_read_only_database_and_200_after(
+    dsn: str, read_only: Callable[[bool], None]
+) -> None:
+    with TestClient(_collect(dsn)) as client:
+        read_only(True)
+        unready = client.get("/readyz")
+        read_only(False)
+        back = client.get("/readyz")
+
+    assert unready.status_code == 503
+    assert unready.json()["reason"] == (
+        "the database is read-only (default_transaction_read_only is on): collect cannot write"
+    )
+    assert (back.status_code, back.json()) == (200, {"ready": True})
+
+
+def test_readyz_of_serve_is_200_on_a_read_only_database(
+    dsn: str, read_only: Callable[[bool], None]
+) -> None:
+    read_only(True)
+    with TestClient(_serve(dsn)) as client:
+        answer = client.get("/readyz")
+
+    assert (answer.status_code, answer.json()) == (200, {"ready": True})  # serve only reads
+
+
+def test_an_answer_is_reused_for_a_second_then_checked_again(role: str, dsn: str) -> None:
+    clock = FakeClock()
+    role_dsn = make_conninfo(dsn, user=role)
+    readiness = Readiness(role_dsn, schema="public", rights=COLLECT_RIGHTS, clock=clock)
+    readiness.cache_s = 1.0  # as served (the fixture above has the other tests ask every time)
+    first = readiness.problem()
+    _change(dsn, "revoke", "UPDATE", "otlp_job", role)
+    clock.advance(0.9)
+    cached = readiness.problem()
+    clock.advance(0.1)
+    checked = readiness.problem()
+
+    assert (first, cached) == (None, None)
+    assert checked == "this role lacks UPDATE on otlp_job"

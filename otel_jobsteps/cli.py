@@ -81,7 +81,7 @@ def _duration_argument(text: str) -> timedelta:
 
 def _tag_argument(text: str) -> tuple[str, str]:
     try:
-        return parse_tag(text, "=")
+        return parse_tag(text)
     except ConfigurationError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -492,7 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--since", type=_duration_argument, help="active within this long, e.g. 1h or 2d"
     )
     jobs.add_argument(
-        "--tag", type=_tag_argument, metavar="NAME=VALUE", help="jobs with an attempt so tagged"
+        "--tag",
+        type=_tag_argument,
+        metavar="NAME=VALUE",
+        help="jobs with an attempt so tagged (NAME:VALUE works too)",
     )
     _integer_option(jobs, "--limit", (1, MAX_LIMIT), 50, "at most N jobs (50)")
     jobs.add_argument("--json", action="store_true", help="print the jobs as JSON")

@@ -9,6 +9,7 @@ rows lag the primary by the replay delay), else $OTEL_JOBSTEPS_DSN.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -47,19 +48,21 @@ __all__ = [
     "window_start",
 ]
 
+_TAG_SEPARATOR = re.compile("[=:]")
 TAG_SCAN_PER_JOB = 8  # tagged attempts a tag search reads per job asked for
 MAX_LOG_LINES = 5_000
 """The most log lines `job_detail` returns for an attempt (its newest): 1,000 per step is
 the writer's default cap."""
 
 
-def parse_tag(text: str, separator: str) -> tuple[str, str]:
-    """``NAME<separator>VALUE`` (split at the first separator) as (name, value);
-    `ConfigurationError` when there is no separator or no name."""
-    name, found, value = text.partition(separator)
-    if not found or not name:
-        raise ConfigurationError(f"a tag is NAME{separator}VALUE, got {text!r}")
-    return name, value
+def parse_tag(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` or ``NAME:VALUE`` as (name, value): split at the first ``=`` or ``:``
+    (a stored tag name holds neither, its value may); `ConfigurationError` without a
+    separator or a name."""
+    found = _TAG_SEPARATOR.search(text)
+    if found is None or found.start() == 0:
+        raise ConfigurationError(f"a tag is NAME=VALUE (or NAME:VALUE), got {text!r}")
+    return text[: found.start()], text[found.end() :]
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ No state lives between requests, so a database that comes back needs no repair h
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -42,6 +43,7 @@ __all__ = [
     "StepFailure",
     "StepStat",
     "after_prefix",
+    "listed_counts",
 ]
 
 APPLICATION_NAME = "otel_jobsteps_web"
@@ -83,7 +85,8 @@ class JobsPage:
 @dataclass(frozen=True, slots=True)
 class StatusCounts(Record):
     """Attempts ended in a window by status and the steps open now, each capped at
-    `COUNT_CAP` (a count at the cap reads "at least")."""
+    `COUNT_CAP` (a count at the cap reads "at least"); or, of a filtered list, the jobs
+    listed by their latest attempt's status (`listed_counts`)."""
 
     completed: int
     failed: int
@@ -354,6 +357,12 @@ class Reader:
 
 _NO_DETAIL = {"detail": None, "message": None, "span_id": None}
 RowChooser = Callable[[JobPage], Iterable[int]]
+
+
+def listed_counts(jobs: Iterable[JobRow]) -> StatusCounts:
+    """The latest attempts of ``jobs`` by status: what a filtered list counts."""
+    found = Counter(job.status for job in jobs)
+    return StatusCounts(found["COMPLETED"], found["FAILED"], found["RUNNING"])
 
 
 def after_prefix(prefix: str) -> str:

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from ..errors import ConfigurationError
-from .data import COUNT_CAP, JobPage, JobsPage, Reader
+from .data import COUNT_CAP, JobPage, JobsPage, Reader, listed_counts
 from .layout import Cursor, Timeline, TraceLinks, build_timeline, drawn_rows
 from .parsing import (
     MAX_ROW,
@@ -33,6 +33,7 @@ __all__ = ["FAILURES_WINDOW", "Pages"]
 # that read would scan the whole table (no index leads with the job type).
 FAILURES_WINDOW = "30d"
 _EVERYTHING = timedelta(days=36500)  # the window "all" of the step reads
+_NARROWING = ("domain", "type", "status", "q", "tag")  # the jobs filters that leave jobs out
 
 
 class _Selection(TypedDict):
@@ -97,11 +98,14 @@ class Pages:
             older_url = _page_url(kept, page.next_cursor, back)
         if cursor is not None:
             newer_url = _page_url(kept, trail[-1], trail[:-1]) if trail else newest_url
+        # A filtered list counts what it lists; the fleet's counts would ignore the filter.
+        narrowed = any(filters[name] for name in _NARROWING)
         return self.render(
             "jobs.html",
             page=page,
             filters=filters,
-            counts=self.reader.status_counts(window),
+            counts=listed_counts(page.jobs) if narrowed else self.reader.status_counts(window),
+            listed_counts=narrowed,
             count_cap=COUNT_CAP,
             next_url=older_url,
             newer_url=newer_url,

@@ -73,9 +73,9 @@ def text_param(request: Request, name: str) -> str | None:
 
 
 def tag_param(request: Request) -> tuple[str, str] | None:
-    """``?tag=NAME:VALUE`` as (name, value), None when absent or empty."""
+    """``?tag=NAME=VALUE`` (or ``NAME:VALUE``) as (name, value), None when absent or empty."""
     text = text_param(request, "tag")
-    return None if text is None else parse_tag(text, ":")
+    return None if text is None else parse_tag(text)
 
 
 def check_text(request: Request) -> None:

@@ -22,7 +22,7 @@ from .._formatting import (
 )
 from .layout import WINDOWS
 
-__all__ = ["compact_json", "environment", "job_url", "json_response", "since_text"]
+__all__ = ["compact_json", "environment", "job_url", "json_response", "plural", "since_text"]
 
 # Path segments a browser (or proxy) drops or resolves away, %2E spellings included.
 _FRAGILE_SEGMENTS = {"", ".", ".."}
@@ -48,6 +48,11 @@ def compact_json(value: Any) -> str:
     return "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
 
+def plural(noun: str, count: int) -> str:
+    """``noun`` for one, else its plural (every noun the pages count takes an s)."""
+    return noun if count == 1 else noun + "s"
+
+
 def since_text(at: datetime | None, as_of: datetime) -> str:
     """How long ago ``at`` was, at the time of the read."""
     return "-" if at is None else format_duration(max(as_of - at, timedelta(0)))
@@ -70,6 +75,7 @@ def environment() -> Environment:
         seconds=lambda value: format_duration(timedelta(seconds=value)),
         shorten=shorten,
         severity=lambda value: severity_word(value).lower(),
+        plural=plural,
     )
     env.globals.update(job_url=job_url, since=since_text, ago=format_ago, windows=list(WINDOWS))
     return env

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,7 +24,7 @@ from otel_jobsteps import (
 from otel_jobsteps._translate import MAX_TAG_NAME_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS
 from otel_jobsteps.cli import main
 from otel_jobsteps.web.rendering import job_url
-from tests.helpers import TracingFactory
+from tests.helpers import TracingFactory, open_step
 from tests.ingest.collector import CollectorFactory, table_rows
 from tests.web.support import HOSTILE, tagged_job
 
@@ -95,7 +96,7 @@ def test_tags_show_on_the_job_page_and_filter_the_lists(
 
     page = client.get(job_url("shop", "inv-1")).text
     assert '<span class="tag-name">customer</span>=<span class="tag-value">acme</span>' in page
-    assert 'href="/?tag=customer%3Aacme"' in page
+    assert 'href="/?tag=customer%3Dacme"' in page
     assert "<script>" not in client.get(job_url("shop", "evil")).text
 
     def listed(url: str) -> list[str]:
@@ -137,3 +138,65 @@ def test_every_stored_tag_is_found_by_its_own_link_and_the_cli(
     for name, value in (("pair", "k=v:w"), ("url", "http://x/?q=1")):
         assert main(["jobs", "--dsn", dsn, "--tag", f"{name}={value}", "--json"]) == 0
         assert [job["job_id"] for job in json.loads(capsys.readouterr().out)] == ["seps"]
+
+
+def listed_statuses(page: str) -> list[str]:
+    """The status of each job row of a jobs page, in order."""
+    return re.findall(r'<tr class="job">.*?<span class="status (\w+)">', page, re.DOTALL)
+
+
+def shown_counts(page: str) -> list[int]:
+    """The COMPLETED, FAILED and RUNNING counts at the top of a jobs page."""
+    return [
+        int(re.search(rf'<span class="count-{status}">(\d+)</span>', page)[1])  # type: ignore[index]
+        for status in ("completed", "failed", "running")
+    ]
+
+
+def test_counts_follow_the_filter_and_both_tag_forms_list_the_same(
+    tracing: TracingFactory,
+    client: TestClient,
+    conn: psycopg.Connection[Any],
+    dsn: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 36 item 11: a list filtered by tag or id prefix counts the jobs it lists (the
+    fleet's counts ignored the filter); "1 open step"; ``=`` and ``:`` tags list the same."""
+    tracer, processor = tracing()
+    tell(tracer)  # inv-1 (acme), inv-2 (globex), inv-3: all completed
+    assert processor.force_flush(10_000)
+    open_step(conn, "inv-9", age="1 minute")  # a running job of another domain, untagged
+
+    fleet = client.get("/").text
+    assert shown_counts(fleet) == [4, 0, 1]  # attempts ended, steps open now
+    assert '<span class="count-running">1</span> open step</li>' in fleet
+    for url in ("/?tag=customer=acme", "/?tag=customer:acme", "/?q=inv-", "/?q=inv-9"):
+        page = client.get(url).text
+        statuses = listed_statuses(page)
+        assert statuses, url
+        expected = [statuses.count(s) for s in ("completed", "failed", "running")]
+        assert shown_counts(page) == expected, url
+    assert shown_counts(client.get("/?q=inv-").text) == [3, 0, 1]  # jobs, not attempts
+    assert shown_counts(client.get("/?tag=customer=acme").text) == [1, 0, 0]
+    assert '<span class="count-completed">1</span> job</li>' in client.get("/?q=inv-1").text
+
+    equal_forms = client.get("/?tag=customer=acme").text
+    colon_form = client.get("/?tag=customer:acme").text
+    assert 'href="/jobs/shop/inv-1"' in equal_forms
+    assert 'href="/jobs/shop/inv-2"' not in equal_forms
+    assert listed_statuses(equal_forms) == listed_statuses(colon_form)
+    assert re.findall(r'class="job-link" href="([^"]*)"', equal_forms) == re.findall(
+        r'class="job-link" href="([^"]*)"', colon_form
+    )
+    api = [client.get(f"/api/jobs?tag=customer{sep}acme").json() for sep in "=:"]
+    assert api[0] == api[1]
+    assert [job["job_id"] for job in api[0]] == ["inv-1"]
+    listed = []
+    for form in ("customer=acme", "customer:acme"):
+        assert main(["jobs", "--dsn", dsn, "--tag", form, "--json"]) == 0
+        listed.append([job["job_id"] for job in json.loads(capsys.readouterr().out)])
+    assert listed == [["inv-1"], ["inv-1"]]
+    # one form shown: the chips and their links say NAME=VALUE
+    chips = client.get(job_url("shop", "inv-1")).text
+    assert 'href="/?tag=customer%3Dacme"' in chips
+    assert "%3A" not in chips

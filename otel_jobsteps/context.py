@@ -19,8 +19,9 @@ from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from . import attributes as attr
-from ._feeds import feeds_job_steps
-from ._log import logger
+from ._feeds import exports_by_otlp, feeds_job_steps
+from ._log import warn_on_console
+from ._setup import setup_hint_here
 
 __all__ = ["job_attempt", "progress", "record_event", "record_job_event", "step"]
 
@@ -42,11 +43,6 @@ def _tracer(given: trace.Tracer | None) -> trace.Tracer:
 
 
 _PRIMITIVES = (str, bool, int, float)
-_SETUP = (
-    "add JobStepsProcessor() to the TracerProvider, or set OTEL_JOBSTEPS_DSN and run the worker "
-    "under opentelemetry-instrument (README: Queue integrations)"
-)
-
 _warned: set[str] = set()
 
 
@@ -55,15 +51,21 @@ def _warn_once(kind: str, message: str) -> None:
     silent, and must not flood either."""
     if kind not in _warned:
         _warned.add(kind)
-        logger.warning("%s", message)
+        warn_on_console(message)
 
 
-def warn_missing_processor() -> None:
-    """Warn once that no JobStepsProcessor records this process's jobs, saying what to do."""
-    _warn_once(
-        "setup",
-        f"the tracer provider has no JobStepsProcessor, so no job steps are recorded: {_SETUP}",
-    )
+def warn_missing_processor(owner: object | None = None) -> None:
+    """Warn once that no JobStepsProcessor records the jobs of ``owner`` (an SDK provider,
+    tracer or span; default: the global provider), saying what to do. Spans exported by OTLP
+    may be recorded by ``collect``: no warning then."""
+    target = trace.get_tracer_provider() if owner is None else owner
+    if exports_by_otlp(target):
+        return
+    if isinstance(target, trace.ProxyTracerProvider):
+        reason = "no OpenTelemetry SDK tracer provider is set"
+    else:
+        reason = "the tracer provider has no JobStepsProcessor"
+    _warn_once("setup", f"{reason}, so no job steps are recorded: {setup_hint_here()}")
 
 
 def _check_recorded(span: trace.Span, tracer_given: bool) -> None:
@@ -72,14 +74,11 @@ def _check_recorded(span: trace.Span, tracer_given: bool) -> None:
     if feeds:
         return
     if feeds is False:
-        warn_missing_processor()
+        warn_missing_processor(span)
     elif span.is_recording():
         return  # a tracer we cannot look into: trust it
     elif not tracer_given and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        _warn_once(
-            "setup",
-            f"no OpenTelemetry SDK tracer provider is set, so no job steps are recorded: {_SETUP}",
-        )
+        warn_missing_processor()
     else:
         _warn_once(
             "not-recorded",

@@ -20,7 +20,7 @@ from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ._detail import DEFAULT_MAX_DETAIL_BYTES
-from ._log import logger
+from ._log import is_own_logger, logger
 from ._metrics import StepMetrics
 from ._settings import Settings
 from ._spans import attribute_dict
@@ -154,6 +154,9 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             record = getattr(log_data, "log_record", log_data)
             if record.span_id not in self._in_scope:
                 return  # outside any job scope (or no span context): nothing else happens
+            scope = getattr(log_data, "instrumentation_scope", None)
+            if is_own_logger(getattr(scope, "name", None)):
+                return  # our own record (a setup warning in a job's context): not the job's line
             severity = record.severity_number
             if (
                 severity is None or getattr(severity, "_value_", 0) < self._logs_min

@@ -18,6 +18,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from .._facts import LogFacts
+from .._log import is_own_logger
 from .decode import Decoded, attribute_values, decoder
 
 __all__ = ["decode_log_record", "decode_logs_json", "decode_logs_protobuf", "log_key"]
@@ -34,6 +35,10 @@ def _records(request: ExportLogsServiceRequest) -> Decoded:
     seen: dict[bytes, int] = {}
     for resource_logs in request.resource_logs:
         for scope_logs in resource_logs.scope_logs:
+            if is_own_logger(scope_logs.scope.name):
+                # otel_jobsteps' own records (a worker's setup warning): no job's lines.
+                decoded.outside += len(scope_logs.log_records)
+                continue
             for record in scope_logs.log_records:
                 facts = _record_facts(record, decoded)
                 if facts is None:

@@ -63,7 +63,7 @@ def ensure_recording(provider: trace.TracerProvider | None) -> None:
         return
     _ensured.add(id(provider))
     if not auto.ensure_processor(provider):
-        context.warn_missing_processor()
+        context.warn_missing_processor(provider)
 
 
 @dataclass(frozen=True)

@@ -199,12 +199,15 @@ def _chunk_json(
     return json.dumps(rows)[1:-1]
 
 
-def statement_params(ops: Sequence[Any], max_detail_bytes: int) -> dict[str, Any]:
-    """Statement parameters: new rows as one JSON array of arrays, updates as column arrays."""
+def statement_params(
+    ops: Sequence[Any], max_detail_bytes: int, *, derived: bool | None = None
+) -> dict[str, Any]:
+    """Statement parameters: new rows as one JSON array of arrays, updates as column arrays;
+    ``derived`` marks the rows it inserts (True: collect's, see `StepStore`)."""
     kind = type(ops[0])
     if kind in _ROW_FIELDS:
-        return {"rows": rows_json(ops, max_detail_bytes)}
-    params: dict[str, Any] = {}
+        return {"rows": rows_json(ops, max_detail_bytes), "derived": derived}
+    params: dict[str, Any] = {"derived": derived}
     for name in _FIELD_NAMES[kind]:
         values = [getattr(op, name) for op in ops]
         if name in _DETAIL_FIELDS:
@@ -251,7 +254,10 @@ class StepStore:
         max_detail_bytes: int = DEFAULT_MAX_DETAIL_BYTES,
         on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
         reply_timeout_s: float | None = None,
+        derived: bool = False,
     ) -> None:
+        """``derived``: the rows it inserts are collect's derivation (it may delete and write
+        them again); the processor's stay unmarked."""
         check_schema_name(schema)
         self._conninfo = conninfo
         self._connect_timeout_s = connect_timeout_s
@@ -264,6 +270,7 @@ class StepStore:
             else statement_timeout_ms / 1000.0 + connect_timeout_s
         )
         self._max_detail_bytes = max_detail_bytes
+        self._derived = True if derived else None
         self._schema = schema
         self._on_connect = on_connect
         self._conn: psycopg.Connection[Any] | None = None
@@ -330,7 +337,7 @@ class StepStore:
         with self._transaction() as cur:
             queries = self._statements(cur.connection)
             for name, ops in statements(batch):
-                cur.execute(queries[name], statement_params(ops, self._max_detail_bytes))
+                cur.execute(queries[name], self._params(ops))
                 _note_changes(cur, name, ops, committed)
                 if name == "insert_events" and cur.rowcount < len(ops):
                     self._take_over_open_steps(cur, ops, committed)
@@ -354,7 +361,7 @@ class StepStore:
         queries = self._statements(cur.connection)
         cur.execute(queries["close_foreign_steps"], statement_params(takeovers, 0))
         _note_changes(cur, "close_foreign_steps", takeovers, committed)
-        cur.execute(queries["insert_events"], statement_params(running, self._max_detail_bytes))
+        cur.execute(queries["insert_events"], self._params(running))
 
     def write_one_by_one(
         self, batch: Batch, on_rejected: Callable[[str, BaseException], None]
@@ -368,9 +375,7 @@ class StepStore:
                     changed = Committed()
                     try:
                         with cur.connection.transaction():
-                            cur.execute(
-                                queries[name], statement_params([op], self._max_detail_bytes)
-                            )
+                            cur.execute(queries[name], self._params([op]))
                             _note_changes(cur, name, [op], changed)
                     except (psycopg.Error, UnicodeEncodeError) as error:
                         if not rejects_row(error):
@@ -379,6 +384,9 @@ class StepStore:
                     else:
                         committed.extend(changed)
         return committed
+
+    def _params(self, ops: Sequence[Any]) -> dict[str, Any]:
+        return statement_params(ops, self._max_detail_bytes, derived=self._derived)
 
     def _statements(self, conn: psycopg.Connection[Any]) -> Mapping[str, Statement]:
         return rendered_queries("queries.sql", self._schema, conn)

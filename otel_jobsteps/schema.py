@@ -149,7 +149,7 @@ def check_writable_tables(conn: psycopg.Connection[Any], *, schema: str = "publi
     """
     try:
         with conn.transaction():
-            for table, column in (("job_event", "heartbeat_at"), ("job_log", "reason")):
+            for table, column in (("job_event", "derived"), ("job_log", "derived")):
                 conn.execute(
                     sql.SQL("SELECT {} FROM {} LIMIT 0").format(
                         sql.Identifier(column), sql.Identifier(schema, table)

@@ -22,10 +22,11 @@ _UNREACHABLE_WAIT_S = 0.5  # the wait for a connection while none has come: an o
 
 
 class PooledStore(StepStore):
-    """A `StepStore` writing through the connection a request borrowed."""
+    """A `StepStore` writing through the connection a request borrowed; its rows are marked
+    as collect's derivation."""
 
     def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
-        super().__init__("", schema=schema)
+        super().__init__("", schema=schema, derived=True)
         self._borrowed = conn
 
     def connection(self) -> psycopg.Connection[Any]:

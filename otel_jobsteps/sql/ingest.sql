@@ -91,8 +91,9 @@ WHERE s.body IS NOT NULL;
 
 -- name: staging_columns --
 -- At startup: the staging tables exist with the newest columns (no row is read).
-SELECT s.step_key, a.final, j.state, g.seq
-FROM {otlp_span} AS s, {otlp_attempt} AS a, {otlp_job} AS j, {otlp_log} AS g
+SELECT s.step_key, a.final, j.state, g.seq, e.derived, l.derived
+FROM {otlp_span} AS s, {otlp_attempt} AS a, {otlp_job} AS j, {otlp_log} AS g,
+     {job_event} AS e, {job_log} AS l
 LIMIT 0;
 
 -- name: missing_rights --
@@ -106,19 +107,19 @@ WHERE NOT has_table_privilege(format('%%I.%%I', %(schema)s::text, t.name), r.nam
 ORDER BY 1, 2;
 
 -- name: forget_derived_rows --
--- Remove what earlier derivations wrote of these attempts (not settled), before writing anew.
--- Returns what of it the metrics counted then: its closed steps (with their key), then its
--- final rows.
+-- Remove what earlier derivations wrote of these attempts (not settled), before writing anew:
+-- its own rows only (derived), every other writer's stay as they are. Returns what of it the
+-- metrics counted then: its closed steps (with their key), then its final rows.
 WITH target AS (
     SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
              AS t (domain, job_id, attempt)
 ), events AS (
     DELETE FROM {job_event} AS e USING target AS t
-    WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+    WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt AND e.derived
     RETURNING e.trace_id, e.span_id, e.type, e.ended_at, e.step_key
 ), logs AS (
     DELETE FROM {job_log} AS l USING target AS t
-    WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt
+    WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt AND l.derived
     RETURNING l.domain, l.job_id, l.attempt
 )
 SELECT trace_id, span_id, step_key, NULL AS domain, NULL AS job_id, NULL::int AS attempt
@@ -237,9 +238,11 @@ SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);
 
 -- name: abandon_settled_attempts --
 -- A later attempt that started before a settled attempt's final row, as live: that attempt had
--- no final row yet, so the later start abandons it (again, earlier, if a later attempt did). The step it had open then is closed FAILED
--- abandoned at that start, and its final row becomes FAILED abandoned, dated then, naming its
--- latest step begun by then (what the writer's abandon would have written at that moment).
+-- no final row yet, so the later start abandons it (again, earlier, if a later attempt did).
+-- The step it had open then is closed FAILED abandoned at that start, and its final row
+-- becomes FAILED abandoned, dated then, naming its latest step begun by then (what the
+-- writer's abandon would have written at that moment). Only collect's own rows (derived) are
+-- read and changed: another writer's final row or step is left as it is.
 WITH later AS (
     SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
                          %(at_us)b::bigint[]) AS t (domain, job_id, attempt, at_us)
@@ -249,13 +252,14 @@ WITH later AS (
     FROM later AS t
     JOIN {job_log} AS l
       ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt < t.attempt
-     AND l.created_at > timestamptz 'epoch' + t.at_us * interval '1 microsecond'
+     AND l.created_at > timestamptz 'epoch' + t.at_us * interval '1 microsecond' AND l.derived
     JOIN {otlp_attempt} AS a
       ON a.domain = l.domain AND a.job_id = l.job_id AND a.attempt = l.attempt AND a.settled
     -- the writer's abandon finds an attempt by its job_event rows written by then
     WHERE EXISTS (SELECT 1 FROM {job_event} AS e
                   WHERE e.domain = l.domain AND e.job_id = l.job_id AND e.attempt = l.attempt
-                    AND e.created_at <= timestamptz 'epoch' + t.at_us * interval '1 microsecond')
+                    AND e.created_at <= timestamptz 'epoch' + t.at_us * interval '1 microsecond'
+                    AND e.derived)
     ORDER BY l.id, t.at_us
 ), closed AS (
     UPDATE {job_event} AS e
@@ -263,7 +267,7 @@ WITH later AS (
         ended_at = GREATEST(e.created_at, v.next_start)
     FROM victim AS v
     WHERE e.domain = v.domain AND e.job_id = v.job_id AND e.attempt = v.attempt
-      AND e.type = 'STEP' AND e.created_at <= v.next_start
+      AND e.type = 'STEP' AND e.created_at <= v.next_start AND e.derived
       AND (e.ended_at IS NULL OR e.ended_at > v.next_start)
 )
 UPDATE {job_log} AS l
@@ -271,7 +275,7 @@ SET status = 'FAILED', reason = 'abandoned', created_at = v.next_start,
     detail = jsonb_build_object(
         'step', (SELECT e.step_key FROM {job_event} AS e
                  WHERE e.domain = v.domain AND e.job_id = v.job_id AND e.attempt = v.attempt
-                   AND e.type = 'STEP' AND e.created_at <= v.next_start
+                   AND e.type = 'STEP' AND e.created_at <= v.next_start AND e.derived
                  ORDER BY e.created_at DESC, e.id DESC LIMIT 1))
 FROM victim AS v
 WHERE l.id = v.id;
@@ -311,13 +315,13 @@ JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
 WHERE g.body IS NOT NULL;
 
 -- name: attempt_log_counts --
--- LOG rows already written per step of these attempts (their records' cap).
+-- LOG rows collect wrote per step of these attempts (their records' cap).
 SELECT e.domain, e.job_id, e.attempt, e.step_key, count(*)
 FROM {job_event} AS e
 JOIN unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
      AS t (domain, job_id, attempt)
   ON e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-WHERE e.type = 'LOG'
+WHERE e.type = 'LOG' AND e.derived
 GROUP BY 1, 2, 3, 4;
 
 -- name: drop_orphan_logs --
@@ -338,18 +342,19 @@ SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);
 
 -- name: attempt_names --
 -- What a LOG row of these attempts repeats of them: the job type and the execution of the
--- attempt's first row that names one (else its final row's type, and no execution).
+-- attempt's first row collect wrote that names one (else its final row's type, and no
+-- execution).
 SELECT t.domain, t.job_id, t.attempt, coalesce(e.job_type, l.job_type), e.execution_id
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
      AS t (domain, job_id, attempt)
 LEFT JOIN LATERAL (
     SELECT e.job_type, e.execution_id FROM {job_event} AS e
     WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-      AND e.execution_id IS NOT NULL
+      AND e.execution_id IS NOT NULL AND e.derived
     ORDER BY e.id LIMIT 1
 ) AS e ON true
 LEFT JOIN {job_log} AS l
-  ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt;
+  ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt AND l.derived;
 
 -- name: count_dropped_lines --
 -- Late lines of settled attempts past their step's cap, counted as the processor counts them:
@@ -364,7 +369,7 @@ WITH t AS (
     SELECT t.*, (SELECT e.id FROM {job_event} AS e
                  WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
                    AND e.type = 'LOG' AND e.step_key IS NOT DISTINCT FROM t.step_key
-                   AND e.detail ? 'dropped'
+                   AND e.detail ? 'dropped' AND e.derived
                  ORDER BY e.created_at DESC, e.id DESC LIMIT 1) AS row_id
     FROM t
 ), updated AS (
@@ -377,7 +382,7 @@ WITH t AS (
     WHERE e.id = f.row_id
 )
 INSERT INTO {job_event} (domain, job_id, job_type, attempt, type, step_key, detail, message,
-                         trace_id, span_id, execution_id, created_at)
+                         trace_id, span_id, execution_id, created_at, derived)
 SELECT f.domain, f.job_id, l.job_type, f.attempt, 'LOG', f.step_key,
        jsonb_build_object('severity', 'WARN', 'dropped', f.dropped,
                           'attributes', jsonb_build_object()),
@@ -386,13 +391,14 @@ SELECT f.domain, f.job_id, l.job_type, f.attempt, 'LOG', f.step_key,
        coalesce(f.execution, l.trace_id || ':' || lpad(to_hex(a.span_id), 16, '0')),
        coalesce((SELECT e.ended_at FROM {job_event} AS e
                  WHERE e.domain = f.domain AND e.job_id = f.job_id AND e.attempt = f.attempt
-                   AND e.type = 'STEP' AND e.step_key = f.step_key
+                   AND e.type = 'STEP' AND e.step_key = f.step_key AND e.derived
                    AND e.created_at <= timestamptz 'epoch' + f.at_us * interval '1 microsecond'
                  ORDER BY e.created_at DESC, e.id DESC LIMIT 1),
-                l.created_at)
+                l.created_at),
+       true
 FROM found AS f
 JOIN {job_log} AS l
-  ON l.domain = f.domain AND l.job_id = f.job_id AND l.attempt = f.attempt
+  ON l.domain = f.domain AND l.job_id = f.job_id AND l.attempt = f.attempt AND l.derived
 JOIN {otlp_attempt} AS a
   ON a.domain = f.domain AND a.job_id = f.job_id AND a.attempt = f.attempt
 WHERE f.row_id IS NULL;

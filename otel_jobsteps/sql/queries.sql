@@ -26,6 +26,8 @@
 -- Times: a row never ends before it starts (GREATEST(created_at, ...)), on every path.
 -- Closes and final rows return the rows they changed: metrics count those only (metrics.py),
 -- with durations through {job_duration} (a far time stored by hand must not fail the batch).
+-- New rows carry %(derived)s: true when collect writes them (it may delete and derive them
+-- again), NULL from the processor (migration 0014).
 
 -- name: abandon_earlier_attempts --
 -- When attempt N starts, settle every attempt before N that has no final row, open step or not:
@@ -67,9 +69,10 @@ WITH earlier AS (
               extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8 AS seconds
 ), settled AS (
     INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
-                           created_at)
+                           created_at, derived)
     SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
-           jsonb_build_object('step', step_key), trace_id, GREATEST(last_at, next_start)
+           jsonb_build_object('step', step_key), trace_id, GREATEST(last_at, next_start),
+           %(derived)s::boolean
     FROM earlier
     WHERE unsettled
     ON CONFLICT (domain, job_id, attempt) DO NOTHING
@@ -192,11 +195,11 @@ RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key, e.step_status
 -- Rows arrive as one JSON array of arrays, fields in batch.EventRow order (one C call to encode
 -- instead of a Python loop per column); each r->>N below is aliased with its field's name.
 INSERT INTO {job_event} (domain, job_id, job_type, attempt, type, step_key, step_status, detail,
-                         message, trace_id, span_id, execution_id, created_at, ended_at)
+                         message, trace_id, span_id, execution_id, created_at, ended_at, derived)
 SELECT domain, job_id, job_type, attempt, type, step_key, step_status, detail::jsonb,
        message, trace_id, span_id, execution_id,
        timestamptz 'epoch' + created_us * interval '1 microsecond',
-       timestamptz 'epoch' + ended_us * interval '1 microsecond'
+       timestamptz 'epoch' + ended_us * interval '1 microsecond', %(derived)s::boolean
 FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t (r, n),
      LATERAL (SELECT r->>0 AS domain, r->>1 AS job_id, r->>2 AS job_type,
                      (r->>3)::int AS attempt, r->>4 AS type, r->>5 AS step_key,
@@ -210,9 +213,9 @@ ON CONFLICT (domain, job_id, attempt) WHERE type = 'STEP' AND ended_at IS NULL D
 -- Final rows of finished attempts; the first final state of an attempt wins.
 -- Rows arrive as one JSON array of arrays, fields in batch.JobLogRow order.
 INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
-                       created_at)
+                       created_at, derived)
 SELECT domain, job_id, job_type, attempt, status, reason, detail::jsonb, trace_id,
-       timestamptz 'epoch' + created_us * interval '1 microsecond'
+       timestamptz 'epoch' + created_us * interval '1 microsecond', %(derived)s::boolean
 FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t (r, n),
      LATERAL (SELECT r->>0 AS domain, r->>1 AS job_id, r->>2 AS job_type,
                      (r->>3)::int AS attempt, r->>4 AS status, r->>5 AS reason,

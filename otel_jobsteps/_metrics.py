@@ -29,10 +29,12 @@ __all__ = [
     "ATTEMPTS",
     "DEFAULT_MAX_JOB_TYPES",
     "DEFAULT_MAX_REASONS",
+    "DEFAULT_MAX_SERIES",
     "DEFAULT_MAX_STEP_KEYS",
     "DURATION_BUCKETS_S",
     "MAX_JOB_TYPES_ENV",
     "MAX_REASONS_ENV",
+    "MAX_SERIES_ENV",
     "MAX_STEP_KEYS_ENV",
     "OTHER_STEP_KEY",
     "STEP_DURATION",
@@ -40,6 +42,7 @@ __all__ = [
     "Committed",
     "FinishedAttempt",
     "StepMetrics",
+    "max_series_from_environment",
     "max_step_keys_from_environment",
 ]
 
@@ -61,6 +64,10 @@ DEFAULT_MAX_JOB_TYPES = 200
 MAX_JOB_TYPES_ENV = "OTEL_JOBSTEPS_METRICS_MAX_JOB_TYPES"
 DEFAULT_MAX_REASONS = 50
 MAX_REASONS_ENV = "OTEL_JOBSTEPS_METRICS_MAX_REASONS"
+# Label sets per gauge of serve's scrape (read from the tables each time, so nothing is held):
+# the rest are added up into one OTHER_STEP_KEY series.
+DEFAULT_MAX_SERIES = 1000
+MAX_SERIES_ENV = "OTEL_JOBSTEPS_METRICS_MAX_SERIES"
 JOB_STEP_STATUS = "job.step.status"
 JOB_STATUS = "job.status"
 JOB_REASON = "job.reason"
@@ -176,6 +183,11 @@ def _records_nothing(instrument: object) -> bool:
 def max_step_keys_from_environment(value: int | None) -> int:
     """``value``, else ``OTEL_JOBSTEPS_METRICS_MAX_STEP_KEYS``, else the default (>= 1)."""
     return _bound(value, MAX_STEP_KEYS_ENV, DEFAULT_MAX_STEP_KEYS, "max_step_keys")
+
+
+def max_series_from_environment(value: int | None) -> int:
+    """``value``, else ``OTEL_JOBSTEPS_METRICS_MAX_SERIES``, else the default (>= 1)."""
+    return _bound(value, MAX_SERIES_ENV, DEFAULT_MAX_SERIES, "max_series")
 
 
 def _bound(value: int | None, variable: str, default: int, name: str) -> int:

@@ -324,6 +324,7 @@ def _ask(question: str) -> bool:
 
 def _serve(args: argparse.Namespace) -> int:
     try:  # the web stack is an extra: load it only for this command
+        from .web.auth import check_token
         from .web.security import TOKEN_ENV
         from .web.server import serve
     except ImportError as error:
@@ -333,6 +334,7 @@ def _serve(args: argparse.Namespace) -> int:
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
         _utf8(token, TOKEN_ENV)
+        check_token(token, "--token" if args.token is not None else TOKEN_ENV)
     serve(
         _dsn(args),
         listen=args.listen,
@@ -343,6 +345,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         announce=lambda line: print(line, flush=True),
         silent_after=args.silent_after,
+        metrics_max_series=args.metrics_max_series,
     )
     return 0
 
@@ -419,6 +422,19 @@ def _cutoff_options(parser: argparse.ArgumentParser, older_help: str, dry_help: 
         help=older_help,
     )
     parser.add_argument("--dry-run", action="store_true", help=dry_help)
+
+
+def _bound_option(
+    parser: argparse.ArgumentParser, flag: str, text: str, variable: str, default: int = 1000
+) -> None:
+    """A bound from 1 to 1,000,000 with no default here: unset, ``variable`` or ``default``
+    applies where the bound is used."""
+    parser.add_argument(
+        flag,
+        type=int_between(1, 1_000_000),
+        metavar="N",
+        help=f"{text} ({variable}, else {default})",
+    )
 
 
 def _integer_option(
@@ -556,7 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="trace viewer link, http(s) with {trace_id}, {span_id}, {start_ms}, {end_ms}",
     )
     web.add_argument(
-        "--token", help="required of every request (default: $OTEL_JOBSTEPS_WEB_TOKEN)"
+        "--token",
+        help="required of every request, at least 16 characters (default: "
+        "$OTEL_JOBSTEPS_WEB_TOKEN)",
     )
     web.add_argument(
         "--no-auth", action="store_true", help="allow a non-loopback --listen without a token"
@@ -568,6 +586,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="an open step with no start or heartbeat for this long counts as silent in "
         "/metrics (5m)",
+    )
+    _bound_option(
+        web,
+        "--metrics-max-series",
+        "label sets per gauge of /metrics; the rest are added up into one __other__ series",
+        "OTEL_JOBSTEPS_METRICS_MAX_SERIES",
     )
     collect = command(
         "collect",
@@ -642,12 +666,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="log records below it are not written: a name (INFO, WARN...) or 0..24 "
         "(OTEL_JOBSTEPS_LOGS_MIN_SEVERITY, else INFO)",
     )
-    collect.add_argument(
+    _bound_option(
+        collect,
         "--logs-max-per-step",
-        type=int_between(1, 1_000_000),
-        metavar="N",
-        help="LOG rows kept per attempt and step; one more row counts the rest "
-        "(OTEL_JOBSTEPS_LOGS_MAX_PER_STEP, else 1000)",
+        "LOG rows kept per attempt and step; one more row counts the rest",
+        "OTEL_JOBSTEPS_LOGS_MAX_PER_STEP",
     )
     _integer_option(
         collect,

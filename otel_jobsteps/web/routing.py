@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Scope
 from .._health import SERVE_RIGHTS, HealthMiddleware, Readiness
 from .._requestlog import RequestLog
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from .auth import FailureLimiter
 from .data import Reader
 from .layout import TraceLinks
 from .metrics import DEFAULT_SILENT_AFTER, metrics_page
@@ -45,19 +46,23 @@ def create_app(
     hosts: frozenset[str] | None = None,
     silent_after: timedelta = DEFAULT_SILENT_AFTER,
     access_log: bool = False,
+    metrics_max_series: int | None = None,
+    failures: FailureLimiter | None = None,
 ) -> ASGIApp:
     """The ASGI app of ``serve`` behind the security layer: ``token`` required but on the health
-    paths, only ``hosts`` answered, ``trace_url`` checked here, ``access_log`` a line a request."""
+    paths (wrong ones slowed by ``failures``), only ``hosts`` answered, ``trace_url`` checked
+    here, ``access_log`` a line a request, ``/metrics`` within ``metrics_max_series``."""
     if not refresh_s > 0:
         raise ConfigurationError("refresh_s must be positive")
     links = TraceLinks(trace_url) if trace_url else None
     pages = Pages(Reader(dsn, schema=schema), links, refresh_s)
-    app = Starlette(routes=routes(pages, silent_after))
+    metrics = metrics_page(pages.reader, silent_after, metrics_max_series)
+    app = Starlette(routes=routes(pages, metrics))
     health = HealthMiddleware(app, Readiness(dsn, schema=schema, rights=SERVE_RIGHTS))
-    return RequestLog(secure(health, token, hosts), name="serve", access_log=access_log)
+    return RequestLog(secure(health, token, hosts, failures), name="serve", access_log=access_log)
 
 
-def routes(pages: Pages, silent_after: timedelta) -> list[BaseRoute]:
+def routes(pages: Pages, metrics: Endpoint) -> list[BaseRoute]:
     """Every path of ``serve`` but the health probes, GET and HEAD only."""
 
     def page(
@@ -77,7 +82,7 @@ def routes(pages: Pages, silent_after: timedelta) -> list[BaseRoute]:
         page("/api/job", pages.api_job, api=True),
         page("/api/running", pages.api_running, api=True),
         page("/api/steps", pages.api_steps, api=True),
-        page("/metrics", metrics_page(pages.reader, silent_after), api=True),
+        page("/metrics", metrics, api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
     ]
 

@@ -1,9 +1,9 @@
 """The security layer of ``serve``: headers (a strict CSP), token and Host check, one middleware
-each; `secure` composes them, so every answer, a refusal too, carries the headers."""
+each; `secure` composes them, so every answer, a refusal too, carries the headers. The token's
+rules (length, comparison, slowing guesses) are in `auth`."""
 
 from __future__ import annotations
 
-import hmac
 import re
 from collections.abc import MutableMapping
 from typing import Any
@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .._health import is_health_request
 from .._loopback import LoopbackHostMiddleware, is_loopback
 from ..errors import ConfigurationError
+from .auth import FailureLimiter, check_token, same_token
 
 __all__ = [
     "CSP",
@@ -47,9 +48,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_exposure(host: str, token: str | None, no_auth: bool) -> None:
-    """Refuse to listen beyond loopback without a token unless the operator said ``--no-auth``."""
-    if token is not None and not token.strip():
-        raise ConfigurationError("the web token must not be empty")
+    """Refuse a guessable token, and to listen beyond loopback without a token unless the
+    operator said ``--no-auth``."""
+    if token is not None:
+        check_token(token, "the web token")
     if token and no_auth:
         raise ConfigurationError("--token and --no-auth exclude each other")
     if not is_loopback(host) and not token and not no_auth:
@@ -59,10 +61,16 @@ def check_exposure(host: str, token: str | None, no_auth: bool) -> None:
         )
 
 
-def secure(app: ASGIApp, token: str | None, hosts: frozenset[str] | None) -> ASGIApp:
-    """``app`` behind the Host check (with ``hosts``), the token (with one) and the headers."""
+def secure(
+    app: ASGIApp,
+    token: str | None,
+    hosts: frozenset[str] | None,
+    failures: FailureLimiter | None = None,
+) -> ASGIApp:
+    """``app`` behind the Host check (with ``hosts``), the token (with one; wrong ones slowed by
+    ``failures``, else by a limiter of its own) and the headers."""
     if token:
-        app = TokenMiddleware(app, token)
+        app = TokenMiddleware(app, token, failures)
     if hosts is not None:
         app = LoopbackHostMiddleware(app, hosts)
     return SecurityHeadersMiddleware(app)
@@ -91,11 +99,13 @@ class SecurityHeadersMiddleware:
 
 class TokenMiddleware:
     """Every HTTP request but the health probes must carry ``token``: a bearer header, or the
-    cookie a ``?token=`` visit sets."""
+    cookie a ``?token=`` visit sets. A client (its remote address: no X-Forwarded-For is
+    trusted) that sent wrong ones is answered 429 for a while (``failures``)."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, failures: FailureLimiter | None = None) -> None:
         self.app = app
         self.token = token
+        self.failures = FailureLimiter() if failures is None else failures
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not is_health_request(scope):
@@ -106,21 +116,32 @@ class TokenMiddleware:
         await self.app(scope, receive, send)
 
     def _authenticate(self, request: Request) -> Response | None:
+        client = request.client.host if request.client else ""
+        wait = self.failures.retry_after(client)
+        if wait is not None:  # the token is not even compared: a guess gets no answer
+            return _refusal(request, 429, f"Too many wrong tokens: retry in {wait} s.", wait)
         given = request.query_params.get("token")
-        if given is not None and _same(given, self.token):
+        if given and same_token(given, self.token):
+            self.failures.succeeded(client)
             return self._into_cookie(request)
         header = request.headers.get("authorization", "")
         bearer = header[7:] if header.lower().startswith("bearer ") else None
-        for candidate in (bearer, request.cookies.get(TOKEN_COOKIE)):
-            if candidate is not None and _same(candidate, self.token):
-                return None
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": "authentication required"}, status_code=401)
-        return HTMLResponse(
-            "<!doctype html><title>401</title><p>Authentication required: open this page "
-            "once with <code>?token=…</code> or send <code>Authorization: Bearer …</code>.</p>",
-            status_code=401,
+        cookie = request.cookies.get(TOKEN_COOKIE)
+        candidates = [c for c in (given, bearer, cookie) if c]
+        if any(same_token(candidate, self.token) for candidate in candidates):
+            self.failures.succeeded(client)
+            return None
+        if candidates:  # a request that sent no token is no guess: not counted
+            self.failures.failed(client)
+        refused = _refusal(
+            request,
+            401,
+            "Authentication required: open this page once with <code>?token=…</code> or send "
+            "<code>Authorization: Bearer …</code>.",
         )
+        if cookie:  # a stale cookie (the token changed) counts once, not on every refresh
+            refused.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="strict")
+        return refused
 
     def _into_cookie(self, request: Request) -> Response:
         # The token leaves the URL (history, logs, Referer) for an HttpOnly cookie.
@@ -137,8 +158,14 @@ class TokenMiddleware:
         return redirect
 
 
-def _same(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
+def _refusal(request: Request, status: int, html: str, wait: int | None = None) -> Response:
+    """401 or 429: JSON under ``/api/``, else a page saying ``html``; ``wait``: Retry-After."""
+    headers = {"retry-after": str(wait)} if wait is not None else None
+    if request.url.path.startswith("/api/"):
+        error = "authentication required" if status == 401 else "too many wrong tokens"
+        return JSONResponse({"error": error}, status_code=status, headers=headers)
+    page = f"<!doctype html><title>{status}</title><p>{html}</p>"
+    return HTMLResponse(page, status_code=status, headers=headers)
 
 
 def raw_path(scope: Scope) -> bytes:

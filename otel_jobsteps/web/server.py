@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from .._db import redact
 from .._health import SERVE_RIGHTS, Readiness
@@ -13,9 +14,16 @@ from .metrics import DEFAULT_SILENT_AFTER
 from .routing import create_app
 from .security import check_exposure
 
-__all__ = ["DEFAULT_LISTEN", "serve"]
+__all__ = ["DEFAULT_LISTEN", "UVICORN_OPTIONS", "serve"]
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
+# How uvicorn runs the app. No X-Forwarded-* header is believed (uvicorn's default believes
+# them from 127.0.0.1): the client whose wrong tokens are slowed is the connection's peer.
+UVICORN_OPTIONS: dict[str, Any] = {
+    "log_level": "warning",
+    "server_header": False,
+    "proxy_headers": False,
+}
 
 
 def serve(
@@ -29,6 +37,7 @@ def serve(
     access_log: bool = False,
     announce: Callable[[str], None] | None = None,
     silent_after: timedelta = DEFAULT_SILENT_AFTER,
+    metrics_max_series: int | None = None,
 ) -> None:
     """Run the web page until interrupted (uvicorn). Checks the listen address first."""
     import uvicorn
@@ -46,10 +55,11 @@ def serve(
         hosts=hosts,
         silent_after=silent_after,
         access_log=access_log,
+        metrics_max_series=metrics_max_series,
     )
     if announce is not None:
         announce(_serving_line(dsn, schema, host, port))
-    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+    uvicorn.run(app, host=host, port=port, **UVICORN_OPTIONS)
 
 
 def _serving_line(dsn: str, schema: str, host: str, port: int) -> str:

@@ -24,7 +24,7 @@ from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.unit.recorder_support import FakeClock
 
 SECRET = "pa55-for-nobody"
-TOKEN = "the-page-token"
+TOKEN = "the-page-token-long-enough"
 AppFactory = Callable[[str], ASGIApp]
 
 

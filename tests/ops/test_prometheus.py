@@ -22,7 +22,7 @@ from tests.ingest.requests import post, request_of
 from tests.ingest.stories import Recording, seed_story
 from tests.ops.promtool import run_promtool
 
-TOKEN = "metrics-token"
+TOKEN = "metrics-token-long-enough"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 

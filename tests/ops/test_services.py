@@ -33,7 +33,7 @@ from tests.helpers import free_port, wait_until
 from tests.ingest.requests import PROTOBUF, proto_spans, request_of
 
 SECRET = "pa55-for-nobody"
-TOKEN = "the-page-token"
+TOKEN = "the-page-token-long-enough"
 SERVICES = ["serve", "collect"]
 LAYOUT = "partitioned" if os.environ.get("OTEL_JOBSTEPS_TEST_LAYOUT") == "partitioned" else "plain"
 JOB = {"job.domain": "ops", "job.id": "job-1", "job.type": "render", "job.attempt": 1}

@@ -103,9 +103,11 @@ S = 1_000_000_000
 
 
 @contextmanager
-def live_server(app: ASGIApp) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+def live_server(app: ASGIApp, **options: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL.
+    ``options``: more of uvicorn's (``serve``'s own are `UVICORN_OPTIONS`)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, **{"log_level": "warning", **options})
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="web-test-server", daemon=True)
     thread.start()
     try:

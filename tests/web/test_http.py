@@ -387,10 +387,11 @@ def test_loopback_server_answers_loopback_host_names_only(dsn: str, host: str, s
         pytest.param("localhost", None, False, True, id="localhost"),
         pytest.param("0.0.0.0", None, False, False, id="any-without-token"),
         pytest.param("192.168.1.5", None, False, False, id="lan-without-token"),
-        pytest.param("0.0.0.0", "t0k", False, True, id="any-with-token"),
+        pytest.param("0.0.0.0", "t0k-long-enough-16", False, True, id="any-with-token"),
         pytest.param("0.0.0.0", None, True, True, id="any-no-auth"),
-        pytest.param("0.0.0.0", "t0k", True, False, id="token-and-no-auth"),
+        pytest.param("0.0.0.0", "t0k-long-enough-16", True, False, id="token-and-no-auth"),
         pytest.param("127.0.0.1", " ", False, False, id="blank-token"),
+        pytest.param("0.0.0.0", "t0k", False, False, id="short-token"),
     ],
 )
 def test_exposure_rules(host: str, token: str | None, no_auth: bool, allowed: bool) -> None:

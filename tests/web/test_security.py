@@ -19,7 +19,7 @@ from otel_jobsteps.web.security import (
     secure,
 )
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-long-enough"
 
 
 def _hello(_request: Request) -> Response:

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._db import connection_kwargs
 from .errors import describe
-from .schema import is_partitioned
+from .schema import check_schema_version, is_partitioned
 from .sql import load_queries
 
 __all__ = [
@@ -87,9 +87,12 @@ class Readiness:
         return psycopg.connect(self.dsn, autocommit=True, **options)
 
     def layout(self) -> str:
-        """``plain`` or ``partitioned``, for the line a service prints at start."""
+        """``plain`` or ``partitioned``, for the line a service prints at start: where the
+        database answers, a schema newer than this otel_jobsteps is refused first
+        (`ConfigurationError`, as `migrate` and the writer refuse it)."""
         try:
             with self._connect() as conn:
+                check_schema_version(conn, schema=self.schema)
                 return "partitioned" if is_partitioned(conn, schema=self.schema) else "plain"
         except psycopg.Error as error:
             return f"unknown until the database answers ({describe(error)})"

@@ -9,14 +9,22 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from . import __version__
 from ._db import borrowed_connection, check_schema_name
 from .errors import ConfigurationError, SchemaNotMigratedError
-from .sql import migrations
+from .sql import load_queries, migrations
 
 if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
-__all__ = ["check_writable_tables", "is_partitioned", "migrate", "pending_migrations"]
+__all__ = [
+    "check_schema_version",
+    "check_writable_tables",
+    "is_partitioned",
+    "known_version",
+    "migrate",
+    "pending_migrations",
+]
 
 VERSION_TABLE = "otel_jobsteps_migration"
 LAYOUT_TABLE = "otel_jobsteps_layout"  # present when the partitioned layout is installed
@@ -68,6 +76,7 @@ def migrate(
             ).format(table)
         )
         done = dict(conn.execute(sql.SQL("SELECT version, name FROM {}").format(table)).fetchall())
+        _refuse_newer(schema, max(done, default=0))
         # Migration files use unqualified names: point search_path at the schema for them only.
         conn.execute(
             "SELECT set_config('search_path', %s, true)",
@@ -91,6 +100,42 @@ def migrate(
         if partition_interval is not None:
             _install_partitioned_layout(conn, schema, partition_interval)
     return applied_now
+
+
+def known_version() -> int:
+    """The newest migration this otel_jobsteps has."""
+    return migrations()[-1][0]
+
+
+def _refuse_newer(schema: str, version: int | None) -> None:
+    """Code that knows fewer migrations than the schema has would write what newer code reads
+    otherwise (or undo what it migrated): it stops, saying which side to upgrade."""
+    known = known_version()
+    if version is not None and version > known:
+        raise ConfigurationError(
+            f"the schema {schema!r} is at version {version}, this otel_jobsteps"
+            f" ({__version__}) knows up to {known}: upgrade otel_jobsteps"
+        )
+
+
+def check_schema_version(conn: psycopg.Connection[Any], *, schema: str = "public") -> None:
+    """`ConfigurationError` when ``schema`` is newer than this otel_jobsteps knows.
+
+    A role that may not read the version table (before migration 0015 only its owner could)
+    or a schema without one is not refused here.
+    """
+    queries = load_queries("schema.sql")
+    with conn.transaction():
+        row = conn.execute(
+            queries["version_readable"], {"schema": schema, "table": VERSION_TABLE}
+        ).fetchone()
+        if not (row and row[0]):
+            return
+        newest = sql.SQL(queries["newest_version"]).format(
+            version_table=sql.Identifier(schema, VERSION_TABLE)
+        )
+        found = conn.execute(newest).fetchone()
+    _refuse_newer(schema, found[0] if found else None)
 
 
 def pending_migrations(
@@ -142,11 +187,13 @@ def _table_exists(conn: psycopg.Connection[Any], schema: str, name: str) -> bool
 
 
 def check_writable_tables(conn: psycopg.Connection[Any], *, schema: str = "public") -> None:
-    """The writer's check: both tables exist with the newest columns it writes.
+    """The writer's check: the schema is not newer than this code (`check_schema_version`), and
+    both tables exist with the newest columns it writes.
 
-    Needs only SELECT on the two tables (the writer's role may read nothing else), so it
-    probes the columns with a query that returns no rows instead of reading the version table.
+    Needs only SELECT on the two tables (the writer's role may read nothing else of ours but the
+    version table), so it probes the columns with a query that returns no rows.
     """
+    check_schema_version(conn, schema=schema)
     try:
         with conn.transaction():
             for table, column in (("job_event", "derived"), ("job_log", "derived")):

@@ -27,6 +27,7 @@ from ._commands import (
 )
 from ._detail import clean_text, parse_detail
 from ._facts import LogFacts, SpanFacts
+from ._limits import MAX_ID_BYTES, id_fits, job_type_text
 from ._recorder import DEFAULT_LOGS_MAX_PER_STEP
 from ._spans import latest_progress
 from ._times import EARLIEST_NS, LATEST_NS, clamp_ns
@@ -504,14 +505,14 @@ class SpanTranslator:
             or job_id in (None, "")
             or attempt is None
             or not 1 <= attempt <= MAX_ATTEMPT
-            or _text_length(domain) > MAX_ID_CHARS
-            or _text_length(job_id) > MAX_ID_CHARS
+            or not id_fits(domain)
+            or not id_fits(job_id)
         ):
             self._problem(
                 "invalid_job_span",
                 f"span {clean_text(span.name, 200)!r} ignored: needs non-empty "
-                f"{attr.JOB_DOMAIN} and {attr.JOB_ID} (<= {MAX_ID_CHARS} characters) and an "
-                f"integer {attr.JOB_ATTEMPT} in 1..{MAX_ATTEMPT}",
+                f"{attr.JOB_DOMAIN} and {attr.JOB_ID} (<= {MAX_ID_CHARS} characters and "
+                f"{MAX_ID_BYTES} bytes) and an integer {attr.JOB_ATTEMPT} in 1..{MAX_ATTEMPT}",
             )
             return None
         job_type = attributes.get(attr.JOB_TYPE)
@@ -522,7 +523,7 @@ class SpanTranslator:
         return Scope(
             clean_text(domain),
             clean_text(job_id),
-            None if job_type is None else clean_text(job_type, MAX_ID_CHARS),
+            None if job_type is None else job_type_text(job_type),
             attempt,
             None if execution is None else clean_text(execution, MAX_ID_CHARS),
             trace_id,
@@ -538,14 +539,6 @@ def _newest_event_ns(span: SpanFacts) -> int:
             time_ns = getattr(event, "timestamp", None) or getattr(event, "time_ns", 0)
             return time_ns if type(time_ns) is int else 0
     return 0
-
-
-def _text_length(value: object) -> int:
-    """Characters of ``value`` as text; an int too large to write out is too long for an id."""
-    try:
-        return len(value if type(value) is str else str(value))
-    except ValueError:
-        return MAX_ID_CHARS + 1
 
 
 def _step_key(value: object) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,6 +24,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from .._facts import LogFacts, SpanEvent, SpanFacts
+from .._limits import MAX_ID_BYTES, id_fits
+from .._vocabulary import MAX_ID_CHARS
+from ..attributes import JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
 from .mapping import BULLMQ_FAILED_EVENT
 
 __all__ = [
@@ -47,6 +50,10 @@ LOGFIRE_PENDING_PARENT = "logfire.pending_parent_id"
 _MARKER_ATTRIBUTES = (PARTIAL, LOGFIRE_SPAN_TYPE, LOGFIRE_PENDING_PARENT)
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
 _ERROR = Status.STATUS_CODE_ERROR
+_IDS_TOO_LONG = (
+    f"a job span's {JOB_DOMAIN} or {JOB_ID} over {MAX_ID_CHARS} characters or {MAX_ID_BYTES}"
+    " bytes of UTF-8: the job's spans are refused"
+)
 M = TypeVar("M", bound=Message)
 
 
@@ -135,14 +142,50 @@ def _hex_ids_to_base64(node: Any) -> None:
 def _facts(request: ExportTraceServiceRequest) -> Decoded:
     decoded = Decoded()
     spans, wire = decoded.spans, decoded.wire
+    refused: set[tuple[int, int]] = set()
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 facts = _span_facts(span, decoded)
-                if facts is not None:
-                    spans.append(facts)
-                    wire.append(span.SerializeToString())
+                if facts is None:
+                    continue
+                if not _ids_fit(facts.attributes):
+                    refused.add((facts.trace_id, facts.span_id))
+                    continue
+                spans.append(facts)
+                wire.append(span.SerializeToString())
+    if refused:
+        _refuse_jobs(decoded, refused)
     return decoded
+
+
+def _ids_fit(attributes: Mapping[str, Any]) -> bool:
+    """Whether a job span's ids fit the limits (`_limits.id_fits`); an event span naming a
+    job is placed by its parent first, as live, so only a job span is refused for them."""
+    if JOB_ID not in attributes or JOB_EVENT_TYPE in attributes:
+        return True
+    return id_fits(attributes[JOB_ID]) and id_fits(attributes.get(JOB_DOMAIN, ""))
+
+
+def _refuse_jobs(decoded: Decoded, refused: set[tuple[int, int]]) -> None:
+    """Refuse the job spans ``refused`` (their ids do not fit) and their descendants in the
+    request, as the processor ignores such a job and every span in it; counted as rejected."""
+    parents = {(s.trace_id, s.span_id): s.parent_span_id for s in decoded.spans}
+    for _ in refused:
+        decoded.reject(_IDS_TOO_LONG)
+    known = dict.fromkeys(refused, True)  # whether a span lies in a refused job
+    for node in parents:
+        chain: list[tuple[int, int]] = []
+        while node not in known and node in parents and len(chain) <= len(parents):
+            chain.append(node)
+            node = (node[0], parents[node])
+        inside = known.get(node, False)
+        known.update(dict.fromkeys(chain, inside))
+    kept = [i for i, s in enumerate(decoded.spans) if not known[(s.trace_id, s.span_id)]]
+    for _ in range(len(decoded.spans) - len(kept)):
+        decoded.reject(_IDS_TOO_LONG)
+    decoded.spans = [decoded.spans[i] for i in kept]
+    decoded.wire = [decoded.wire[i] for i in kept]
 
 
 # A binary ``ExportTraceServiceRequest``; its OTLP JSON mapping (ids in hex, 64-bit integers

@@ -22,11 +22,12 @@ from starlette.concurrency import run_in_threadpool
 from .._requestlog import Answered
 from .decode import BadRequest, Decoded
 from .receipt import Receipt
-from .staging import Staging, StagingUnavailable
+from .staging import RequestFailed, Staging, StagingUnavailable
 
 __all__ = ["GRPC_CODES", "HTTP_STATUS", "Answer", "Intake", "Outcome", "accepted"]
 
 _UNAVAILABLE = "the database cannot take spans now"
+_RETRY = "a statement of this request failed (a lock or statement timeout): retry it later"
 
 
 class Answer(enum.Enum):
@@ -100,6 +101,8 @@ class Intake:
         except BadRequest as error:
             stats.add("bad_requests")
             return Outcome(Answer.BAD_REQUEST, str(error)[:500])
+        except RequestFailed:  # counted by the staging; collect goes on for the others
+            return Outcome(Answer.UNAVAILABLE, _RETRY)
         except StagingUnavailable as error:
             stats.problem("database_unavailable", error)
             return Outcome(Answer.UNAVAILABLE, _UNAVAILABLE)
@@ -121,10 +124,11 @@ class Intake:
             return Outcome(Answer.ACCEPTED, staged=receipt.staged)
         if decoded.signal == "logs":
             staging.stats.add("rejected_logs", rejected)
-            reason = decoded.reason or "too many log records of a trace wait for their span"
+            why = "too many log records of a trace wait for their span"
         else:
             staging.stats.add("rejected_spans", rejected)
-            reason = decoded.reason or "a trace over its span limit"
+            why = "a trace over its span limit"
+        reason = decoded.reason or receipt.reason or why
         return Outcome(Answer.ACCEPTED, reason, rejected, receipt.staged)
 
     def _stage(

@@ -70,6 +70,10 @@ _LOG_OUTCOMES = {"staged": "logs_staged", "duplicate": "logs_duplicate",
                  "waiting": "logs_waiting", "rejected": "rejected_logs",
                  "outside": "logs_outside", "over_cap": "logs_over_cap",
                  "orphaned": "logs_orphaned"}  # fmt: skip
+# Statements that failed for one request (failures.py): answered 503 retryable, or its spans
+# (records) that kept failing refused; and the pauses for a database that is away.
+_FAILURE_OUTCOMES = {"retry": "statement_retry_answers", "refused": "statement_refusals",
+                     "paused": "database_pauses"}  # fmt: skip
 _REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -160,6 +164,13 @@ class CollectMetrics:
             description="Received log records: staged (of them waiting for their span),"
             " duplicate copies, rejected, outside any span, over a settled step's cap, dropped"
             " after waiting for their span",
+        )
+        meter.create_observable_counter(
+            "otel_jobsteps.collect.statement_failures",
+            [outcomes(_FAILURE_OUTCOMES)],
+            unit="{failure}",
+            description="Requests whose statements failed: answered 503 to retry (this request"
+            " only), parts refused after failing every time, pauses for a database away",
         )
         meter.create_observable_gauge(
             "otel_jobsteps.collect.settle.lag",

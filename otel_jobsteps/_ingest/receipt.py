@@ -11,14 +11,15 @@ __all__ = ["Receipt", "Transaction"]
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """Spans (records) new, copies, late copies (dropped), over the trace's limit (rejected),
-    and of records how many wait for their span."""
+    """Spans (records) new, copies, late copies (dropped), rejected (over the trace's limit,
+    or refused: ``reason`` says why), and of records how many wait for their span."""
 
     staged: int
     duplicates: int
     late: int
     rejected: int = 0
     waiting: int = 0
+    reason: str = ""  # why spans were refused (a statement failed for them), if any were
 
 
 @dataclass(slots=True)

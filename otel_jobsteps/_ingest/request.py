@@ -12,6 +12,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from .._facts import SpanFacts
+from .._limits import step_key_text
 from .._metrics import Committed
 from ..attributes import JOB_DOMAIN, JOB_ID, JOB_STEP_KEY
 from .decode import decode_span
@@ -163,9 +164,10 @@ def _seeds(staged: dict[Key, Staged], fresh: list[SpanRow]) -> dict[str, dict[in
 
 
 def _key_of(row: SpanRow) -> str | None:
-    """A new span's ``job.step.key`` as text (kept beside its skeleton)."""
+    """A new span's ``job.step.key`` as the recorder writes it (staged beside its skeleton:
+    clean text PostgreSQL takes, cut as the step rows' key)."""
     key = row[3].attributes.get(JOB_STEP_KEY)
-    return None if key is None else str(key)
+    return None if key is None else step_key_text(key)
 
 
 def _skeletons(found: list[tuple[Any, ...]]) -> dict[Key, Staged]:

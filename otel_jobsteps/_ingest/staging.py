@@ -24,6 +24,7 @@ from .._store import StepStore
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..schema import check_writable_tables
 from ..sql import qualified_queries, rendered_queries
+from .failures import REPEATS_REFUSED, Fault, Repeats, fault
 from .ids import signed
 from .pool import StorePool
 from .receipt import Receipt, Transaction
@@ -32,15 +33,40 @@ from .request import SpanRow, receive
 from .session import Session
 from .settings import CollectSettings
 
-__all__ = ["Receipt", "Staging", "StagingUnavailable"]
+__all__ = ["Receipt", "RequestFailed", "Staging", "StagingUnavailable"]
 
 _RETRIED = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 _TRANSACTION_ATTEMPTS = 5
+_MAX_TRIES = 64  # transactions a request whose statements fail may take to find what fails
+_WHAT = "spans (log records) refused: a statement failed for them every time,"
 _MAX_UNCERTAIN = 1000  # lost COMMITs' changes kept until txid_status tells (memory bound)
 
 
 class StagingUnavailable(Exception):
     """The database cannot take the spans now (answered 503: the client retries later)."""
+
+
+class RequestFailed(StagingUnavailable):
+    """This request's statements failed and another try may pass (a lock or statement
+    timeout): answered 503 as well, while collect goes on with the other requests."""
+
+
+class _Failed(Exception):
+    def __init__(self, error: psycopg.Error, fault: Fault) -> None:
+        self.error = error
+        self.fault = fault
+
+
+def _total(first: Receipt, second: Receipt) -> Receipt:
+    """The receipt of a request staged in two parts."""
+    return Receipt(
+        first.staged + second.staged,
+        first.duplicates + second.duplicates,
+        first.late + second.late,
+        first.rejected + second.rejected,
+        first.waiting + second.waiting,
+        first.reason or second.reason,
+    )
 
 
 class Staging:
@@ -64,6 +90,7 @@ class Staging:
         self._uncertain: list[Transaction] = []
         self._uncertain_lock = threading.Lock()
         self.stats = stats or Stats()
+        self._repeats = Repeats()  # spans whose requests met contention, and how often
         self._pool = StorePool(settings)
 
     def resting(self) -> bool:
@@ -113,34 +140,72 @@ class Staging:
         return receipt
 
     def _transact(self, rows: list[SpanRow], logs: list[LogRow]) -> Receipt:
-        """`request.receive` in a transaction, retried where PostgreSQL ended it as a
-        deadlock's victim; `StagingUnavailable` when it cannot be done now."""
+        """`request.receive` in a transaction (`_isolated`); `StagingUnavailable` when the
+        database cannot take anything now, `RequestFailed` when this request's statements
+        failed and another try may pass."""
         try:
             with self._pool.store() as store:
                 self._count_uncertain(store)
-                for attempt in range(_TRANSACTION_ATTEMPTS):
-                    transaction = Transaction()
-                    try:
-                        receipt, committed = self._once(store, rows, logs, transaction)
-                    except _RETRIED as error:
-                        if attempt + 1 == _TRANSACTION_ATTEMPTS:
-                            raise StagingUnavailable(
-                                f"gave up after {attempt + 1} tries: {error}"
-                            ) from None
-                    except psycopg.OperationalError:
-                        if transaction.committed is not None:  # the COMMIT may have landed
-                            self._note_uncertain(transaction)
-                        raise
-                    else:
-                        self._on_committed(committed)
-                        return receipt
+                return self._isolated(store, rows, logs, [_MAX_TRIES])
+        except _Failed as failed:  # this request only: no pause, the others go on
+            self.stats.add("statement_retry_answers")
+            # A right revoked, a table altered: logged, and the exporter keeps the spans.
+            kind = "database_error" if failed.fault is Fault.OTHER else "statement_contention"
+            self.stats.problem(kind, failed.error)
+            raise RequestFailed(describe(failed.error)) from None
         except psycopg.OperationalError as error:  # PoolTimeout too: no connection came
             raise self._unavailable(error) from None
+
+    def _isolated(
+        self, store: StepStore, rows: list[SpanRow], logs: list[LogRow], tries: list[int]
+    ) -> Receipt:
+        """`_try`, and where a statement fails for what this request holds (`failures`), the
+        request in halves, down to the spans (records) that still fail, which are refused and
+        counted; at most ``tries[0]`` transactions in all (the rest of a part that fails then is
+        refused). `_Failed` when the request is to be answered retryable."""
+        keys = [row[:3] for row in rows] + [log[:3] for log in logs]
+        tries[0] -= 1
+        try:
+            receipt = self._try(store, rows, logs)
         except psycopg.Error as error:
-            # Rights revoked, a table altered: answered 503 so the exporter keeps the spans
-            # and retries (a 500 is not retried: they would be lost), and logged.
-            self.stats.problem("database_error", error)
-            raise StagingUnavailable(describe(error)) from None
+            kind = fault(error)
+            if kind is Fault.AWAY:
+                raise
+            if kind is Fault.OTHER or (
+                kind is Fault.CONTENTION and self._repeats.failed(keys) < REPEATS_REFUSED
+            ):
+                raise _Failed(error, kind) from None
+            if len(keys) > 1 and tries[0] > 1:  # a request holds spans, or records
+                half_rows, half_logs = (len(rows) + 1) // 2, (len(logs) + 1) // 2
+                return _total(
+                    self._isolated(store, rows[:half_rows], logs[:half_logs], tries),
+                    self._isolated(store, rows[half_rows:], logs[half_logs:], tries),
+                )
+            self._repeats.forget(keys)
+            self.stats.add("statement_refusals")
+            self.stats.problem("statement_refused", error)
+            why = f"PostgreSQL refused them ({error.sqlstate or type(error).__name__})"
+            return Receipt(0, 0, 0, rejected=len(keys), reason=f"{len(keys)} {_WHAT} {why}")
+        self._repeats.forget(keys)
+        return receipt
+
+    def _try(self, store: StepStore, rows: list[SpanRow], logs: list[LogRow]) -> Receipt:
+        """One request's transaction, again where PostgreSQL ended it as a deadlock's victim
+        (at most `_TRANSACTION_ATTEMPTS` times); a lost COMMIT's changes kept to count."""
+        for attempt in range(_TRANSACTION_ATTEMPTS):
+            transaction = Transaction()
+            try:
+                receipt, committed = self._once(store, rows, logs, transaction)
+            except _RETRIED:
+                if attempt + 1 == _TRANSACTION_ATTEMPTS:
+                    raise
+            except psycopg.Error as error:
+                if transaction.committed is not None and fault(error) is Fault.AWAY:
+                    self._note_uncertain(transaction)  # the COMMIT may have landed
+                raise
+            else:
+                self._on_committed(committed)
+                return receipt
         raise AssertionError("unreachable")
 
     def _once(
@@ -196,6 +261,7 @@ class Staging:
 
     def _unavailable(self, error: BaseException) -> StagingUnavailable:
         # Answer at once for a moment instead of every request waiting to connect.
+        self.stats.add("database_pauses")
         self._down_until = time.monotonic() + self._pause_s
         return StagingUnavailable(describe(error))
 

@@ -8,6 +8,7 @@ interrupted (``tail`` stops on Ctrl-C with 0).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -53,6 +54,7 @@ MIN_INTERVAL_S = 0.05  # tail polls the database this often at most
 MAX_INTERVAL_S = 3600.0
 MAX_LIMIT = 1_000_000
 MAX_BATCH_SIZE = 100_000
+FORWARDED_ENV = "OTEL_JOBSTEPS_FORWARDED_ALLOW_IPS"
 
 
 def parse_duration(text: str) -> timedelta:
@@ -346,8 +348,25 @@ def _serve(args: argparse.Namespace) -> int:
         announce=lambda line: print(line, flush=True),
         silent_after=args.silent_after,
         metrics_max_series=args.metrics_max_series,
+        forwarded_allow_ips=_proxies(args.forwarded_allow_ips),
     )
     return 0
+
+
+def _proxies(value: str | None) -> str | None:
+    """--forwarded-allow-ips: ``*`` or a comma list of addresses and networks, checked here."""
+    value = value if value is not None else os.environ.get(FORWARDED_ENV)
+    if not value or value.strip() == "*":
+        return value
+    for item in value.split(","):
+        try:
+            ipaddress.ip_network(item.strip(), strict=False)
+        except ValueError:
+            raise ConfigurationError(
+                f"--forwarded-allow-ips: {item.strip()!r} is not an address or network "
+                "(e.g. 10.0.0.5,10.1.0.0/16, or * for any)"
+            ) from None
+    return value
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -586,6 +605,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="an open step with no start or heartbeat for this long counts as silent in "
         "/metrics (5m)",
+    )
+    web.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="believe X-Forwarded-For/-Proto from these reverse proxies only (comma list of "
+        f"addresses or networks, * for any; default: ${FORWARDED_ENV}, else none)",
     )
     _bound_option(
         web,

@@ -14,7 +14,7 @@ from .metrics import DEFAULT_SILENT_AFTER
 from .routing import create_app
 from .security import check_exposure
 
-__all__ = ["DEFAULT_LISTEN", "UVICORN_OPTIONS", "serve"]
+__all__ = ["DEFAULT_LISTEN", "UVICORN_OPTIONS", "serve", "uvicorn_options"]
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 # How uvicorn runs the app. No X-Forwarded-* header is believed (uvicorn's default believes
@@ -24,6 +24,15 @@ UVICORN_OPTIONS: dict[str, Any] = {
     "server_header": False,
     "proxy_headers": False,
 }
+
+
+def uvicorn_options(forwarded_allow_ips: str | None) -> dict[str, Any]:
+    """`UVICORN_OPTIONS`, believing X-Forwarded-For and -Proto only from the proxies named (a
+    comma list of addresses or networks): behind them, the client slowed for wrong tokens is
+    the one the proxy names, and the token cookie is Secure when the proxy speaks HTTPS."""
+    if not forwarded_allow_ips:
+        return dict(UVICORN_OPTIONS)
+    return {**UVICORN_OPTIONS, "proxy_headers": True, "forwarded_allow_ips": forwarded_allow_ips}
 
 
 def serve(
@@ -38,6 +47,7 @@ def serve(
     announce: Callable[[str], None] | None = None,
     silent_after: timedelta = DEFAULT_SILENT_AFTER,
     metrics_max_series: int | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> None:
     """Run the web page until interrupted (uvicorn). Checks the listen address first."""
     import uvicorn
@@ -59,7 +69,7 @@ def serve(
     )
     if announce is not None:
         announce(_serving_line(dsn, schema, host, port))
-    uvicorn.run(app, host=host, port=port, **UVICORN_OPTIONS)
+    uvicorn.run(app, host=host, port=port, **uvicorn_options(forwarded_allow_ips))
 
 
 def _serving_line(dsn: str, schema: str, host: str, port: int) -> str:

@@ -14,12 +14,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from otel_jobsteps.cli import main
+from otel_jobsteps.cli import FORWARDED_ENV, main
 from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.auth import MIN_TOKEN_LENGTH, TOKEN_RECIPE, FailureLimiter, check_token
 from otel_jobsteps.web.security import TOKEN_COOKIE, TOKEN_ENV, TokenMiddleware
-from otel_jobsteps.web.server import UVICORN_OPTIONS
+from otel_jobsteps.web.server import UVICORN_OPTIONS, uvicorn_options
 from tests.ops.test_services import Service
 from tests.web.support import live_server
 
@@ -224,3 +224,37 @@ def test_serve_answers_429_with_retry_after_to_a_guesser(served: str) -> None:
     assert refused is not None
     assert int(refused.headers["retry-after"]) >= 1
     assert other.status_code == 200
+
+
+def test_behind_a_named_proxy_the_forwarded_client_is_slowed(dsn: str) -> None:
+    limiter = FailureLimiter(clock=Clock())
+    app = create_app(dsn, token=TOKEN, failures=limiter)
+    with live_server(app, **uvicorn_options("127.0.0.1")) as base:
+        guesses = [
+            _get(base, {**WRONG, "x-forwarded-for": "10.0.0.1"}).status_code for _ in range(6)
+        ]
+        neighbour = _get(base, {**RIGHT, "x-forwarded-for": "10.0.0.2"})
+        # 127.0.0.2 is no proxy of ours: its header names nobody, the guesser stays slowed.
+        unnamed = _get(base, {**RIGHT, "x-forwarded-for": "10.0.0.1"}, source="127.0.0.2")
+        blocked = _get(base, {**RIGHT, "x-forwarded-for": "10.0.0.1"})
+        visit = httpx.get(
+            f"{base}/?token={TOKEN}", headers={"x-forwarded-proto": "https"}, timeout=10
+        )
+
+    assert guesses == [401] * 5 + [429]
+    assert neighbour.status_code == 200
+    assert unnamed.status_code == 200
+    assert blocked.status_code == 429
+    assert "secure" in visit.headers["set-cookie"].lower()
+
+
+def test_forwarded_allow_ips_are_checked_at_the_command_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(FORWARDED_ENV, raising=False)
+    argv = ["serve", "--dsn", "postgresql://127.0.0.1:1/none", "--token", TOKEN]
+    assert main([*argv, "--forwarded-allow-ips", "10.0.0.5,proxy"]) == 2
+    assert "'proxy' is not an address or network" in capsys.readouterr().err
+    monkeypatch.setenv(FORWARDED_ENV, "not-an-ip")
+    assert main(argv) == 2
+    assert "'not-an-ip' is not an address or network" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from .._facts import SpanFacts
 from .._limits import step_key_text
 from .._metrics import Committed
 from ..attributes import JOB_DOMAIN, JOB_ID, JOB_STEP_KEY
+from .counting import attempt_columns, complete, counted
 from .decode import decode_span
 from .derive import (
     Derivation,
@@ -49,6 +50,7 @@ class _Jobs:
     started: list[SpanFacts] = field(default_factory=list)  # settled attempts' job span starts
     states: dict[Job, bytes] = field(default_factory=dict)  # what their last derivation left
     placed_anew: set[Job] = field(default_factory=set)  # staged spans of theirs placed now
+    complete: set[Attempt] = field(default_factory=set)  # not pending: the metrics counted them
 
 
 def receive(
@@ -240,10 +242,12 @@ def _lock_jobs(session: Session, jobs: list[Job]) -> _Jobs:
     if not old:
         return known
     columns = {"domain": [j[0] for j in old], "job_id": [j[1] for j in old]}
-    for domain, job_id, attempt, is_settled, trace, span_id, start_ns in session.execute(
+    for domain, job_id, attempt, is_settled, trace, span_id, start_ns, whole in session.execute(
         "job_attempts", columns
     ):
         where = (domain, job_id, attempt)
+        if whole:
+            known.complete.add(where)
         (known.settled if is_settled else known.attempts).add(where)
         if is_settled and start_ns is not None:
             known.started.append(settled_start(where, trace, span_id, start_ns))
@@ -330,7 +334,8 @@ def _derive(
             logs_min_severity=settings.logs_min_severity,
             logs_max_per_step=settings.logs_max_per_step,
         )
-        committed = _write_derived(session, found, forget=set())
+        written = _write_derived(session, found, forget=set())
+        committed = _counted(session, found, written, known.complete)
         derivations.append(found)
     if full:
         chosen = set(full)
@@ -346,9 +351,21 @@ def _derive(
             logs_max_per_step=settings.logs_max_per_step,
         )
         # Rows to replace: of the jobs collect knew before (a new one has none).
-        committed.extend(_write_derived(session, found, forget=chosen - known.new))
+        written = _write_derived(session, found, forget=chosen - known.new)
+        committed.extend(_counted(session, found, written, known.complete))
         derivations.append(found)
     return committed, derivations
+
+
+def _counted(
+    session: Session, found: Derivation, written: Committed, before: set[Attempt]
+) -> Committed:
+    """What the metrics count of a derivation, from its complete attempts' rows (`counting`)."""
+    attempts = complete(found)
+    if not attempts:
+        return Committed()
+    rows = session.execute("counted_rows", attempt_columns(attempts)).fetchall()
+    return counted(rows, written=written, before=before)
 
 
 def _with_records(jobs: list[Job], new: set[Job], records: RequestLogs) -> list[Job]:
@@ -428,7 +445,7 @@ def _note_request(
             "job_domain": [j[0] for j in jobs],
             "job_job_id": [j[1] for j in jobs],
             "state": [states[j] for j in jobs],
-            **_attempt_columns(derived),
+            **attempt_columns(derived),
             "pending": pending,
             "first_trace_id": [f[0] for f in firsts],
             "first_span_id": [f[1] for f in firsts],
@@ -443,7 +460,7 @@ def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> 
     counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
     replaced = [a for a in found.derived if a[:2] in forget]
     if replaced:
-        counted = session.execute("forget_derived_rows", _attempt_columns(replaced)).fetchall()
+        counted = session.execute("forget_derived_rows", attempt_columns(replaced)).fetchall()
     committed = Committed() if found.batch is None else session.write(found.batch)
     if found.starts:
         starts = found.starts
@@ -460,14 +477,6 @@ def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> 
         [(trace, span, key) for trace, span, key, *_, n in counted if n is None],
         [(domain, job, n) for *_, domain, job, n in counted if n is not None],
     )
-
-
-def _attempt_columns(attempts: list[Attempt]) -> dict[str, list[Any]]:
-    return {
-        "domain": [a[0] for a in attempts],
-        "job_id": [a[1] for a in attempts],
-        "attempt": [a[2] for a in attempts],
-    }
 
 
 def _job_spans(

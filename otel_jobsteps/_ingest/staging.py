@@ -24,6 +24,7 @@ from .._store import StepStore
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..schema import check_writable_tables
 from ..sql import qualified_queries, rendered_queries
+from .counting import counted as counted_of
 from .failures import REPEATS_REFUSED, Fault, Repeats, fault
 from .ids import signed
 from .pool import StorePool
@@ -335,11 +336,19 @@ class Staging:
         sums of attempts, of spans)."""
         rounds_total = spans_total = 0
         while True:
+            counted = Committed()
             with self._pool.store() as store:
                 conn = store.connection()
                 with conn.transaction():
                     found = conn.execute(self._queries[name], params).fetchone()
-            rounds, spans = found or (0, 0)
+                    rounds, spans, *pending = found or (0, 0)
+                    if pending and pending[0]:  # attempts settled while pending
+                        columns = {"domain": pending[0], "job_id": pending[1]}
+                        columns["attempt"] = pending[2]
+                        rows = conn.execute(self._queries["counted_rows"], columns)
+                        counted = counted_of(rows.fetchall())
+            if counted.steps or counted.attempts:
+                self._on_committed(counted)
             rounds_total += rounds
             spans_total += spans
             if rounds < limit:

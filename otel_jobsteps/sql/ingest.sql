@@ -58,8 +58,9 @@ RETURNING j.domain, j.job_id, j.xmax = 0, j.state;  -- new: nothing of it was st
 
 -- name: job_attempts --
 -- The attempts collect derived of these jobs (read under the jobs' locks), with the start of
--- each one's job span.
-SELECT a.domain, a.job_id, a.attempt, a.settled, a.trace_id, a.span_id, a.start_ns
+-- each one's job span and whether it was complete (not pending: its metrics were counted).
+SELECT a.domain, a.job_id, a.attempt, a.settled, a.trace_id, a.span_id, a.start_ns,
+       NOT a.pending
 FROM {otlp_attempt} AS a
 JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
   ON a.domain = t.domain AND a.job_id = t.job_id;
@@ -127,6 +128,24 @@ FROM events WHERE type = 'STEP' AND ended_at IS NOT NULL
 UNION ALL
 SELECT NULL, NULL, NULL, domain, job_id, attempt FROM logs;
 
+-- name: counted_rows --
+-- What the metrics count of these attempts, as their rows say now: their closed steps, then
+-- their final rows (seconds NULL).
+WITH target AS (
+    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
+             AS t (domain, job_id, attempt)
+)
+SELECT e.trace_id, e.span_id, e.domain, e.job_id, e.attempt, e.job_type, e.step_key,
+       e.step_status AS status, NULL AS reason,
+       extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8 AS seconds
+FROM {job_event} AS e JOIN target AS t
+  ON e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+WHERE e.type = 'STEP' AND e.ended_at IS NOT NULL
+UNION ALL
+SELECT NULL, NULL, l.domain, l.job_id, l.attempt, l.job_type, NULL, l.status, l.reason, NULL
+FROM {job_log} AS l JOIN target AS t
+  ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt;
+
 -- name: closed_under_state --
 -- Of the attempts and steps jobs' states hold open (step_key NULL: the attempt), the jobs with
 -- one closed since by another writer (sweep): their state is stale, they are derived in full.
@@ -178,7 +197,8 @@ SET final = excluded.final, pending = excluded.pending, touched_at = now(),
 -- Attempts that have their final row, nothing pending, and no span of their job for the settle
 -- time (or none for the open settle time, whatever they wait for): their spans lose their
 -- bodies, so a late copy is recognised and dropped. Jobs a request holds are skipped, and the
--- conditions are checked again on the locked rows. Returns each settled attempt's spans.
+-- conditions are checked again on the locked rows. Returns the attempts settled, their spans,
+-- and those settled while pending (never counted by the metrics: counted now).
 WITH due AS (
     SELECT domain, job_id, attempt FROM {otlp_attempt}
     WHERE NOT settled AND touched_at < now() - %(after_s)s * interval '1 second'
@@ -198,7 +218,7 @@ WITH due AS (
       AND NOT a.settled AND a.touched_at < now() - %(after_s)s * interval '1 second'
       AND ((a.final AND NOT a.pending)
            OR a.touched_at < now() - %(open_after_s)s * interval '1 second')
-    RETURNING a.domain, a.job_id, a.attempt
+    RETURNING a.domain, a.job_id, a.attempt, a.pending
 ), emptied AS (
     UPDATE {otlp_span} AS s SET body = NULL
     FROM settled AS a
@@ -211,7 +231,10 @@ WITH due AS (
     WHERE g.domain = a.domain AND g.job_id = a.job_id AND g.attempt = a.attempt
       AND g.body IS NOT NULL
 )
-SELECT (SELECT count(*) FROM settled), (SELECT count(*) FROM emptied);
+SELECT (SELECT count(*) FROM settled), (SELECT count(*) FROM emptied),
+       (SELECT array_agg(domain) FROM settled WHERE pending),
+       (SELECT array_agg(job_id) FROM settled WHERE pending),
+       (SELECT array_agg(attempt) FROM settled WHERE pending);
 
 -- name: drop_orphans --
 -- Spans that found no job within the open settle time (no job span of theirs arrived): gone,

@@ -130,7 +130,7 @@ SELECT NULL, NULL, NULL, domain, job_id, attempt FROM logs;
 
 -- name: counted_rows --
 -- What the metrics count of these attempts, as their rows say now: their closed steps, then
--- their final rows (seconds NULL).
+-- their final rows (seconds NULL); collect's own rows only (another writer counts its own).
 WITH target AS (
     SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
              AS t (domain, job_id, attempt)
@@ -140,11 +140,11 @@ SELECT e.trace_id, e.span_id, e.domain, e.job_id, e.attempt, e.job_type, e.step_
        extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8 AS seconds
 FROM {job_event} AS e JOIN target AS t
   ON e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-WHERE e.type = 'STEP' AND e.ended_at IS NOT NULL
+WHERE e.type = 'STEP' AND e.ended_at IS NOT NULL AND e.derived
 UNION ALL
 SELECT NULL, NULL, l.domain, l.job_id, l.attempt, l.job_type, NULL, l.status, l.reason, NULL
 FROM {job_log} AS l JOIN target AS t
-  ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt;
+  ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt AND l.derived;
 
 -- name: closed_under_state --
 -- Of the attempts and steps jobs' states hold open (step_key NULL: the attempt), the jobs with

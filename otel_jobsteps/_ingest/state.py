@@ -2,27 +2,31 @@
 spans all come after what was applied resumes it instead of deriving the job from all its
 spans: the translators' open spans, the recorder's open attempts, and the attempts' notes.
 
-Stored pickled, read back by an unpickler that builds only this package's dataclasses and
-named tuples and plain containers; a state that does not load is no state (derived in full).
+Stored as a format, not as objects: compact JSON with a version ``"v"`` and named fields
+(docs/ingest.md, "The stored state"), naming no module, so moving code never changes what is
+stored. A state that does not read (none kept, a pickle of an earlier release, another version,
+damaged) is no state: the job is derived in full.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import io
-import pickle
+import json
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._attempts import Attempt as OpenAttempt
+from .._attempts import OpenStep
+from .._batch import EventRow
+from .._commands import Scope
 from .._recorder import StepRecorder
-from .._translate import SpanTranslator
+from .._translate import SpanTranslator, _OpenSpan
 from .place import Attempt
 
 __all__ = ["JobState", "capture", "dump", "held_by_job", "load", "restore"]
 
-_VERSION = 1
-_PACKAGE = "otel_jobsteps."
-_CONTAINERS = {("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset")}
+FORMAT_VERSION = 1  # a change of what a field means, or a field a reader needs, is a new one
 
 Node = tuple[str, int]  # trace, signed span id
 
@@ -104,32 +108,129 @@ def restore(state: JobState, recorder: StepRecorder, translator: Any) -> dict[in
 def dump(state: JobState) -> bytes | None:
     """The state as stored; None if it cannot be (then the job is derived in full next time)."""
     try:
-        return pickle.dumps((_VERSION, state), protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError):
+        text = _COMPACT.encode(_encoded(state))
+    except (TypeError, ValueError, RecursionError):  # a value JSON has no word for
         return None
+    return text.encode("ascii")
 
 
 def load(blob: bytes | None) -> JobState | None:
-    """The stored state, or None (none kept, another version, or not this package's)."""
-    if blob is None:
+    """The stored state, or None (none kept, another version, or not a state)."""
+    if blob is None or blob[:1] != b"{":  # an earlier release's pickle starts with 0x80
         return None
     try:
-        version, state = _Loader(io.BytesIO(blob)).load()
-    except Exception:  # noqa: BLE001 - an unreadable state only costs a full derivation
+        found = json.loads(blob)
+        if found.get("v") != FORMAT_VERSION:
+            return None
+        return _decoded(found)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
         return None
-    return state if version == _VERSION and isinstance(state, JobState) else None
 
 
-class _Loader(pickle.Unpickler):
-    """Builds nothing but this package's dataclasses and named tuples and plain containers."""
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+_SCOPE = ("domain", "job_id", "job_type", "attempt", "execution", "trace_id", "span_id",
+          "deadline_ns")  # fmt: skip
+_ROW = ("domain", "job_id", "job_type", "attempt", "type", "step_key", "step_status", "detail",
+        "message", "trace_id", "span_id", "execution_id", "created_us", "ended_us")  # fmt: skip
+_ATTEMPT = ("execution_id", "trace_hex", "last_step", "last_close_us", "start_us", "forgotten",
+            "resumed")  # fmt: skip
 
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _CONTAINERS:
-            return super().find_class(module, name)
-        if module.startswith(_PACKAGE):  # checked before anything is imported
-            found = super().find_class(module, name)
-            if isinstance(found, type) and (
-                dataclasses.is_dataclass(found) or issubclass(found, tuple)
-            ):
-                return found
-        raise pickle.UnpicklingError(f"{module}.{name} is not part of a derivation state")
+
+def _encoded(state: JobState) -> dict[str, Any]:
+    """The state as JSON values; scopes once each, named by their place in ``scopes``."""
+    scopes: dict[Scope, int] = {}
+
+    def scope(value: Scope) -> int:
+        return scopes.setdefault(value, len(scopes))
+
+    spans = [
+        {"trace": trace, "open": [_span(span_id, held, scope) for span_id, held in spans.items()]}
+        for trace, spans in state.translators.items()
+    ]
+    attempts = [_attempt(key, attempt, scope) for key, attempt in state.attempts]
+    return {
+        "v": FORMAT_VERSION,
+        "frontier": state.frontier,
+        "last_start": state.last_start,
+        "last_log": state.last_log,
+        "scopes": [dict(zip(_SCOPE, value, strict=True)) for value in scopes],
+        "spans": spans,
+        "attempts": attempts,
+        "markers": [
+            {"attempt": list(where), "spans": sorted(map(list, nodes))}
+            for where, nodes in state.markers.items()
+        ],
+        "ended": sorted(map(list, state.ended)),
+        "firsts": [
+            {"attempt": list(where), "first": list(first)} for where, first in state.firsts.items()
+        ],
+    }
+
+
+def _span(span_id: int, held: _OpenSpan, scope: Callable[[Scope], int]) -> dict[str, Any]:
+    return {
+        "id": span_id,
+        "scope": scope(held.scope),
+        "key": held.key,
+        "reported": None if held.reported is None else dict(held.reported),
+        "step_id": held.step_id,
+        "progress_ns": held.progress_ns,
+    }
+
+
+def _attempt(
+    key: tuple[int, int], attempt: OpenAttempt, scope: Callable[[Scope], int]
+) -> dict[str, Any]:
+    """An open attempt; its open step's debounce is not kept (nothing waits once written)."""
+    found: dict[str, Any] = {"job_span": list(key), "scope": scope(attempt.scope)}
+    found.update((name, getattr(attempt, name)) for name in _ATTEMPT)
+    found["logs"] = None if attempt.logs is None else [[k, n] for k, n in attempt.logs.items()]
+    step = attempt.open
+    found["open"] = None
+    if step is not None:
+        row = {name: getattr(step.row, name) for name in _ROW}
+        found["open"] = {"key": step.key, "holders": step.holders, "row": row}
+    return found
+
+
+def _decoded(found: dict[str, Any]) -> JobState:
+    scopes = [Scope(*(value[name] for name in _SCOPE)) for value in found["scopes"]]
+    state = JobState(found["frontier"], found["last_start"], found["last_log"])
+    for spans in found["spans"]:
+        state.translators[spans["trace"]] = OrderedDict(
+            (
+                held["id"],
+                _OpenSpan(
+                    scopes[held["scope"]],
+                    held["key"],
+                    held["reported"],
+                    held["step_id"],
+                    held["progress_ns"],
+                ),
+            )
+            for held in spans["open"]
+        )
+    for value in found["attempts"]:
+        attempt = OpenAttempt(scopes[value["scope"]], value["execution_id"], value["trace_hex"])
+        for name in _ATTEMPT[2:]:
+            setattr(attempt, name, value[name])
+        logs = value["logs"]
+        attempt.logs = None if logs is None else {key: counts for key, counts in logs}
+        step = value["open"]
+        if step is not None:
+            row = EventRow(*(step["row"][name] for name in _ROW))
+            attempt.open = OpenStep(step["key"], row, attempt, step["holders"])
+        trace, span_id = value["job_span"]
+        state.attempts.append(((trace, span_id), attempt))
+    for marker in found["markers"]:
+        state.markers[_place(marker["attempt"])] = {(t, s) for t, s in marker["spans"]}
+    state.ended = {_place(where) for where in found["ended"]}
+    for first in found["firsts"]:
+        trace, span_id, start_ns = first["first"]
+        state.firsts[_place(first["attempt"])] = (trace, span_id, start_ns)
+    return state
+
+
+def _place(value: list[Any]) -> Attempt:
+    domain, job_id, attempt = value
+    return (domain, job_id, attempt)

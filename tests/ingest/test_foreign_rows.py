@@ -6,7 +6,7 @@ the rows collect derived are the processor's, as if the foreign rows were not th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -149,7 +149,7 @@ def test_foreign_events_survive_every_derivation_in_full(
 
 def _at(time_ns: int) -> datetime:
     """A timestamptz parameter for ``time_ns`` (µs precision, as the tables keep it)."""
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=time_ns // 1000)
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=time_ns // 1000)
 
 
 def _foreign_rows(dsn: str, job_id: str) -> list[tuple[Any, ...]]:

@@ -8,17 +8,28 @@ wall time is reported beside it. End to end: jobs whose steps log lines, from th
 until force_flush returns with every LOG row committed (counted in the database); the jobs wait
 for a flush whenever half the queue is taken, so the rate is one the writer sustains. Run alone
 with ``python -m benchmarks --only logs``.
+
+Collect (issue 35): a request of 100 records to a step past its log cap, with 1,500 records of
+that step staged behind it and with 200,000, side by side in one receiver (the history staged in
+bulk by SQL, in the shape collect stores it): the request's time should not follow the history.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import psycopg
 from opentelemetry._logs import SeverityNumber
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
@@ -29,10 +40,18 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import set_span_in_context
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.ids import signed
+from otel_jobsteps._ingest.logs import decode_logs_protobuf
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging
 
-from .common import Databases, Row, fmt_rate, fmt_ratio, job_attributes, median, verdict
+from .common import DOMAIN, Databases, Row, fmt_rate, fmt_ratio, job_attributes, median, verdict
 
 TARGET_LINES_PER_S = 10_000
+TARGET_CAP_RATIO = 1.5  # a request past the cap with 200,000 records behind it, vs 1,500
+CHATTY_SENT = 1_500  # records of a chatty step sent through collect (the cap is 1,000)
+CHATTY_REQUEST = 100  # records in each timed request
 QUEUE_HALF = 25_000  # half the processor's default queue: above it the jobs wait for a flush
 
 
@@ -152,6 +171,152 @@ def measure_end_to_end(dsn: str, *, jobs: int, lines_per_step: int, writer: str)
     return written / elapsed
 
 
+@dataclass
+class ChattyStep:
+    """One job in ``staging`` whose one step (CHAT) logged past its cap: ``behind`` records
+    staged; its next records come at ``next_ns``, in the step's span."""
+
+    staging: Staging
+    job_id: str
+    trace_id: bytes
+    step_span: bytes
+    next_ns: int
+
+    def request(self, count: int = CHATTY_REQUEST) -> ExportLogsServiceRequest:
+        """The step's next ``count`` records, as an exporter sends them."""
+        records = [
+            self.record(self.next_ns + n, f"line at {self.next_ns + n}") for n in range(count)
+        ]
+        self.next_ns += count
+        return ExportLogsServiceRequest(
+            resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=records)])]
+        )
+
+    def send(self, request: ExportLogsServiceRequest) -> None:
+        decoded = decode_logs_protobuf(request.SerializeToString())
+        self.staging.receive_logs(decoded.logs, decoded.wire, decoded.keys)
+
+    def record(self, time_ns: int, body: str) -> LogRecord:
+        return LogRecord(
+            trace_id=self.trace_id,
+            span_id=self.step_span,
+            time_unix_nano=time_ns,
+            severity_number=SeverityNumber.INFO.value,
+            severity_text="INFO",
+            body=AnyValue(string_value=body),
+        )
+
+
+def _span(trace_id: bytes, span_id: bytes, parent: bytes, start: int, end: int,
+          names: dict[str, object]) -> Span:  # fmt: skip
+    attributes = [
+        KeyValue(key=k, value=AnyValue(int_value=v) if isinstance(v, int) else
+                 AnyValue(string_value=str(v)))
+        for k, v in names.items()
+    ]  # fmt: skip
+    return Span(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        name="s",
+        start_time_unix_nano=start,
+        end_time_unix_nano=end,
+        attributes=attributes,
+    )
+
+
+def chatty_step(
+    staging: Staging, dsn: str, job_id: str, behind: int, *, running: bool
+) -> ChattyStep:
+    """A job whose step CHAT has ``behind`` records staged: the first `CHATTY_SENT` sent through
+    ``staging`` in requests of 500, the rest inserted by SQL as collect stages them (copies of
+    one record under keys of their own) and counted in the step's dropped-count row when the
+    attempt has ended. ``running``: the job and step spans came as start markers only."""
+    trace_id, job_span, step_span = os.urandom(16), os.urandom(8), os.urandom(8)
+    started = time.time_ns()
+    end = 0 if running else started + 10**12
+    spans = [
+        _span(trace_id, job_span, b"", started, end, job_attributes(job_id)),
+        _span(trace_id, step_span, job_span, started + 1000, end and end - 1000,
+              {JOB_STEP_KEY: "CHAT"}),
+    ]  # fmt: skip
+    body = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])]
+    )
+    decoded = decode_protobuf(body.SerializeToString())
+    staging.receive(decoded.spans, decoded.wire)
+    chatty = ChattyStep(staging, job_id, trace_id, step_span, started + 2000)
+    sent = min(behind, CHATTY_SENT)
+    for _ in range(0, sent, 500):
+        chatty.send(chatty.request(min(500, sent)))
+    bulk = behind - sent
+    if bulk <= 0:
+        return chatty
+    copy = chatty.record(chatty.next_ns, "a line staged in bulk").SerializeToString()
+    chatty.next_ns += 1
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO otlp_log (trace_id, span_id, key, seq, body, domain, job_id, attempt)"
+            " SELECT %s, %s, decode(md5(%s || n), 'hex'), n, %s, %s, %s, 1"
+            " FROM generate_series(1, %s) AS n",
+            (trace_id.hex(), signed(int.from_bytes(step_span, "big")), job_id, copy, DOMAIN,
+             job_id, bulk),
+        )  # fmt: skip
+        if not running:
+            conn.execute(
+                "UPDATE job_event SET detail = jsonb_set(detail, '{dropped}',"
+                " to_jsonb((detail ->> 'dropped')::int + %s)),"
+                " message = ((detail ->> 'dropped')::int + %s)::text || ' log lines dropped"
+                " (over the cap of 1000 per step)'"
+                " WHERE job_id = %s AND type = 'LOG' AND detail ? 'dropped'",
+                (bulk, bulk, job_id),
+            )
+    return chatty
+
+
+def measure_cap_history(dsn: str, *, samples: int, running: bool) -> dict[int, float]:
+    """Median seconds of a request of `CHATTY_REQUEST` records to a step past its cap, with
+    1,500 and with 200,000 records staged behind it (the two interleaved)."""
+    staging = Staging(CollectSettings(dsn, connections=1))
+    try:
+        kind = "running" if running else "ended"
+        steps = {
+            behind: chatty_step(staging, dsn, f"chatty-{kind}-{behind}", behind, running=running)
+            for behind in (CHATTY_SENT, 200_000)
+        }
+        times: dict[int, list[float]] = {behind: [] for behind in steps}
+        for _ in range(samples):
+            for behind, chatty in steps.items():
+                request = chatty.request()
+                started = time.perf_counter()
+                chatty.send(request)
+                times[behind].append(time.perf_counter() - started)
+    finally:
+        staging.close()
+    return {behind: median(found) for behind, found in times.items()}
+
+
+def cap_rows(found: dict[bool, dict[int, float]], samples: int) -> list[Row]:
+    out = []
+    for running, by_behind in found.items():
+        few, many = by_behind[CHATTY_SENT], by_behind[200_000]
+        ratio = many / few
+        attempt = "running (start markers)" if running else "ended"
+        out.append(
+            Row(
+                "35",
+                f"collect: {CHATTY_REQUEST} records past the cap, 200,000 staged behind "
+                f"({attempt} attempt, median of {samples})",
+                f"{many * 1000:.1f} ms",
+                f"{CHATTY_SENT:,} staged behind: {few * 1000:.1f} ms",
+                fmt_ratio(ratio),
+                f"<= {TARGET_CAP_RATIO:.2f}x",
+                verdict(ratio <= TARGET_CAP_RATIO),
+            )
+        )
+    return out
+
+
 def rows(
     result: dict[str, dict[str, float]],
     rates: dict[str, float],
@@ -218,6 +383,13 @@ def run(dbs: Databases, *, quick: bool) -> list[Row]:
             writer: measure_end_to_end(dsn, jobs=jobs, lines_per_step=lines, writer=writer)
             for writer in ("thread", "process")
         }
-        return rows(result, rates, repetitions=repetitions, records=records)
+        samples = 3 if quick else 7
+        capped = {
+            running: measure_cap_history(dsn, samples=samples, running=running)
+            for running in (False, True)
+        }
+        return rows(result, rates, repetitions=repetitions, records=records) + cap_rows(
+            capped, samples
+        )
     finally:
         dbs.drop(dsn)

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_TAG_VALUE_CHARS",
     "SpanTranslator",
     "body_text",
+    "log_line",
     "logs_settings",
     "severity_name",
     "severity_number",
@@ -237,6 +238,28 @@ def _same(a: Any, b: Any) -> bool:
     return False
 
 
+def log_line(scope: Scope, key: str | None, record: LogFacts, logs_min: int) -> LogRecorded | None:
+    """A log record (not a progress event) in ``scope``, within step ``key`` (None: between
+    steps) -> its LOG command; None below ``logs_min``. Both doors' one way to a line."""
+    number = record.severity_number
+    text = record.severity_text
+    if number == 0 and text:
+        number = _named_severity(text.strip().upper())
+    if number < logs_min:
+        return None
+    severity = clean_text(text, 32) if text else severity_name(number)
+    return LogRecorded(
+        scope,
+        key,
+        clamp_ns(record.time_ns),
+        severity,
+        _log_text(record.body),
+        _log_attributes(record.attributes),
+        record.trace_id,
+        record.span_id,
+    )
+
+
 @dataclass(slots=True, eq=False)
 class _OpenSpan:
     scope: Scope
@@ -341,25 +364,8 @@ class SpanTranslator:
             attributes = record.attributes
             step.reported, step.progress_ns = attributes, record.time_ns
             return [ProgressReported(step.scope, step.key, attributes)]
-        number = record.severity_number
-        text = record.severity_text
-        if number == 0 and text:
-            number = _named_severity(text.strip().upper())
-        if number < self._logs_min:
-            return []
-        severity = clean_text(text, 32) if text else severity_name(number)
-        return [
-            LogRecorded(
-                found.scope,
-                None if step is None else step.key,
-                clamp_ns(record.time_ns),
-                severity,
-                _log_text(record.body),
-                _log_attributes(record.attributes),
-                record.trace_id,
-                record.span_id,
-            )
-        ]
+        line = log_line(found.scope, None if step is None else step.key, record, self._logs_min)
+        return [] if line is None else [line]
 
     def ended(self, span: SpanFacts) -> list[Command]:
         """The commands a span's end implies: a step's close, or the attempt's end."""

@@ -1,129 +1,83 @@
-"""Log records written as LOG rows without deriving their attempt again: each translated in
-its context rebuilt from the staged skeletons (its attempt's job span, the step its span lies
-in), and kept under the per-step cap. Pure: the rows and counts come from `records`."""
+"""Log records written as LOG rows without deriving their attempt again, by the live door's own
+rules: the line as `log_line` makes it, in the context the staged skeletons give (the attempt's
+job span, the step the record's span lies in), kept or counted by `StepRows.log`'s cap on the
+attempt as its job's state holds it (running) or as its rows tell (ended). Pure: the rows come
+out of a recorder; the lines a cap dropped after their step closed are returned, to be added to
+that step's dropped-count row."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
-from .._commands import Command, LogRecorded
-from .._facts import LogFacts, SpanFacts
+from .._attempts import Attempt as Held
+from .._commands import LogRecorded, Scope
+from .._detail import clean_text
 from .._recorder import StepRecorder
-from .._stats import Stats
-from .._translate import SpanTranslator
-from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_EXECUTION, JOB_ID, JOB_STEP_KEY, JOB_TYPE
+from .._steps import MAX_STEP_KEY_CHARS
 from .ids import ID_MASK, signed
-from .place import EVENT, JOB, NAMING_EVENT, Attempt, Staged
+from .place import EVENT, JOB, NAMING_EVENT, Staged
 
-__all__ = ["LineContexts", "Names", "StepCount", "direct_lines", "settled_lines"]
+__all__ = ["Context", "Late", "Lines", "ended_attempt", "line_context"]
 
-Names = dict[Attempt, tuple[str | None, str | None]]  # each attempt's type and execution
-StepCount = tuple[str, str, int, str | None]  # an attempt and a step key
+Context = tuple[int, str | None]  # the job span's id, the step key (None: between steps)
+Late = tuple[Held, str | None, int]  # a line past the cap of a closed step: attempt, key, µs
 
 
-class LineContexts:
-    """Records translated in contexts rebuilt from skeletons: one translator per trace and
-    attempt, its spans started once."""
-
-    def __init__(
-        self, nodes: dict[tuple[str, int], Staged], names: Names, stats: Stats, min_severity: int
-    ) -> None:
-        self._nodes = nodes
-        self._names = names
-        self._stats = stats
-        self._min_severity = min_severity
-        self._translators: dict[tuple[str, Attempt], SpanTranslator] = {}
-        self._rebuilt: set[tuple[str, Attempt, int]] = set()  # spans the translators started
-
-    def lines(self, facts: LogFacts, where: Attempt) -> list[LogRecorded] | None:
-        """The record's LOG commands (progress of a closed step: none), or None when its
-        context cannot be rebuilt so."""
-        commands = self._commands(facts, where)
-        if commands is None:
+def line_context(
+    nodes: Mapping[tuple[str, int], Staged], trace: str, span_id: int
+) -> Context | None:
+    """The record's job span and step: the nearest span from its own up that carries a step
+    key, below the job span (as the translator keeps them for open spans); None without a job
+    span, or through an event span (the derivation decides such a context)."""
+    key: str | None = None
+    node_id = signed(span_id)
+    for _ in range(1000):
+        node = nodes.get((trace, node_id))
+        if node is None or node.skeleton.kind in (EVENT, NAMING_EVENT):
             return None
-        return [command for command in commands if isinstance(command, LogRecorded)]
-
-    def _commands(self, facts: LogFacts, where: Attempt) -> list[Command] | None:
-        trace = format(facts.trace_id, "032x")
-        translator = self._translators.get((trace, where))
-        if translator is None:
-            translator = self._translators[(trace, where)] = SpanTranslator(
-                problem=self._stats.problem, logs_min_severity=self._min_severity
-            )
-        if (trace, where, facts.span_id) in self._rebuilt:
-            return translator.log(facts)
-        chain = self._chain(trace, facts.span_id)
-        if chain is None:
-            return None
-        job_type, execution = self._names.get(where, (None, None))
-        job_span = chain[-1][0]
-        attributes: dict[str, Any] = {JOB_DOMAIN: where[0], JOB_ID: where[1], JOB_ATTEMPT: where[2]}
-        if job_type is not None:
-            attributes[JOB_TYPE] = job_type
-        attributes[JOB_EXECUTION] = execution or f"{trace}:{job_span:016x}"
-        parent = 0
-        for span_id, node in reversed(chain):
-            names_of = attributes if span_id == job_span else {}
-            if node.step_key is not None and span_id != job_span:
-                names_of = {JOB_STEP_KEY: node.step_key}
-            translator.started(SpanFacts(facts.trace_id, span_id, parent, "", 1, 0, names_of))
-            self._rebuilt.add((trace, where, span_id))
-            parent = span_id
-        return translator.log(facts)
-
-    def _chain(self, trace: str, span_id: int) -> list[tuple[int, Staged]] | None:
-        """The span and its ancestors up to its job span; None without one, or through an
-        event span (the derivation decides such a context)."""
-        chain: list[tuple[int, Staged]] = []
-        node_id = signed(span_id)
-        while (trace, node_id) in self._nodes and len(chain) < 1000:
-            node = self._nodes[(trace, node_id)]
-            chain.append((node_id & ID_MASK, node))
-            if node.skeleton.kind == JOB:
-                break
-            node_id = signed(node.skeleton.parent)
-        if not chain or chain[-1][1].skeleton.kind != JOB:
-            return None
-        if any(node.skeleton.kind in (EVENT, NAMING_EVENT) for _, node in chain):
-            return None
-        return chain
+        if node.skeleton.kind == JOB:
+            return node_id & ID_MASK, key
+        if key is None:
+            key = node.step_key
+        node_id = signed(node.skeleton.parent)
+    return None
 
 
-def settled_lines(
-    lines: list[tuple[Attempt, LogRecorded]],
-    counts: dict[StepCount, int],
-    cap: int,
-    recorder: StepRecorder,
-) -> dict[StepCount, list[int]]:
-    """A settled attempt's lines into ``recorder`` while their step stays under ``cap``; the
-    ones past it, per step: how many and the latest time (µs), dropped and counted, as live."""
-    over: dict[StepCount, list[int]] = {}
-    for where, command in lines:
-        count = (*where, command.key)
-        if counts.get(count, 0) >= cap:
-            dropped = over.setdefault(count, [0, 0])
-            dropped[0] += 1
-            dropped[1] = max(dropped[1], command.time_ns // 1000)
-            continue
-        counts[count] = counts.get(count, 0) + 1
-        recorder.handle(command)
-    return over
+def ended_attempt(scope: Scope, execution: str | None, counts: Mapping[str | None, int]) -> Held:
+    """An attempt whose final row is written, as the recorder would hold it: its execution and
+    its LOG rows per step key (``counts``), nothing dropped since its dropped-count rows."""
+    trace_hex = format(scope.trace_id, "032x")
+    execution_id = execution or f"{trace_hex}:{scope.span_id:016x}"
+    logs = {key: [count, 0] for key, count in counts.items()}
+    return Held(scope, execution_id, trace_hex, logs=logs)
 
 
-def direct_lines(
-    lines: list[tuple[Attempt, LogRecorded]],
-    counts: dict[StepCount, int],
-    cap: int,
-    recorder: StepRecorder,
-    fallback: set[tuple[str, str]],
-) -> None:
-    """Lines of attempts not settled into ``recorder``, unless a step would pass ``cap``: its
-    job joins ``fallback`` (derived instead, which counts what it drops)."""
-    for where, command in lines:
-        count = (*where, command.key)
-        counts[count] = counts.get(count, 0) + 1
-        if counts[count] > cap:
-            fallback.add(where[:2])
-    for where, command in lines:
-        if where[:2] not in fallback:
-            recorder.handle(command)
+class Lines:
+    """One request's lines of attempts adopted here (`adopt`), under ``cap`` per step key."""
+
+    def __init__(self, cap: int) -> None:
+        self.recorder = StepRecorder(debounce_ms=0, logs_max_per_step=cap)
+        self.late: list[Late] = []
+        self._ended: set[int] = set()  # ids of the ended attempts adopted
+
+    def adopt(self, held: Held, *, ended: bool) -> None:
+        """Lines of ``held`` go through here: a running one keeps what its cap drops from its
+        open step (and between steps) for the rows written when those close, as live."""
+        self.recorder.adopt_attempt((held.scope.trace_id, held.scope.span_id), held)
+        if ended:
+            self._ended.add(id(held))
+
+    def line(self, held: Held, command: LogRecorded) -> None:
+        """A LOG row, or a line the cap drops: counted in ``held`` while the step it lies in is
+        open (or it lies between steps of a running attempt), else returned in `late`."""
+        key = None if command.key is None else clean_text(command.key, MAX_STEP_KEY_CHARS)
+        counts = held.logs.get(key) if held.logs is not None else None
+        dropped = 0 if counts is None else counts[1]
+        self.recorder.handle(command)
+        counts = held.logs.get(key) if held.logs is not None else None
+        if counts is None or counts[1] == dropped:
+            return  # written
+        step_open = held.open is not None and held.open.key == key
+        if id(held) in self._ended or not (key is None or step_open):
+            counts[1] -= 1
+            self.late.append((held, key, command.time_ns // 1000))

@@ -5,17 +5,20 @@ job's news in this request)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from .._commands import LogRecorded
+from .._attempts import Attempt as Held
+from .._commands import Scope
 from .._facts import LogFacts
-from .._recorder import StepRecorder
+from .._translate import PROGRESS_EVENT, log_line
 from .ids import ID_MASK
-from .lines import LineContexts, Names, StepCount, direct_lines, settled_lines
+from .lines import Context, Late, Lines, ended_attempt, line_context
 from .logs import decode_log_record
 from .place import Attempt, Staged
 from .receipt import Receipt
 from .session import Session
+from .state import JobState, dump, load
 
 __all__ = ["LogRow", "RequestLogs"]
 
@@ -24,6 +27,7 @@ Job = tuple[str, str]  # domain, job id
 LogRow = tuple[str, int, bytes, int, LogFacts, bytes]
 Places = dict[str, dict[int, Attempt | None]]  # per trace, per span id: its attempt
 _StagedLog = tuple[LogFacts, tuple[int, bytes]]  # a record and its tie (place in request, key)
+_Item = tuple[LogFacts, Attempt, tuple[int, bytes]]  # a record, its attempt, its tie
 
 
 class RequestLogs:
@@ -37,8 +41,8 @@ class RequestLogs:
         self.moved: list[tuple[str, int, bytes, int, bytes, Attempt]] = []  # waited, placed now
         self.rejected = 0
         self._new: dict[tuple[str, int, bytes], LogFacts] = {}  # staged now, decoded already
-        self._settled: list[tuple[LogFacts, Attempt]] = []
-        self._direct: list[tuple[LogFacts, Attempt]] = []  # written without a derivation
+        self._settled: list[_Item] = []
+        self._direct: list[_Item] = []  # written without a derivation
         self.direct: set[Job] = set()
         still: dict[str, int] = {}
         found = session.execute("waiting_logs", {"trace_id": waiting}).fetchall() if waiting else []
@@ -77,12 +81,13 @@ class RequestLogs:
         new = self._stage_rows(rows, settled)
         for log, where in self.placed:
             if log[:3] in new:
+                item = (log[4], where, (log[3], log[2]))
                 if where in settled:
-                    self._settled.append((log[4], where))
+                    self._settled.append(item)
                 else:
                     self._new[log[:3]] = log[4]
                     if where[:2] in self.direct:
-                        self._direct.append((log[4], where))
+                        self._direct.append(item)
         if self.moved:
             self._place_moved(settled)
         waiting = sum(1 for log in self.waiting if log[:3] in new)
@@ -125,7 +130,9 @@ class RequestLogs:
                 "settled": [m[5] in settled for m in moved],
             },
         )
-        self._settled += [(decode_log_record(m[4]), m[5]) for m in moved if m[5] in settled]
+        self._settled += [
+            (decode_log_record(m[4]), m[5], (m[3], m[2])) for m in moved if m[5] in settled
+        ]
 
     def job_logs(self, jobs: list[Job]) -> dict[Job, list[_StagedLog]]:
         """Every staged record of the jobs' attempts that are not settled, with its tie (the
@@ -144,80 +151,137 @@ class RequestLogs:
             found.setdefault((domain, job_id), []).append((facts, (seq, key)))
         return found
 
-    def write_direct(self, staged: dict[Any, Staged]) -> set[Job]:
-        """The direct jobs' LOG rows, unless a step would pass its cap or no row names the
-        attempt's execution yet: returns those jobs, to derive instead."""
-        return self._write_lines(staged, self._direct, settled=False)
+    def write_direct(
+        self, staged: dict[Any, Staged], states: Mapping[Job, bytes]
+    ) -> tuple[set[Job], dict[Job, bytes | None]]:
+        """The direct jobs' LOG rows (`lines`), on their attempts as ``states`` (each job's
+        stored state) hold them: returns the jobs to derive instead (a record's context or its
+        attempt is not known so), and the states the written lines leave (their cap counts)."""
+        return self._write_lines(staged, self._direct, states)
 
     def write_settled(self, staged: dict[Any, Staged]) -> None:
         """The LOG rows of records whose attempt is settled, under the per-step cap (the lines
         over it are counted), without deriving the attempt again."""
-        self._write_lines(staged, self._settled, settled=True)
+        self._write_lines(staged, self._settled, None)
 
     def _write_lines(
-        self, staged: dict[Any, Staged], items: list[tuple[LogFacts, Attempt]], *, settled: bool
-    ) -> set[Job]:
-        """Records -> LOG rows without a derivation (`lines`)."""
+        self,
+        staged: dict[Any, Staged],
+        items: list[_Item],
+        states: Mapping[Job, bytes] | None,
+    ) -> tuple[set[Job], dict[Job, bytes | None]]:
+        """Records -> LOG rows without a derivation (`lines`); ``states`` None: the attempts are
+        settled (ended, whatever they hold)."""
         if not items:
-            return set()
+            return set(), {}
         session = self._session
-        cap = session.settings.logs_max_per_step
-        names, counts = self._attempt_state(sorted({where for _, where in items}))
         nodes: dict[tuple[str, int], Staged] = {}
         for (trace, span_id, phase), span in staged.items():
             if phase or (trace, span_id) not in nodes:
                 nodes[(trace, span_id)] = span
-        contexts = LineContexts(nodes, names, session.stats, session.settings.logs_min_severity)
-        lines: list[tuple[Attempt, LogRecorded]] = []
         fallback: set[Job] = set()
-        for facts, where in sorted(items, key=lambda item: item[0].time_ns):
-            if not settled and names.get(where, (None, None))[1] is None:
-                fallback.add(where[:2])  # no row names its execution yet: derive it
-                continue
-            found = contexts.lines(facts, where)
-            if found is None:
-                if not settled:
-                    fallback.add(where[:2])
-                continue
-            lines += [(where, command) for command in found]
-        recorder = StepRecorder(debounce_ms=0, logs_max_per_step=cap)
-        if settled:
-            over = settled_lines(lines, counts, cap, recorder)
-            if over:
-                session.stats.add("logs_over_cap", sum(n for n, _ in over.values()))
-                self._count_dropped(over, names, cap)
-        else:
-            direct_lines(lines, counts, cap, recorder, fallback)
-        batch = recorder.take_batch()
+        found: list[tuple[LogFacts, Attempt, Context]] = []
+        for facts, where, _ in sorted(items, key=lambda item: (item[0].time_ns, item[2])):
+            if facts.event_name == PROGRESS_EVENT:
+                continue  # a settled attempt's: its step has closed (a direct job has none)
+            context = line_context(nodes, format(facts.trace_id, "032x"), facts.span_id)
+            if context is not None:
+                found.append((facts, where, context))
+            elif states is not None:
+                fallback.add(where[:2])
+        held, loaded = self._held(found, states, fallback)
+        lines = Lines(session.settings.logs_max_per_step)
+        for attempt, ended in held.values():
+            lines.adopt(attempt, ended=ended)
+        min_severity = session.settings.logs_min_severity
+        for facts, where, (_, key) in found:
+            if where[:2] not in fallback:
+                attempt = held[where][0]
+                command = log_line(attempt.scope, key, facts, min_severity)
+                if command is not None:
+                    lines.line(attempt, command)
+        batch = lines.recorder.take_batch()
         if batch is not None:
             session.write(batch)
-        return fallback
+        if lines.late:
+            session.stats.add("logs_over_cap", len(lines.late))
+            self._count_late(lines.late)
+        kept = {job: state for job, state in loaded.items() if job not in fallback}
+        for facts, where, _ in found:
+            state = kept.get(where[:2])
+            if state is not None:  # a later span before these lines is derived in full
+                state.frontier = max(state.frontier, facts.time_ns)
+                state.last_log = max(state.last_log, facts.time_ns)
+        return fallback, {job: dump(state) for job, state in kept.items()}
 
-    def _attempt_state(self, attempts: list[Attempt]) -> tuple[Names, dict[StepCount, int]]:
-        """Each attempt's type and execution, and its LOG rows per step key."""
-        columns = {
-            "domain": [a[0] for a in attempts],
-            "job_id": [a[1] for a in attempts],
-            "attempt": [a[2] for a in attempts],
+    def _held(
+        self,
+        found: list[tuple[LogFacts, Attempt, Context]],
+        states: Mapping[Job, bytes] | None,
+        fallback: set[Job],
+    ) -> tuple[dict[Attempt, tuple[Held, bool]], dict[Job, JobState]]:
+        """Each attempt of the lines as the recorder holds it, and whether it ended: running in
+        its job's state, else ended (its final row written; a settled one always); one neither
+        puts its job in ``fallback``. Also the states loaded."""
+        loaded: dict[Job, JobState] = {}
+        held: dict[Attempt, tuple[Held, bool]] = {}
+        job_spans = {where: (facts.trace_id, context[0]) for facts, where, context in found}
+        for job in {where[:2] for where in job_spans} if states is not None else ():
+            state = load(states.get(job)) if states is not None else None
+            if state is not None:
+                loaded[job] = state
+        running = {key: attempt for state in loaded.values() for key, attempt in state.attempts}
+        ended: list[Attempt] = []
+        for where, span in job_spans.items():
+            attempt = running.get(span)
+            if attempt is not None:
+                held[where] = (attempt, False)
+            else:
+                ended.append(where)
+        if not ended:
+            return held, loaded
+        columns = _attempt_columns(sorted(ended))
+        names = {
+            (d, j, a): (t, e, final)
+            for d, j, a, t, e, final in self._session.execute("attempt_names", columns)
         }
-        rows = self._session.execute("attempt_names", columns).fetchall()
-        names = {(d, j, a): (t, e) for d, j, a, t, e in rows}
-        rows = self._session.execute("attempt_log_counts", columns).fetchall()
-        return names, {(d, j, a, k): n for d, j, a, k, n in rows}
+        counts: dict[Attempt, dict[str | None, int]] = {}
+        for d, j, a, k, n in self._session.execute("attempt_log_counts", columns):
+            counts.setdefault((d, j, a), {})[k] = n
+        for where in ended:
+            job_type, execution, final = names.get(where, (None, None, False))
+            if states is not None and (not final or execution is None):
+                fallback.add(where[:2])  # not known here yet: derived
+                continue
+            trace_id, job_span = job_spans[where]
+            scope = Scope(*where[:2], job_type, where[2], execution, trace_id, job_span, None)
+            held[where] = (ended_attempt(scope, execution, counts.get(where, {})), True)
+        return held, loaded
 
-    def _count_dropped(self, over: dict[StepCount, list[int]], names: Names, cap: int) -> None:
-        """Settled attempts' late lines past the cap: in their step's dropped-count row."""
-        keys = sorted(over, key=lambda k: (k[0], k[1], k[2], k[3] or ""))
+    def _count_late(self, late: list[Late]) -> None:
+        """Lines the cap dropped after their step closed: each added to the dropped-count row
+        of the step run it lay in (between steps: the attempt's final row), or one made so."""
+        cap = self._session.settings.logs_max_per_step
         self._session.execute(
             "count_dropped_lines",
             {
-                "domain": [k[0] for k in keys],
-                "job_id": [k[1] for k in keys],
-                "attempt": [k[2] for k in keys],
-                "step_key": [k[3] for k in keys],
-                "dropped": [over[k][0] for k in keys],
-                "at_us": [over[k][1] for k in keys],
-                "execution": [names.get(k[:3], (None, None))[1] for k in keys],
+                "domain": [held.scope.domain for held, _, _ in late],
+                "job_id": [held.scope.job_id for held, _, _ in late],
+                "job_type": [held.scope.job_type for held, _, _ in late],
+                "attempt": [held.scope.attempt for held, _, _ in late],
+                "step_key": [key for _, key, _ in late],
+                "at_us": [at for _, _, at in late],
+                "trace_id": [held.trace_hex for held, _, _ in late],
+                "span_id": [format(held.scope.span_id, "016x") for held, _, _ in late],
+                "execution": [held.execution_id for held, _, _ in late],
                 "cap": cap,
             },
         )
+
+
+def _attempt_columns(attempts: list[Attempt]) -> dict[str, list[Any]]:
+    return {
+        "domain": [a[0] for a in attempts],
+        "job_id": [a[1] for a in attempts],
+        "attempt": [a[2] for a in attempts],
+    }

@@ -82,11 +82,11 @@ def receive(
     late += dropped
     if late:
         session.stats.problem("late_spans", f"{late} spans of settled attempts dropped")
-    jobs = sorted({job for job in jobs if job not in records.direct} | records.write_direct(staged))
+    fallback, line_states = records.write_direct(staged, known.states)
+    jobs = sorted({job for job in jobs if job not in records.direct} | fallback)
     committed, derivations = _derive(session, jobs, staged, known, records)
     records.write_settled(staged)
-    # The jobs whose LOG rows went around a derivation: their states no longer match them.
-    _note_request(session, traces, staged, derivations, records.direct - set(jobs))
+    _note_request(session, traces, staged, derivations, line_states)
     transaction.committed = committed  # its statements ran: only the COMMIT is left
     if logs:
         return log_receipt, committed
@@ -419,15 +419,16 @@ def _note_request(
     traces: list[str],
     staged: dict[Key, Staged],
     derivations: list[Derivation],
-    forgotten: set[Job],
+    line_states: dict[Job, bytes | None],
 ) -> None:
     """At the request's end, in one statement: the spans each trace staged now, the state each
-    job's next request may resume (none for ``forgotten`` ones), and each attempt derived."""
+    job's next request may resume (``line_states``: of jobs whose lines went around a
+    derivation), and each attempt derived."""
     added = dict.fromkeys(traces, 0)
     for span in staged.values():
         if span.new and not span.gone:
             added[span.new[0]] += 1
-    states: dict[Job, bytes | None] = dict.fromkeys(forgotten)
+    states: dict[Job, bytes | None] = dict(line_states)
     derived: list[Attempt] = []
     pending: list[bool] = []
     firsts: list[tuple[str | None, int | None, int | None]] = []

@@ -338,13 +338,14 @@ JOIN unnest(%(domain)b::text[], %(job_id)b::text[]) AS t (domain, job_id)
 WHERE g.body IS NOT NULL;
 
 -- name: attempt_log_counts --
--- LOG rows collect wrote per step of these attempts (their records' cap).
+-- LOG rows collect wrote per step of these attempts, dropped-count rows aside (their records'
+-- cap): at most the cap per step, whatever was dropped.
 SELECT e.domain, e.job_id, e.attempt, e.step_key, count(*)
 FROM {job_event} AS e
 JOIN unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
      AS t (domain, job_id, attempt)
   ON e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-WHERE e.type = 'LOG' AND e.derived
+WHERE e.type = 'LOG' AND e.derived AND NOT e.detail ? 'dropped'
 GROUP BY 1, 2, 3, 4;
 
 -- name: drop_orphan_logs --
@@ -366,8 +367,9 @@ SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM dropped);
 -- name: attempt_names --
 -- What a LOG row of these attempts repeats of them: the job type and the execution of the
 -- attempt's first row collect wrote that names one (else its final row's type, and no
--- execution).
-SELECT t.domain, t.job_id, t.attempt, coalesce(e.job_type, l.job_type), e.execution_id
+-- execution); and whether its final row is written.
+SELECT t.domain, t.job_id, t.attempt, coalesce(e.job_type, l.job_type), e.execution_id,
+       l.domain IS NOT NULL
 FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[])
      AS t (domain, job_id, attempt)
 LEFT JOIN LATERAL (
@@ -380,48 +382,55 @@ LEFT JOIN {job_log} AS l
   ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt AND l.derived;
 
 -- name: count_dropped_lines --
--- Late lines of settled attempts past their step's cap, counted as the processor counts them:
--- added to the step's newest dropped-count row, or in a new one dated at the close of the step
--- they lay in (the attempt's final row for lines between steps).
+-- Lines the cap dropped after the step they lay in closed (one row each: its attempt's
+-- columns, its step key, its time): counted as the processor counts them, each in the
+-- dropped-count row dated at the close of the step run it lay in (the latest run of its key
+-- begun by its time, else the first; between steps: the attempt's final row), added to that
+-- row or in a new one. One statement, whatever the step dropped before.
 WITH t AS (
-    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
-                         %(step_key)b::text[], %(dropped)b::int[], %(at_us)b::bigint[],
-                         %(execution)b::text[])
-             AS t (domain, job_id, attempt, step_key, dropped, at_us, execution)
-), found AS (
-    SELECT t.*, (SELECT e.id FROM {job_event} AS e
-                 WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-                   AND e.type = 'LOG' AND e.step_key IS NOT DISTINCT FROM t.step_key
-                   AND e.detail ? 'dropped' AND e.derived
-                 ORDER BY e.created_at DESC, e.id DESC LIMIT 1) AS row_id
+    SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(job_type)b::text[],
+                         %(attempt)b::int[], %(step_key)b::text[], %(at_us)b::bigint[],
+                         %(trace_id)b::text[], %(span_id)b::text[], %(execution)b::text[])
+             AS t (domain, job_id, job_type, attempt, step_key, at_us, trace_id, span_id,
+                   execution)
+), placed AS (
+    SELECT t.domain, t.job_id, t.job_type, t.attempt, t.step_key, t.trace_id, t.span_id,
+           t.execution, coalesce(run.ended_at, l.created_at) AS at, count(*)::int AS dropped
     FROM t
+    LEFT JOIN LATERAL (
+        SELECT e.ended_at FROM {job_event} AS e
+        WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+          AND e.type = 'STEP' AND e.step_key = t.step_key AND e.derived
+        ORDER BY e.created_at <= timestamptz 'epoch' + t.at_us * interval '1 microsecond' DESC,
+                 CASE WHEN e.created_at <= timestamptz 'epoch' + t.at_us * interval '1 microsecond'
+                      THEN e.created_at END DESC,
+                 e.created_at, e.id
+        LIMIT 1
+    ) AS run ON true
+    LEFT JOIN {job_log} AS l
+      ON l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt AND l.derived
+    GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 ), updated AS (
     UPDATE {job_event} AS e
     SET detail = jsonb_set(e.detail, ARRAY['dropped'],
-                           to_jsonb((e.detail ->> 'dropped')::int + f.dropped)),
-        message = ((e.detail ->> 'dropped')::int + f.dropped)::text
+                           to_jsonb((e.detail ->> 'dropped')::int + p.dropped)),
+        message = ((e.detail ->> 'dropped')::int + p.dropped)::text
                   || ' log lines dropped (over the cap of ' || %(cap)s::text || ' per step)'
-    FROM found AS f
-    WHERE e.id = f.row_id
+    FROM placed AS p
+    WHERE e.domain = p.domain AND e.job_id = p.job_id AND e.attempt = p.attempt
+      AND e.type = 'LOG' AND e.step_key IS NOT DISTINCT FROM p.step_key
+      AND e.created_at = p.at AND e.detail ? 'dropped' AND e.derived
+    RETURNING e.domain, e.job_id, e.attempt, e.step_key, e.created_at
 )
 INSERT INTO {job_event} (domain, job_id, job_type, attempt, type, step_key, detail, message,
                          trace_id, span_id, execution_id, created_at, derived)
-SELECT f.domain, f.job_id, l.job_type, f.attempt, 'LOG', f.step_key,
-       jsonb_build_object('severity', 'WARN', 'dropped', f.dropped,
+SELECT p.domain, p.job_id, p.job_type, p.attempt, 'LOG', p.step_key,
+       jsonb_build_object('severity', 'WARN', 'dropped', p.dropped,
                           'attributes', jsonb_build_object()),
-       f.dropped::text || ' log lines dropped (over the cap of ' || %(cap)s::text || ' per step)',
-       l.trace_id, lpad(to_hex(a.span_id), 16, '0'),
-       coalesce(f.execution, l.trace_id || ':' || lpad(to_hex(a.span_id), 16, '0')),
-       coalesce((SELECT e.ended_at FROM {job_event} AS e
-                 WHERE e.domain = f.domain AND e.job_id = f.job_id AND e.attempt = f.attempt
-                   AND e.type = 'STEP' AND e.step_key = f.step_key AND e.derived
-                   AND e.created_at <= timestamptz 'epoch' + f.at_us * interval '1 microsecond'
-                 ORDER BY e.created_at DESC, e.id DESC LIMIT 1),
-                l.created_at),
-       true
-FROM found AS f
-JOIN {job_log} AS l
-  ON l.domain = f.domain AND l.job_id = f.job_id AND l.attempt = f.attempt AND l.derived
-JOIN {otlp_attempt} AS a
-  ON a.domain = f.domain AND a.job_id = f.job_id AND a.attempt = f.attempt
-WHERE f.row_id IS NULL;
+       p.dropped::text || ' log lines dropped (over the cap of ' || %(cap)s::text || ' per step)',
+       p.trace_id, p.span_id, p.execution, p.at, true
+FROM placed AS p
+WHERE p.at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM updated AS u
+                  WHERE u.domain = p.domain AND u.job_id = p.job_id AND u.attempt = p.attempt
+                    AND u.step_key IS NOT DISTINCT FROM p.step_key AND u.created_at = p.at);

@@ -1,0 +1,156 @@
+"""The per-step log cap through collect: a request past the cap costs what the request holds,
+whatever the step's history (the step's staged records are not read again), and the same
+records give the processor's LOG rows and dropped-count rows however they arrive."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from benchmarks.logs import CHATTY_REQUEST, chatty_step
+from otel_jobsteps import JobStepsProcessor, job_attempt, step
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.logs import decode_logs_protobuf
+from otel_jobsteps._ingest.session import Session
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging
+from otel_jobsteps._ingest.state import load
+from tests.ingest.collector import table_rows
+from tests.ingest.requests import (
+    logs_request_of,
+    proto_logs,
+    proto_spans,
+    request_of,
+    start_markers,
+)
+
+CAP = 3
+
+
+def _dropped(dsn: str, job_id: str) -> list[int]:
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(
+            "SELECT (detail ->> 'dropped')::int FROM job_event WHERE job_id = %s"
+            " AND type = 'LOG' AND detail ? 'dropped' ORDER BY created_at",
+            (job_id,),
+        ).fetchall()
+    return [row[0] for row in found]
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["ended", "running"])
+def test_a_request_past_the_cap_reads_what_it_brings_not_the_steps_history(
+    second_dsn: str, monkeypatch: pytest.MonkeyPatch, running: bool
+) -> None:
+    staging = Staging(CollectSettings(second_dsn, connections=1))
+    try:
+        chatty = chatty_step(staging, second_dsn, "cap-cost", 200_000, running=running)
+        seen: list[tuple[str, int]] = []
+        execute = Session.execute
+
+        def counted(session: Session, name: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+            cursor = execute(session, name, params)
+            seen.append((name, cursor.rowcount))
+            return cursor
+
+        monkeypatch.setattr(Session, "execute", counted)
+        chatty.send(chatty.request())
+        monkeypatch.undo()
+    finally:
+        staging.close()
+    # O(request): a handful of statements, none reading the 200,000 records staged before.
+    assert sum(count for _, count in seen) <= 5 * CHATTY_REQUEST, seen
+    if not running:  # the step's dropped-count row took the request's 100 lines
+        assert _dropped(second_dsn, "cap-cost") == [200_000 + CHATTY_REQUEST - 1_000]
+
+
+def _story(recording: tuple[TracerProvider, LoggerProvider], job_id: str) -> None:
+    """Lines between steps and in two runs of step A (past the cap of 3 per key) and in B,
+    progress log events among them."""
+    tracer = recording[0].get_tracer("tests")
+    logger = recording[1].get_logger("tests")
+
+    def lines(what: str, count: int) -> None:
+        for number in range(count):
+            logger.emit(severity_number=SeverityNumber.INFO, body=f"{what} {number}")
+
+    with job_attempt("caps", job_id, "t", tracer=tracer):
+        lines("queued", 2)
+        with step("A", tracer=tracer):
+            lines("a", 2)
+            logger.emit(event_name="progress", attributes={"pct": 50})
+            lines("a more", 5)
+        with step("B", tracer=tracer):
+            lines("b", 2)
+        with step("A", tracer=tracer):
+            lines("a again", 2)
+        lines("done", 3)
+
+
+def _recorded(dsn: str) -> tuple[list[Any], list[LogRecord], str]:
+    """The story through the processor (cap 3) into ``dsn``; its spans and records as OTLP."""
+    spans, records = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    processor = JobStepsProcessor(dsn, logs_max_per_step=CAP)
+    tracers, loggers = TracerProvider(), LoggerProvider()
+    tracers.add_span_processor(processor)
+    tracers.add_span_processor(SimpleSpanProcessor(spans))
+    loggers.add_log_record_processor(processor)
+    loggers.add_log_record_processor(SimpleLogRecordProcessor(records))
+    job_id = f"cap-{uuid.uuid4().hex[:10]}"
+    try:
+        _story((tracers, loggers), job_id)
+        assert processor.force_flush(10_000)
+    finally:
+        loggers.shutdown()
+        tracers.shutdown()
+    return proto_spans(spans.get_finished_spans()), proto_logs(records.get_finished_logs()), job_id
+
+
+@pytest.fixture
+def capped(second_dsn: str) -> Iterator[Staging]:
+    found = Staging(CollectSettings(second_dsn, connections=1, logs_max_per_step=CAP))
+    yield found
+    found.close()
+
+
+def _send_spans(staging: Staging, spans: list[Any]) -> None:
+    decoded = decode_protobuf(request_of(spans).SerializeToString())
+    staging.receive(decoded.spans, decoded.wire)
+
+
+def _send_logs(staging: Staging, records: list[LogRecord]) -> None:
+    decoded = decode_logs_protobuf(logs_request_of(records).SerializeToString())
+    staging.receive_logs(decoded.logs, decoded.wire, decoded.keys)
+
+
+@pytest.mark.parametrize("arrival", ["spans_first", "markers_first"])
+def test_lines_before_at_and_past_the_cap_give_the_processors_rows(
+    capped: Staging, dsn: str, second_dsn: str, arrival: str
+) -> None:
+    spans, records, job_id = _recorded(dsn)
+    _send_spans(capped, start_markers(spans) if arrival == "markers_first" else spans)
+    for start in range(0, len(records), 2):  # as an exporter sends them: in order, a few at once
+        _send_logs(capped, records[start : start + 2])
+    if arrival == "markers_first":
+        with psycopg.connect(second_dsn) as conn:
+            blob = conn.execute("SELECT state FROM otlp_job WHERE job_id = %s", (job_id,))
+            state = load(bytes(blob.fetchone()[0]))  # type: ignore[index]
+        assert state is not None
+        # The running attempt's cap counts, kept with the job's state by the lines written.
+        ((_, attempt),) = state.attempts
+        assert attempt.logs == {None: [3, 2], "A": [3, 6], "B": [2, 0]}
+        _send_spans(capped, spans)
+    live = table_rows(dsn, job_id)
+    assert table_rows(second_dsn, job_id) == live
+    dropped = [row[7]["dropped"] for row in live[0] if row[4] == "LOG" and "dropped" in row[7]]
+    assert dropped == [4, 2, 2]  # A's first run, its second, and the lines between steps

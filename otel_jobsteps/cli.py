@@ -477,6 +477,22 @@ def _ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ops_slo(args: argparse.Namespace) -> int:
+    try:
+        from .ops.slo import slo_rules_yaml
+    except ImportError as error:
+        raise ConfigurationError(
+            f"ops slo needs the slo extra ({error.name} is missing): {install_hint('slo')}"
+        ) from None
+    try:
+        with open(args.file, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigurationError(f"cannot read {args.file}: {describe(error)}") from None
+    sys.stdout.write(slo_rules_yaml(text, args.file))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``otel-jobsteps``."""
     parser = _Parser(
@@ -712,6 +728,13 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_parser(
         "dashboard", help="the Grafana dashboard (JSON: Prometheus and PostgreSQL inputs)"
     )
+    slo = files.add_parser(
+        "slo",
+        help="Prometheus recording rules and burn-rate alerts for the step SLOs in a YAML file "
+        "(docs/operations.md, Step SLOs)",
+    )
+    slo.add_argument("file", metavar="FILE", help="the objectives (see ops/slo.example.yml)")
+    slo.set_defaults(handler=_ops_slo)
     return parser
 
 

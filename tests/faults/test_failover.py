@@ -2,7 +2,8 @@
 immediate``) while the live processor and collect write, the standby is promoted, and with the
 multi-host DSN operators are told to use (docs/operations.md, Failover) nothing acknowledged is
 lost, nothing is written twice, both doors write again within 30 s, and collect's /readyz is
-503 while no primary answers.
+503 while no primary answers. Pointed at the standby alone, collect's readiness says it is a
+standby and serve's is ready (it only reads).
 
 The servers are the test's own, so the test runs once: in the suite's run without
 OTEL_JOBSTEPS_TEST_DSN (CI runs the suite three times).
@@ -34,6 +35,7 @@ from otel_jobsteps import (
     migrate,
     step,
 )
+from otel_jobsteps._health import COLLECT_RIGHTS, SERVE_RIGHTS, Readiness
 from tests.faults.replication import Server, replicated_pair
 from tests.helpers import wait_until
 from tests.ingest.collector import CollectorFactory
@@ -164,6 +166,13 @@ def test_a_failover_loses_nothing_acknowledged_and_both_doors_come_back(
     with psycopg.connect(primary.dsn(), autocommit=True) as conn:
         conn.execute("CREATE DATABASE jobs")
     migrate(primary.dsn("jobs"))
+    # Pointed at the standby alone, serve is ready (it reads), collect is not (it cannot write).
+    serve_ready = Readiness(standby.dsn("jobs"), schema="public", rights=SERVE_RIGHTS)
+    serve_ready.cache_s = 0.0  # asked until the standby has replayed the migration
+    wait_until(lambda: serve_ready.problem() is None, what="serve ready on the standby")
+    on_standby = Readiness(standby.dsn("jobs"), schema="public", rights=COLLECT_RIGHTS).problem()
+    assert on_standby is not None
+    assert on_standby.startswith("the database is a standby in recovery: collect writes to")
     # The DSN of docs/operations.md, Failover: both hosts, whichever takes writes.
     dsn = (
         f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} dbname=jobs user=postgres"

@@ -25,7 +25,7 @@ from otel_jobsteps._ingest.logs import decode_logs_protobuf
 from otel_jobsteps._ingest.session import Session
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
-from otel_jobsteps._ingest.state import load
+from otel_jobsteps._ingest.state import JobState, load
 from tests.ingest.collector import table_rows
 from tests.ingest.requests import (
     logs_request_of,
@@ -118,7 +118,9 @@ def _recorded(dsn: str) -> tuple[list[Any], list[LogRecord], str]:
 
 @pytest.fixture
 def capped(second_dsn: str) -> Iterator[Staging]:
-    found = Staging(CollectSettings(second_dsn, connections=1, logs_max_per_step=CAP))
+    """A receiver with the story's cap whose attempts settle as soon as they may."""
+    found = Staging(CollectSettings(second_dsn, connections=1, logs_max_per_step=CAP,
+                                    settle_after_s=0.0))  # fmt: skip
     yield found
     found.close()
 
@@ -129,28 +131,43 @@ def _send_spans(staging: Staging, spans: list[Any]) -> None:
 
 
 def _send_logs(staging: Staging, records: list[LogRecord]) -> None:
-    decoded = decode_logs_protobuf(logs_request_of(records).SerializeToString())
-    staging.receive_logs(decoded.logs, decoded.wire, decoded.keys)
+    for start in range(0, len(records), 2):  # as an exporter sends them: in order, a few at once
+        part = logs_request_of(records[start : start + 2]).SerializeToString()
+        decoded = decode_logs_protobuf(part)
+        staging.receive_logs(decoded.logs, decoded.wire, decoded.keys)
 
 
-@pytest.mark.parametrize("arrival", ["spans_first", "markers_first"])
+def _state(dsn: str, job_id: str) -> JobState | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT state FROM otlp_job WHERE job_id = %s", (job_id,)).fetchone()
+    return None if row is None or row[0] is None else load(bytes(row[0]))
+
+
+@pytest.mark.parametrize("arrival", ["spans_first", "markers_first", "logs_first", "settled"])
 def test_lines_before_at_and_past_the_cap_give_the_processors_rows(
     capped: Staging, dsn: str, second_dsn: str, arrival: str
 ) -> None:
     spans, records, job_id = _recorded(dsn)
+    if arrival == "logs_first":
+        _send_logs(capped, records)
     _send_spans(capped, start_markers(spans) if arrival == "markers_first" else spans)
-    for start in range(0, len(records), 2):  # as an exporter sends them: in order, a few at once
-        _send_logs(capped, records[start : start + 2])
+    if arrival == "settled":
+        assert capped.settle()[0] == 1
+    if arrival != "logs_first":
+        _send_logs(capped, records)
     if arrival == "markers_first":
-        with psycopg.connect(second_dsn) as conn:
-            blob = conn.execute("SELECT state FROM otlp_job WHERE job_id = %s", (job_id,))
-            state = load(bytes(blob.fetchone()[0]))  # type: ignore[index]
+        state = _state(second_dsn, job_id)
         assert state is not None
         # The running attempt's cap counts, kept with the job's state by the lines written.
         ((_, attempt),) = state.attempts
         assert attempt.logs == {None: [3, 2], "A": [3, 6], "B": [2, 0]}
         _send_spans(capped, spans)
-    live = table_rows(dsn, job_id)
-    assert table_rows(second_dsn, job_id) == live
-    dropped = [row[7]["dropped"] for row in live[0] if row[4] == "LOG" and "dropped" in row[7]]
+    live_events, live_logs = table_rows(dsn, job_id)
+    events, logs = table_rows(second_dsn, job_id)
+    assert logs == live_logs
+    if arrival == "settled":  # a settled attempt's progress log event changes nothing
+        events = [row for row in events if row[4] == "LOG"]
+        live_events = [row for row in live_events if row[4] == "LOG"]
+    assert events == live_events
+    dropped = [row[7]["dropped"] for row in live_events if row[4] == "LOG" and "dropped" in row[7]]
     assert dropped == [4, 2, 2]  # A's first run, its second, and the lines between steps

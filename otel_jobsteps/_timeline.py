@@ -85,6 +85,19 @@ def _attempt_line(summary: AttemptSummary, as_of: datetime, style: Style) -> str
     )
 
 
+def _attempt_lines(detail: JobDetail, style: Style) -> list[str]:
+    """The attempts listed, each after a line that counts the ones left out before it."""
+    gaps = {gap.before: gap.count for gap in detail.attempt_gaps}
+    lines = []
+    for summary in detail.attempts:
+        hidden = gaps.get(summary.attempt)
+        if hidden:
+            more = f"{hidden} earlier attempt{'' if hidden == 1 else 's'}"
+            lines.append(f"  ... {more} (--before-attempt {summary.attempt})")
+        lines.append(_attempt_line(summary, detail.as_of, style))
+    return lines
+
+
 def _bar(step: StepRecord, start: datetime, total: float, as_of: datetime, style: Style) -> str:
     end = step.ended_at or as_of
     first = int((step.started_at - start).total_seconds() / total * BAR_WIDTH)
@@ -153,10 +166,10 @@ def render_detail(detail: JobDetail, style: Style, *, logs: bool = False) -> str
     kind = f" ({printable(detail.job_type)})" if detail.job_type else ""
     lines = [
         f"job {printable(detail.domain)} / {printable(detail.job_id)}{kind}: "
-        f"attempt {detail.current_attempt} of {len(detail.attempts)}",
+        f"attempt {detail.current_attempt} of {detail.attempt_count}",
         "",
         "attempts:",
-        *(_attempt_line(a, detail.as_of, style) for a in detail.attempts),
+        *_attempt_lines(detail, style),
         "",
         *_steps_section(detail, style),
         "",

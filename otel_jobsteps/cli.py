@@ -193,7 +193,12 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     detail = job_detail(
-        _dsn(args, read=True), args.domain, args.job_id, args.attempt, schema=_schema(args)
+        _dsn(args, read=True),
+        args.domain,
+        args.job_id,
+        args.attempt,
+        schema=_schema(args),
+        before_attempt=args.before_attempt,
     )
     if detail is None:
         which = f"attempt {args.attempt} of job" if args.attempt is not None else "job"
@@ -528,6 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("job_id")
     show.add_argument(
         "--attempt", type=int_between(1, MAX_ATTEMPT), help="attempt to detail (default: latest)"
+    )
+    show.add_argument(
+        "--before-attempt",
+        type=int_between(1, MAX_ATTEMPT),
+        metavar="N",
+        help="list the newest attempts numbered below N (a job retried many times lists some)",
     )
     show.add_argument("--json", action="store_true", help="print the job as JSON")
     show.add_argument(

@@ -28,10 +28,14 @@ from .errors import ConfigurationError
 from .sql import qualified_queries
 
 __all__ = [
+    "FAILED_ATTEMPTS",
     "MAX_LOG_LINES",
+    "NEWEST_ATTEMPTS",
     "STATUSES",
     "TAG_SCAN_PER_JOB",
     "ActivityFollower",
+    "AttemptGap",
+    "AttemptList",
     "AttemptRow",
     "AttemptSummary",
     "EventRecord",
@@ -44,12 +48,18 @@ __all__ = [
     "job_detail",
     "list_jobs",
     "parse_tag",
+    "read_attempts",
     "read_target",
+    "stalled_count",
     "window_start",
 ]
 
 _TAG_SEPARATOR = re.compile("[=:]")
 TAG_SCAN_PER_JOB = 8  # tagged attempts a tag search reads per job asked for
+NEWEST_ATTEMPTS = 20
+"""The newest attempts `job_detail` lists (below ``before_attempt``); the first, the latest,
+the one asked for and the newest `FAILED_ATTEMPTS` failed ones are listed too."""
+FAILED_ATTEMPTS = 20
 MAX_LOG_LINES = 5_000
 """The most log lines `job_detail` returns for an attempt (its newest): 1,000 per step is
 the writer's default cap."""
@@ -87,6 +97,30 @@ class AttemptSummary(Record):
     ended_at: datetime | None
     last_activity_at: datetime | None
     stalled_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptGap(Record):
+    """Attempts a job's list leaves out: ``count`` of them, numbered below ``before`` and above
+    the attempt listed before it; ``before_attempt=before`` lists the newest of them."""
+
+    before: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptList:
+    """The attempts of a job a read lists (`job_attempt_choice`), how many it has in all, and
+    where the others are."""
+
+    attempts: tuple[AttemptSummary, ...]
+    count: int
+    gaps: tuple[AttemptGap, ...]
+    as_of: datetime
+
+    @property
+    def numbers(self) -> list[int]:
+        return [a.attempt for a in self.attempts]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +211,15 @@ class LogLine(Record):
 class JobDetail(Record):
     """What `job_detail` returns: one job, its attempts, and one attempt in detail.
 
+    ``attempts`` lists the newest `NEWEST_ATTEMPTS` (below ``before_attempt`` when asked), the
+    first, the latest, ``current_attempt`` and the newest `FAILED_ATTEMPTS` failed ones, oldest
+    first; ``attempt_count`` is how many the job has and ``attempt_gaps`` where the others are.
     ``current_attempt`` is the attempt described by ``steps``, ``processing_started_at``
-    (start of its first step) and ``log``; ``events`` and ``stalled_count`` cover every
-    attempt, and only ordinary events (STEP rows are never counted). ``logs`` are the log
-    lines (LOG rows) of ``current_attempt`` in time order, the newest `MAX_LOG_LINES`; they are
-    never steps or events. ``as_of`` is the server's time of the read, the end of the bar of a
-    step still running.
+    (start of its first step) and ``log``; ``events`` are those of the attempts listed and
+    ``stalled_count`` counts every attempt's, only ordinary events (STEP rows are never
+    counted). ``logs`` are the log lines (LOG rows) of ``current_attempt`` in time order, the
+    newest `MAX_LOG_LINES`; they are never steps or events. ``as_of`` is the server's time of
+    the read, the end of the bar of a step still running.
     """
 
     domain: str
@@ -196,6 +233,8 @@ class JobDetail(Record):
     processing_started_at: datetime | None
     log: JobLogEntry | None
     as_of: datetime
+    attempt_count: int
+    attempt_gaps: tuple[AttemptGap, ...]
     logs: tuple[LogLine, ...] = ()
 
     @property
@@ -228,32 +267,34 @@ def job_detail(
     attempt: int | None = None,
     *,
     schema: str = "public",
+    before_attempt: int | None = None,
 ) -> JobDetail | None:
     """Read one job: its attempts, and the latest (or the asked) attempt's steps and log.
 
-    Returns None when the job, or the asked attempt, has no row. Queries run in one
-    read-only snapshot, so the attempts, steps, events and log agree with each other.
+    A job retried many times lists some of its attempts (`JobDetail`): ``before_attempt`` pages
+    to older ones, as its ``attempt_gaps`` say. Returns None when the job, or the asked attempt,
+    has no row. Queries run in one read-only snapshot, so the attempts, steps, events and log
+    agree with each other.
     """
     queries = _queries(schema)
     key = {"domain": domain, "job_id": str(job_id)}
     with session(read_target(conninfo_or_connection), schema=schema, snapshot=True) as conn:
-        with conn.cursor(row_factory=dict_row) as cur:
-            read_any_time(cur)  # a caller's connection too
-            rows = cur.execute(queries["job_attempts"], key).fetchall()
-        if not rows:
+        listed = read_attempts(conn, queries, key, attempt=attempt, before=before_attempt)
+        if listed is None:
             return None
-        names = [f.name for f in fields(AttemptSummary)]
-        attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in rows)
+        attempts = listed.attempts
         chosen = attempt if attempt is not None else attempts[-1].attempt
         summary = next((a for a in attempts if a.attempt == chosen), None)
         if summary is None:
             return None
         scope = {**key, "attempt": chosen}
         steps = fetch(conn, queries["job_steps"], scope, StepRecord)
-        events = fetch(conn, queries["job_events"], key, EventRecord)
+        shown = {**key, "attempts": listed.numbers}
+        events = fetch(conn, queries["job_events"], shown, EventRecord)
         logs = fetch(conn, queries["job_log_entry"], scope, JobLogEntry)
         every = {"every": True, "step_key": None, "limit": MAX_LOG_LINES}
         lines = read_log_lines(conn, queries, {**scope, **every})
+        stalled = stalled_count(conn, queries, key)
     return JobDetail(
         domain=domain,
         job_id=str(job_id),
@@ -262,12 +303,56 @@ def job_detail(
         attempts=attempts,
         steps=tuple(steps),
         events=tuple(events),
-        stalled_count=sum(a.stalled_count for a in attempts),
+        stalled_count=stalled,
         processing_started_at=summary.processing_started_at,
         log=logs[0] if logs else None,
-        as_of=rows[0]["as_of"],
+        as_of=listed.as_of,
+        attempt_count=listed.count,
+        attempt_gaps=listed.gaps,
         logs=tuple(lines),
     )
+
+
+def read_attempts(
+    conn: psycopg.Connection[Any],
+    queries: dict[str, sql.Composed],
+    key: dict[str, str],
+    *,
+    attempt: int | None,
+    before: int | None,
+) -> AttemptList | None:
+    """The attempts of the job ``key`` a read lists (`JobDetail`), None when it has none."""
+    params = {
+        **key,
+        "attempt": attempt,
+        "before": before,
+        "newest": NEWEST_ATTEMPTS,
+        "failed": FAILED_ATTEMPTS,
+    }
+    with conn.cursor(row_factory=dict_row) as cur:
+        read_any_time(cur)  # a caller's connection too
+        places = cur.execute(queries["job_attempt_choice"], params).fetchall()
+        if not places:
+            return None
+        numbers = [row["attempt"] for row in places]
+        rows = cur.execute(queries["job_attempts"], {**key, "attempts": numbers}).fetchall()
+    names = [f.name for f in fields(AttemptSummary)]
+    attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in rows)
+    gaps, above = [], 0
+    for row in places:
+        if row["place"] - above > 1:
+            gaps.append(AttemptGap(row["attempt"], row["place"] - above - 1))
+        above = row["place"]
+    return AttemptList(attempts, places[0]["total"], tuple(gaps), rows[0]["as_of"])
+
+
+def stalled_count(
+    conn: psycopg.Connection[Any], queries: dict[str, sql.Composed], key: dict[str, str]
+) -> int:
+    """How many STALLED events the job ``key`` has, over all its attempts."""
+    row = conn.execute(queries["job_stalled"], key).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def read_log_lines(

@@ -3,14 +3,55 @@
 -- schema-qualified identifiers filled in with psycopg.sql; values are always %(name)s
 -- parameters. Column names match the fields of the dataclasses in otel_jobsteps/query.py.
 
+-- name: job_attempt_choice --
+-- Which attempts of one job a read lists, oldest first: the newest `newest` numbered below
+-- `before` (NULL: all), the first, the latest, the newest `failed` that failed, and `attempt`
+-- (NULL: none); each with its place among all the job's attempts (1 for the first) and how
+-- many there are (`total`): the attempts between two listed ones are left out, and counted.
+-- Every number is read (index only: the job's range of each table's (domain, job_id, attempt)
+-- index), never an attempt's summary: job_attempts computes those of the listed ones only.
+WITH number AS MATERIALIZED (
+    SELECT attempt FROM {job_event} WHERE domain = %(domain)s AND job_id = %(job_id)s
+    UNION
+    SELECT attempt FROM {job_log} WHERE domain = %(domain)s AND job_id = %(job_id)s
+), chosen AS (
+    (SELECT attempt FROM number
+     WHERE %(before)s::integer IS NULL OR attempt < %(before)s
+     ORDER BY attempt DESC
+     LIMIT %(newest)s)
+    UNION
+    SELECT max(attempt) FROM number
+    UNION
+    SELECT min(attempt) FROM number
+    UNION
+    (SELECT attempt FROM {job_log}
+     WHERE domain = %(domain)s AND job_id = %(job_id)s AND status = 'FAILED'
+     ORDER BY attempt DESC
+     LIMIT %(failed)s)
+    UNION
+    SELECT attempt FROM number WHERE attempt = %(attempt)s
+)
+SELECT attempt, place, total
+FROM (SELECT attempt, row_number() OVER (ORDER BY attempt) AS place, count(*) OVER () AS total
+      FROM number) AS ranked
+WHERE attempt = ANY(ARRAY(SELECT attempt FROM chosen))
+ORDER BY attempt;
+
 -- name: job_attempts --
--- Every attempt of one job, oldest first, with the server's time of the read.
+-- The attempts of one job numbered in attempts (job_attempt_choice's), oldest first, with the
+-- server's time of the read. job_attempt (0016) computes each by index probes of its number.
 SELECT attempt, job_type, status, reason, error, last_step, open_step, started_at,
        processing_started_at, ended_at, last_activity_at, stalled_count,
        now() AS as_of
 FROM {job_attempt}
-WHERE domain = %(domain)s AND job_id = %(job_id)s
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = ANY(%(attempts)s::integer[])
 ORDER BY attempt;
+
+-- name: job_stalled --
+-- How many STALLED events one job has, over all its attempts.
+SELECT count(*) AS stalled
+FROM {job_event}
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND type = 'STALLED';
 
 -- name: job_steps --
 -- The STEP rows of one attempt in the order they started.
@@ -27,11 +68,12 @@ WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = %(attempt)s
 ORDER BY created_at, id;
 
 -- name: job_events --
--- The ordinary events of one job (neither STEP, TAG nor LOG rows), all attempts, in the order
--- they happened.
+-- The ordinary events of one job (neither STEP, TAG nor LOG rows) of the attempts listed, in
+-- the order they happened.
 SELECT attempt, type, message, detail, created_at
 FROM {job_event}
 WHERE domain = %(domain)s AND job_id = %(job_id)s AND type NOT IN ('STEP', 'TAG', 'LOG')
+  AND attempt = ANY(%(attempts)s::integer[])
 ORDER BY created_at, id;
 
 -- name: job_log_lines --

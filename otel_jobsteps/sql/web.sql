@@ -191,15 +191,17 @@ SELECT (SELECT count(*) FROM (SELECT FROM {job_log}
            AS running;
 
 -- name: job_rows --
--- Every row of one job but its log lines, all attempts, without their detail and message (a job
--- of 10,000 steps draws 200 of them: job_row_details reads those): steps (the waterfall),
--- ordinary events and tags, with the server's time of the read. The log lines shown are read
--- apart (read.sql's job_log_lines: one step's, up to 1,000 a step are kept).
+-- Every row of one job's listed attempts (read.sql's job_attempt_choice: a few of a job
+-- retried 10,000 times) but their log lines, without their detail and message (a job of 10,000
+-- steps draws 200 of them: job_row_details reads those): steps (the waterfall), ordinary
+-- events and tags, with the server's time of the read. The log lines shown are read apart
+-- (read.sql's job_log_lines: one step's, up to 1,000 a step are kept).
 SELECT id, attempt, type, step_key, step_status, trace_id, created_at, ended_at,
        GREATEST(created_at, heartbeat_at) AS seen_at,
        now() AS as_of
 FROM {job_event}
 WHERE domain = %(domain)s AND job_id = %(job_id)s AND type <> 'LOG'
+  AND attempt = ANY(%(attempts)s::integer[])
 ORDER BY attempt, created_at, id;
 
 -- name: job_row_details --
@@ -209,10 +211,10 @@ FROM {job_event}
 WHERE id = ANY(%(ids)s) AND domain = %(domain)s AND job_id = %(job_id)s;
 
 -- name: job_logs --
--- The final rows of every attempt of one job.
+-- The final rows of the listed attempts of one job.
 SELECT attempt, status, reason, detail, trace_id, created_at
 FROM {job_log}
-WHERE domain = %(domain)s AND job_id = %(job_id)s
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = ANY(%(attempts)s::integer[])
 ORDER BY attempt;
 
 -- name: open_steps --

@@ -20,6 +20,7 @@ from .._vocabulary import MAX_ID_CHARS
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     TAG_SCAN_PER_JOB,
+    AttemptGap,
     AttemptSummary,
     JobDetail,
     JobLogEntry,
@@ -27,7 +28,9 @@ from ..query import (
     LogLine,
     job_detail,
     list_jobs,
+    read_attempts,
     read_log_lines,
+    stalled_count,
     window_start,
 )
 from ..sql import qualified_queries
@@ -95,7 +98,8 @@ class StatusCounts(Record):
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """Everything the job page draws, read in one snapshot."""
+    """Everything the job page draws, read in one snapshot: the attempts listed (`JobDetail`),
+    their rows and final rows, how many attempts the job has and where the others are."""
 
     domain: str
     job_id: str
@@ -104,6 +108,9 @@ class JobPage:
     logs: list[JobLogEntry]
     as_of: datetime
     lines: list[LogLine]  # the selected attempt's, of the selected step and between steps
+    attempt_count: int
+    attempt_gaps: tuple[AttemptGap, ...]
+    stalled_count: int  # over every attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,25 +293,38 @@ class Reader:
         *,
         attempt: int | None = None,
         step: str | None = None,
+        before_attempt: int | None = None,
     ) -> JobPage | None:
-        """A job's attempts, rows, final rows and the log lines of ``attempt`` and ``step``, in
-        one snapshot (None without rows); details only of the rows ``drawn`` picks."""
+        """A job's listed attempts (`job_detail`'s), their rows, final rows and the log lines of
+        ``attempt`` and ``step``, in one snapshot (None without rows); details only of the rows
+        ``drawn`` picks."""
         key = {"domain": domain, "job_id": job_id}
-        # job_attempts of the read API (the list_jobs fragment does not matter to it)
+        # the read API's statements (the list_jobs fragment does not matter to them)
         read_side = qualified_queries("read.sql", self.schema, (("in_domain", ""),))
         with self.snapshot() as conn:
+            listed = read_attempts(conn, read_side, key, attempt=attempt, before=before_attempt)
+            if listed is None:
+                return None
+            shown = {**key, "attempts": listed.numbers}
             with conn.cursor(row_factory=dict_row) as cur:
-                found = cur.execute(read_side["job_attempts"], key).fetchall()
-                if not found:
-                    return None
-                rows = cur.execute(self._queries["job_rows"], key).fetchall()
-            logs = fetch(conn, self._queries["job_logs"], key, JobLogEntry)
-            names = [f.name for f in fields(AttemptSummary)]
-            attempts = tuple(AttemptSummary(**{n: row[n] for n in names}) for row in found)
+                rows = cur.execute(self._queries["job_rows"], shown).fetchall()
+            logs = fetch(conn, self._queries["job_logs"], shown, JobLogEntry)
+            attempts = listed.attempts
             chosen = attempt if attempt is not None else attempts[-1].attempt
             scope = {**key, "attempt": chosen, "every": False, "step_key": step}
             lines = read_log_lines(conn, read_side, {**scope, "limit": LINES_SHOWN})
-            page = JobPage(domain, job_id, attempts, rows, logs, found[0]["as_of"], lines)
+            page = JobPage(
+                domain,
+                job_id,
+                attempts,
+                rows,
+                logs,
+                listed.as_of,
+                lines,
+                listed.count,
+                listed.gaps,
+                stalled_count(conn, read_side, key),
+            )
             wanted = {**key, "ids": sorted(drawn(page))}
             with conn.cursor(row_factory=dict_row) as cur:
                 found_details = cur.execute(self._queries["job_row_details"], wanted).fetchall()
@@ -344,10 +364,14 @@ class Reader:
             }
             return fetch(conn, self._queries["step_failures"], params, StepFailure, prepare=False)
 
-    def job_detail(self, domain: str, job_id: str, attempt: int | None) -> JobDetail | None:
+    def job_detail(
+        self, domain: str, job_id: str, attempt: int | None, before_attempt: int | None
+    ) -> JobDetail | None:
         """The read API's `job_detail`, on a read-only connection."""
         with self._connection() as conn:
-            return job_detail(conn, domain, job_id, attempt, schema=self.schema)
+            return job_detail(
+                conn, domain, job_id, attempt, schema=self.schema, before_attempt=before_attempt
+            )
 
     def list_jobs(self, **filters: Any) -> list[JobSummary]:
         """The read API's `list_jobs`, on a read-only connection."""

@@ -17,6 +17,7 @@ from .parsing import (
     MAX_ROW,
     PAGE_SIZE,
     attempt_param,
+    before_attempt_param,
     integer_param,
     job_key,
     limit_param,
@@ -142,6 +143,7 @@ class Pages:
         domain, job_id = job_key(request)
         chosen, step = attempt_param(request), text_param(request, "step")
         first = integer_param(request, "from", MAX_ROW)
+        before = before_attempt_param(request)
 
         def lay_out(page: JobPage) -> Timeline:
             return build_timeline(
@@ -158,7 +160,12 @@ class Pages:
 
         # laid out twice: once to know which rows it draws, once with their details
         page = self.reader.job_page(
-            domain, job_id, lambda read: drawn_rows(lay_out(read)), attempt=chosen, step=step
+            domain,
+            job_id,
+            lambda read: drawn_rows(lay_out(read)),
+            attempt=chosen,
+            step=step,
+            before_attempt=before,
         )
         if page is None:
             return self.render("missing.html", 404, domain=domain, job_id=job_id)
@@ -175,7 +182,8 @@ class Pages:
             selected=timeline.selected,
             latest=timeline.lanes[-1],
             total=total,
-            stalled=sum(lane.summary.stalled_count for lane in timeline.lanes),
+            gaps={gap.before: gap.count for gap in page.attempt_gaps},
+            kept={} if chosen is None else {"attempt": str(chosen)},
         )
 
     def running(self, request: Request) -> Response:
@@ -253,7 +261,9 @@ class Pages:
         return response
 
     def api_job(self, request: Request) -> Response:
-        detail = self.reader.job_detail(*job_key(request), attempt_param(request))
+        detail = self.reader.job_detail(
+            *job_key(request), attempt_param(request), before_attempt_param(request)
+        )
         if detail is None:
             return json_response({"error": "no such job or attempt"}, 404)
         return json_response(detail)

@@ -17,6 +17,7 @@ __all__ = [
     "MAX_ROW",
     "PAGE_SIZE",
     "attempt_param",
+    "before_attempt_param",
     "check_text",
     "integer_param",
     "job_key",
@@ -66,6 +67,11 @@ def limit_param(request: Request) -> int:
 
 def attempt_param(request: Request) -> int | None:
     return integer_param(request, "attempt", MAX_ATTEMPT)
+
+
+def before_attempt_param(request: Request) -> int | None:
+    """``?before_attempt=N``: list the newest attempts numbered below N (`job_detail`)."""
+    return integer_param(request, "before_attempt", MAX_ATTEMPT)
 
 
 def text_param(request: Request, name: str) -> str | None:

@@ -256,3 +256,43 @@ def add_line(
             "detail": json.dumps({"severity": severity, "attributes": {}, **detail}),
         },
     )
+
+
+RETRIED_JOB = (
+    """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status, message,
+                       created_at, ended_at)
+SELECT 'mail', 'retried', 'newsletter', n, 'STEP', s.key,
+       CASE WHEN n = %(last)s AND s.key = 'SEND' THEN 'RUNNING'
+            WHEN n %% 1000 = 0 AND s.key = 'SEND' THEN 'FAILED' ELSE 'COMPLETED' END,
+       CASE WHEN n %% 1000 = 0 AND s.key = 'SEND' THEN 'smtp down' END,
+       now() - interval '8 days' + n * interval '1 minute' + s.at * interval '1 second',
+       CASE WHEN n < %(last)s OR s.key = 'RENDER'
+            THEN now() - interval '8 days' + n * interval '1 minute'
+                 + (s.at + 1) * interval '1 second' END
+FROM generate_series(1, %(last)s) AS n, (VALUES ('RENDER', 0), ('SEND', 2)) AS s (key, at)
+""",
+    """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, message, created_at)
+SELECT 'mail', 'retried', 'newsletter', n, 'RETRY_SCHEDULED', 'again in a minute',
+       now() - interval '8 days' + n * interval '1 minute' + interval '5 seconds'
+FROM generate_series(1, %(last)s - 1) AS n
+""",
+    """
+INSERT INTO job_log (domain, job_id, job_type, attempt, status, reason, detail, created_at)
+SELECT 'mail', 'retried', 'newsletter', n,
+       CASE WHEN n %% 1000 = 0 THEN 'FAILED' ELSE 'COMPLETED' END,
+       CASE WHEN n %% 1000 = 0 THEN 'error' END,
+       CASE WHEN n %% 1000 = 0 THEN '{"error": "SMTPError: down", "step": "SEND"}'::jsonb END,
+       now() - interval '8 days' + n * interval '1 minute' + interval '4 seconds'
+FROM generate_series(1, %(last)s - 1) AS n
+""",
+)
+
+
+def retried_job(conn: psycopg.Connection[Any], attempts: int) -> None:
+    """Job mail / retried with ``attempts`` attempts a minute apart, each a RENDER and a SEND
+    step and a RETRY_SCHEDULED event: every 1000th fails in SEND, the latest is still sending,
+    the others completed (rows written by SQL: 10,000 attempts take a second)."""
+    for statement in RETRIED_JOB:
+        conn.execute(statement, {"last": attempts})  # type: ignore[call-overload]

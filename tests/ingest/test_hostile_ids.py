@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
 from functools import partial
+from typing import Any
 
 import grpc
 import psycopg
@@ -177,7 +177,10 @@ def test_hostile_values_give_rows_or_counted_refusals_never_a_5xx(
     def story(tracer: Tracer, _: str) -> None:
         one_job(tracer, domain="d", job_id="innocent" + suffix)
         job: dict[str, str | int] = {
-            "job.domain": domain, "job.id": job_id + suffix, "job.attempt": 1, "job.type": kind
+            "job.domain": domain,
+            "job.id": job_id + suffix,
+            "job.attempt": 1,
+            "job.type": kind,
         }
         with tracer.start_as_current_span("job", attributes=job):
             with tracer.start_as_current_span("step", attributes={"job.step.key": key}):

@@ -34,6 +34,10 @@ def _missing(reason: str) -> None:
     (pytest.fail if REQUIRE_PG_BINARIES else pytest.skip)(reason)
 
 
+def _version(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in name.split(".") if part.isdigit())
+
+
 def server_binaries() -> Path:
     """The directory of the server binaries: ``pg_config --bindir``, else Debian's newest
     /usr/lib/postgresql/*/bin."""
@@ -44,8 +48,8 @@ def server_binaries() -> Path:
             [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=False
         )
         candidates.append(Path(found.stdout.strip()))
-    versions = Path("/usr/lib/postgresql").glob("*/bin")
-    candidates += sorted(versions, key=lambda bin_dir: int(bin_dir.parent.name), reverse=True)
+    versions = Path("/usr/lib/postgresql").glob("*/bin")  # 15, 16, ... (9.6 before them)
+    candidates += sorted(versions, key=lambda bin_dir: _version(bin_dir.parent.name), reverse=True)
     for bin_dir in candidates:
         if all((bin_dir / tool).is_file() for tool in TOOLS):
             return bin_dir

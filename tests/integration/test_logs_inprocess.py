@@ -187,11 +187,13 @@ def test_the_docs_example_records_its_line_and_progress(
     try:
         with warnings.catch_warnings():  # the SDK's LoggingHandler is deprecated in 1.39+
             warnings.simplefilter("ignore", DeprecationWarning)
-            exec(compile(code, "docs/logs.md", "exec"), {"DSN": dsn})  # the page's own code
+            namespace = {"DSN": dsn}
+            exec(compile(code, "docs/logs.md", "exec"), namespace)  # the page's own code
     finally:
         for handler in set(root.handlers) - set(handlers):
             root.removeHandler(handler)
-    assert rows(conn, LOG_ROWS, "42")[0][:4] == ("RENDER", None, None, "rendering 24 frames")
+    job_id = namespace["job_id"]
+    assert rows(conn, LOG_ROWS, job_id)[0][:4] == ("RENDER", None, None, "rendering 24 frames")
     assert rows(conn, "SELECT detail FROM job_event WHERE type = 'STEP'") == [({"pct": 50},)]
 
 

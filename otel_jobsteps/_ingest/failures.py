@@ -84,15 +84,12 @@ class Repeats:
                 failed.popitem(last=False)
         return most
 
-    def seen(self, keys: Iterable[Hashable]) -> int:
-        """The most failures any of ``keys`` has."""
-        with self._lock:
-            return max((self._failed.get(key, 0) for key in keys), default=0)
+    def __bool__(self) -> bool:
+        """Whether any failure is remembered (read without the lock: a race keeps a count)."""
+        return bool(self._failed)
 
     def forget(self, keys: Iterable[Hashable]) -> None:
         """``keys`` were committed or refused: nothing to remember."""
-        if not self._failed:  # the common case, without the lock (a race only keeps a count)
-            return
         with self._lock:
             for key in keys:
                 self._failed.pop(key, None)

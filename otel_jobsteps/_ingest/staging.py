@@ -58,6 +58,11 @@ class _Failed(Exception):
         self.fault = fault
 
 
+def _keys(rows: list[SpanRow], logs: list[LogRow]) -> list[tuple[str, int, int | bytes]]:
+    """What tells a request's spans (records) apart: (trace, span id, phase or record key)."""
+    return [row[:3] for row in rows] + [log[:3] for log in logs]
+
+
 def _total(first: Receipt, second: Receipt) -> Receipt:
     """The receipt of a request staged in two parts."""
     return Receipt(
@@ -154,7 +159,7 @@ class Staging:
             kind = "database_error" if failed.fault is Fault.OTHER else "statement_contention"
             self.stats.problem(kind, failed.error)
             raise RequestFailed(describe(failed.error)) from None
-        except psycopg.OperationalError as error:  # PoolTimeout too: no connection came
+        except psycopg.Error as error:  # away (PoolTimeout too: no connection came)
             raise self._unavailable(error) from None
 
     def _isolated(
@@ -164,7 +169,6 @@ class Staging:
         request in halves, down to the spans (records) that still fail, which are refused and
         counted; at most ``tries[0]`` transactions in all (the rest of a part that fails then is
         refused). `_Failed` when the request is to be answered retryable."""
-        keys = [row[:3] for row in rows] + [log[:3] for log in logs]
         tries[0] -= 1
         try:
             receipt = self._try(store, rows, logs)
@@ -172,6 +176,7 @@ class Staging:
             kind = fault(error)
             if kind is Fault.AWAY:
                 raise
+            keys = _keys(rows, logs)
             if kind is Fault.OTHER or (
                 kind is Fault.CONTENTION and self._repeats.failed(keys) < REPEATS_REFUSED
             ):
@@ -187,7 +192,8 @@ class Staging:
             self.stats.problem("statement_refused", error)
             why = f"PostgreSQL refused them ({error.sqlstate or type(error).__name__})"
             return Receipt(0, 0, 0, rejected=len(keys), reason=f"{len(keys)} {_WHAT} {why}")
-        self._repeats.forget(keys)
+        if self._repeats:  # some spans met contention before: these may be among them
+            self._repeats.forget(_keys(rows, logs))
         return receipt
 
     def _try(self, store: StepStore, rows: list[SpanRow], logs: list[LogRow]) -> Receipt:

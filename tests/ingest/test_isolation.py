@@ -5,19 +5,30 @@ request is taken, and collect pauses only for a database that is away."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
+import grpc
 import psycopg
+import pytest
 from opentelemetry.trace import Tracer
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
+from otel_jobsteps._ingest.failures import Fault, fault
+from otel_jobsteps._ingest.metrics import CollectMetrics
+from tests.helpers import free_port
 from tests.ingest.collector import table_rows
 from tests.ingest.receiver import one_job, receiving
-from tests.ingest.requests import partial_success
+from tests.ingest.requests import partial_success, request_of
 from tests.ingest.stories import Recording
 
 # A statement of collect's own that fails for one job whatever it holds (the rows it derives
 # are written as the processor's are: a row PostgreSQL refuses is dropped alone, counted).
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+STATEMENT_FAILURES = "otel_jobsteps_collect_statement_failures_total"
 POISON = """
 CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -77,27 +88,88 @@ def test_a_locked_job_answers_its_own_requests_retryable_and_no_one_else_waits(
     first = recording.spans(_jobs("locked"), "")
     later = recording.spans(_jobs("locked", attempt=2), "")
     others = [recording.spans(_jobs(f"other-{n}"), "") for n in range(5)]
-    with receiving(collect_dsn) as receiver, psycopg.connect(second_dsn) as holder:
+    grpc_port = free_port()
+    with (
+        receiving(collect_dsn, grpc_listen=f"127.0.0.1:{grpc_port}") as receiver,
+        psycopg.connect(second_dsn) as holder,
+        grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
+    ):
         assert receiver.post(first).status_code == 200
         holder.execute("SELECT FROM otlp_job WHERE job_id = 'locked' FOR UPDATE")
         locked = receiver.post(later)
         answers = [receiver.post(spans).status_code for spans in others]
         resting, ready = receiver.staging.resting(), receiver.client.get("/readyz").status_code
-        retried = receiver.post(later)
-        retry_answers = receiver.count("statement_retry_answers")
+        export: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(EXPORT)
+        with pytest.raises(grpc.RpcError) as over_grpc:
+            export(request_of(later).SerializeToString(), timeout=30)
         refused = receiver.post(later)  # a third time: its spans are refused, the rest taken
-        pauses = receiver.count("database_pauses")
-        refusals = receiver.count("statement_refusals")
         holder.rollback()
+        metrics = CollectMetrics(receiver.staging.stats, settled_at=time.monotonic)
+        with TestClient(Starlette(routes=[metrics.route()])) as scrape:
+            exposed = scrape.get("/metrics").text
 
-    assert locked.status_code == retried.status_code == 503
+    assert locked.status_code == 503
     assert locked.headers["Retry-After"] == "2"
     assert answers == [200] * 5
     assert (resting, ready) == (False, 200)
-    assert retry_answers == 2
+    assert over_grpc.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
     assert refused.status_code == 200
     assert partial_success(refused)[0] >= 1
-    assert pauses == 0
-    assert refusals >= 1
+    assert _counter(exposed, "retry") == 2
+    assert _counter(exposed, "refused") >= 1
+    assert _counter(exposed, "paused") == 0
     for n in range(5):
         assert len(table_rows(second_dsn, f"other-{n}")[1]) == 1
+
+
+def _counter(exposed: str, outcome: str) -> float:
+    """otel_jobsteps_collect_statement_failures_total{outcome} in a /metrics text."""
+    for line in exposed.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith(STATEMENT_FAILURES) and f'outcome="{outcome}"' in name:
+            return float(value)
+    raise AssertionError(f"no {STATEMENT_FAILURES} {outcome} in {exposed}")
+
+
+def test_a_read_only_database_is_away_for_everyone(recording: Recording, second_dsn: str) -> None:
+    """What a failover to a standby gives: collect pauses (every request 503 for a moment)."""
+    with psycopg.connect(second_dsn, autocommit=True) as conn:
+        name = conn.info.dbname
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(
+                sql.Identifier(name)
+            )
+        )
+    spans = recording.spans(_jobs("read-only"), "")
+    with receiving(second_dsn) as receiver:
+        reply = receiver.post(spans)
+        resting, pauses = receiver.staging.resting(), receiver.count("database_pauses")
+
+    assert reply.status_code == 503
+    assert (resting, pauses) == (True, 1)
+    assert receiver.count("statement_retry_answers") == 0
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "expected"),
+    [
+        ("08006", Fault.AWAY),  # connection failure
+        ("57P01", Fault.AWAY),  # admin shutdown
+        ("25006", Fault.AWAY),  # read-only transaction
+        ("53300", Fault.AWAY),  # too many connections
+        ("55P03", Fault.CONTENTION),  # lock timeout
+        ("57014", Fault.CONTENTION),  # statement timeout
+        ("40P01", Fault.CONTENTION),  # deadlock
+        ("22021", Fault.JOB),  # NUL in text
+        ("54000", Fault.JOB),  # an index entry too large
+        ("P0001", Fault.JOB),  # a trigger's exception
+        ("42501", Fault.OTHER),  # permission denied: never refused, retried
+        ("53100", Fault.OTHER),  # disk full
+    ],
+)
+def test_a_failed_statement_is_told_by_its_sqlstate(sqlstate: str, expected: Fault) -> None:
+    assert fault(psycopg.errors.lookup(sqlstate)("the message does not matter")) is expected
+
+
+def test_no_answer_from_the_server_is_away() -> None:
+    assert fault(psycopg.OperationalError("connection lost")) is Fault.AWAY

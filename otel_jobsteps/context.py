@@ -58,6 +58,8 @@ def warn_missing_processor(owner: object | None = None) -> None:
     """Warn once that no JobStepsProcessor records the jobs of ``owner`` (an SDK provider,
     tracer or span; default: the global provider), saying what to do. Spans exported by OTLP
     may be recorded by ``collect``: no warning then."""
+    if "setup" in _warned:
+        return  # said once already: the hint below reads entry points, not for every job
     target = trace.get_tracer_provider() if owner is None else owner
     if exports_by_otlp(target):
         return

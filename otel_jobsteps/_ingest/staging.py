@@ -321,7 +321,9 @@ class Staging:
             with self._pool.store() as store:  # a lost COMMIT's answer, even with no request
                 self._count_uncertain(store)
             found = {name: self._settle_rounds(name, params, limit) for name in _SETTLE_STEPS}
-        except psycopg.OperationalError as error:
+        except psycopg.Error as error:
+            if fault(error) is not Fault.AWAY:  # a statement timeout: the next pass tries again
+                raise
             raise self._unavailable(error) from None
         self.settled_at = time.monotonic()
         settled = found["settle_attempts"][0]

@@ -17,8 +17,11 @@ from psycopg.conninfo import make_conninfo
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
+from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.failures import Fault, fault
 from otel_jobsteps._ingest.metrics import CollectMetrics
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging
 from tests.helpers import free_port
 from tests.ingest.collector import table_rows
 from tests.ingest.receiver import one_job, receiving
@@ -173,3 +176,24 @@ def test_a_failed_statement_is_told_by_its_sqlstate(sqlstate: str, expected: Fau
 
 def test_no_answer_from_the_server_is_away() -> None:
     assert fault(psycopg.OperationalError("connection lost")) is Fault.AWAY
+
+
+def test_a_settle_pass_that_waits_too_long_on_a_lock_does_not_pause_collect(
+    recording: Recording, second_dsn: str
+) -> None:
+    collect_dsn = make_conninfo(second_dsn, options="-c lock_timeout=200")
+    staging = Staging(CollectSettings(collect_dsn, settle_after_s=0.0, connections=1))
+    try:
+        body = request_of(recording.spans(_jobs("settling"), "")).SerializeToString()
+        decoded = decode_protobuf(body)
+        staging.receive(decoded.spans, decoded.wire)
+        with psycopg.connect(second_dsn) as holder:
+            holder.execute("SELECT FROM otlp_attempt WHERE job_id = 'settling' FOR UPDATE")
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                staging.settle()
+            resting, pauses = staging.resting(), staging.stats.get("database_pauses")
+        assert staging.settle()[0] == 1  # the next pass
+    finally:
+        staging.close()
+
+    assert (resting, pauses) == (False, 0)

@@ -46,6 +46,8 @@ __all__ = [
     "MAX_TAG_VALUE_CHARS",
     "SpanTranslator",
     "body_text",
+    "is_job_identity",
+    "late_attributes",
     "log_line",
     "logs_settings",
     "severity_name",
@@ -277,6 +279,10 @@ class SpanTranslator:
 
     At most ``max_open_spans`` are kept (the oldest counted as ``evicted_spans``). With
     ``received=True`` a span seen ended without its start is started first; a live one is ignored.
+
+    A job span's identity and limits are read once, from the first facts given of it with an
+    identity (its start; its end when it had none then). Other values at its end are ignored
+    and told to ``late`` (by default counted as the problem ``late_attributes``).
     """
 
     def __init__(
@@ -286,8 +292,10 @@ class SpanTranslator:
         received: bool = True,
         max_open_spans: int = DEFAULT_MAX_OPEN_SPANS,
         logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
+        late: Callable[[SpanFacts], None] | None = None,
     ) -> None:
         self._problem = problem
+        self._late = self._count_late if late is None else late
         self._logs_min = logs_min_severity
         self._received = received
         self._max_open_spans = max_open_spans
@@ -390,6 +398,8 @@ class SpanTranslator:
         attributes = span.attributes
         end_ns = span.end_ns or span.start_ns
         if key is None:
+            if self._job_scope(span, attributes, quiet=True) != scope:
+                self._late(span)  # the values read at its start stand
             commands.append(
                 JobEnded(scope, end_ns, span.error, attributes.get(attr.JOB_OUTCOME), error)
             )
@@ -452,6 +462,9 @@ class SpanTranslator:
         # An end clamped to 1970 reads as "not ended" (0): the translation takes the start then.
         return replace(span, start_ns=clamp_ns(start), end_ns=clamp_ns(end))
 
+    def _count_late(self, span: SpanFacts) -> None:
+        late_attributes(self._problem, span)
+
     def _remember(self, span_id: int, entry: _OpenSpan) -> None:
         spans = self._open
         spans[span_id] = entry
@@ -501,8 +514,15 @@ class SpanTranslator:
         )
 
     def _job_scope(
-        self, span: SpanFacts, attributes: Mapping[str, Any], *, event: bool = False
+        self,
+        span: SpanFacts,
+        attributes: Mapping[str, Any],
+        *,
+        event: bool = False,
+        quiet: bool = False,
     ) -> Scope | None:
+        """The scope a job span (or an event naming its job) declares; None, counted as
+        ``invalid_job_span`` unless ``quiet``, when it names none a row can hold."""
         domain = attributes.get(attr.JOB_DOMAIN)
         job_id = attributes.get(attr.JOB_ID)
         attempt = _attempt_number(attributes.get(attr.JOB_ATTEMPT))
@@ -514,6 +534,8 @@ class SpanTranslator:
             or not id_fits(domain)
             or not id_fits(job_id)
         ):
+            if quiet:
+                return None
             self._problem(
                 "invalid_job_span",
                 f"span {clean_text(span.name, 200)!r} ignored: needs non-empty "
@@ -536,6 +558,26 @@ class SpanTranslator:
             span_id,
             deadline,
         )
+
+
+_IDENTITY = frozenset(
+    (attr.JOB_DOMAIN, attr.JOB_ID, attr.JOB_ATTEMPT, attr.JOB_TYPE, attr.JOB_EXECUTION,
+     attr.JOB_TIME_LIMIT)
+)  # fmt: skip
+
+
+def is_job_identity(name: str) -> bool:
+    """Whether a job span's attribute is read at its start: its job's identity, limits, tags."""
+    return name in _IDENTITY or name.startswith(attr.JOB_TAG_PREFIX)
+
+
+def late_attributes(problem: Problem, span: SpanFacts) -> None:
+    """Count a job span whose job attributes changed after they were read (both doors)."""
+    problem(
+        "late_attributes",
+        f"job span {clean_text(span.name, 200)!r}: job attributes changed after its start "
+        "ignored (the values it started with stand)",
+    )
 
 
 def _newest_event_ns(span: SpanFacts) -> int:

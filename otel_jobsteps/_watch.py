@@ -51,13 +51,16 @@ class SpanStarted:
     """Queued by on_start: a span in a job scope (or one that may open a scope) started.
 
     on_end sets ``fields`` and drops ``span``: the queue keeps no SDK object past a span's end.
+    A job span's attributes are copied at its start (``attributes``): the job's identity is read
+    from them, whatever the job sets later (`_translate.SpanTranslator`).
     """
 
-    __slots__ = ("fields", "span")
+    __slots__ = ("attributes", "fields", "span")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span | None, attributes: dict[str, Any] | None = None) -> None:
         self.span: Span | None = span
         self.fields: tuple[Any, ...] = ()  # the ended fields, set before ``span`` is dropped
+        self.attributes = attributes  # a job span's attributes at its start, else None
 
 
 class SpanEnded(NamedTuple):
@@ -93,9 +96,10 @@ def fields_facts(fields: tuple[Any, ...]) -> SpanFacts:
     )
 
 
-def _start_part(fields: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The fields as at the span's start (what on_start could know) of ended ``fields``."""
-    return fields if len(fields) == 7 else (*fields[:5], 0, fields[6])
+def _start_part(fields: tuple[Any, ...], attributes: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """The fields as at the span's start (what on_start could know) of ``fields``, with the
+    attributes copied at its start if any (a job span's)."""
+    return (*fields[:5], 0, fields[6] if attributes is None else attributes)
 
 
 class LogEmitted(NamedTuple):
@@ -156,8 +160,10 @@ class SpanWatch:
         self._rotation: deque[int] = deque()
         self._max_steps, self._poll_interval, self._next_poll = max_steps, poll_interval_s, 0.0
         self._poll_budget = poll_budget
-        # The fields of a start that waits one item for its end.
+        # The fields of a start that waits one item for its end, and whether the two may be
+        # read as one (not a job span copied at its start: its end is compared with its start).
         self._deferred: tuple[Any, ...] | None = None
+        self._whole = False
         # True while the writer holds as many operations as it may: progress is shed first.
         self.backlogged: Callable[[], bool] = lambda: False
 
@@ -166,10 +172,14 @@ class SpanWatch:
         if deferred is not None:
             self._deferred = None
             if type(item) is SpanEnded and item.fields[1] == deferred[1]:
-                self.reader.whole(item.fields)
+                if self._whole:
+                    self.reader.whole(item.fields)
+                else:
+                    self.reader.started(deferred)
+                    self.reader.ended(item.fields)
                 return
             try:
-                self.reader.started(_start_part(deferred))
+                self.reader.started(deferred)
             except Exception as error:  # noqa: BLE001 - it must not take this item down with it
                 self._problem("internal_error", error)
         if isinstance(item, SpanEnded):
@@ -179,23 +189,25 @@ class SpanWatch:
             self.reader.log(log_fields(item.record))
             return
         span = item.span  # read before ``fields``: on_end sets those first, then drops the span
-        if span is None:
+        if span is None or span.end_time is not None:
             # Ended already: its end is most likely the next item, and the two are read as one.
-            self._deferred = item.fields
-        elif span.end_time is not None:
-            self._deferred = span_fields(span, ended=False)
+            fields = item.fields if span is None else span_fields(span, ended=False)
+            self._deferred = _start_part(fields, item.attributes)
+            self._whole = item.attributes is None
         else:
-            self._start(span)
+            self._start(span, item.attributes)
 
     def settle(self) -> None:
         """Pass on a start held back to meet its end: whatever comes next must see it."""
         deferred = self._deferred
         if deferred is not None:
             self._deferred = None
-            self.reader.started(_start_part(deferred))
+            self.reader.started(deferred)
 
-    def _start(self, span: ReadableSpan) -> None:
+    def _start(self, span: ReadableSpan, attributes: Mapping[str, Any] | None) -> None:
         fields = span_fields(span, ended=False)
+        if attributes is not None:
+            fields = _start_part(fields, attributes)
         self.reader.started(fields)
         if _is_step(fields[6]):
             steps = self._steps

@@ -125,6 +125,8 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 return  # outside any job scope: nothing else happens, ever
             started = _new_started(SpanStarted)
             started.span = span
+            # A job span's identity is read as it starts (`SpanStarted`): copied now.
+            started.attributes = dict(attributes) if JOB_ID in attributes else None
             if JOB_EVENT_TYPE not in attributes:  # an event is whole at its start
                 in_scope[span.context.span_id] = started
                 if len(in_scope) > self._max_open_spans:
@@ -141,6 +143,15 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 # Plain fields, not the span: the queue keeps no SDK object past the span's end.
                 fields = started.fields = ended_fields(span)
                 started.span = None
+                self._submit(_new(SpanEnded, (fields,)))
+                return
+            attributes = attribute_dict(span)
+            if JOB_ID in attributes and JOB_EVENT_TYPE not in attributes:
+                # A job span that named its job only by its end: its attempt is written now,
+                # from its end (what ran in it before was outside any job scope).
+                started = SpanStarted(None)
+                fields = started.fields = ended_fields(span)
+                self._submit(started)
                 self._submit(_new(SpanEnded, (fields,)))
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)

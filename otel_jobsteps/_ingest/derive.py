@@ -5,15 +5,21 @@ that replaces their attempts' rows, and what to note of each attempt. No databas
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from .._batch import Batch
 from .._commands import Command, JobStarted
 from .._facts import LogFacts, SpanFacts
 from .._recorder import DEFAULT_LOGS_MAX_PER_STEP, DEFAULT_MAX_OPEN_ATTEMPTS, StepRecorder
-from .._translate import DEFAULT_LOGS_MIN_SEVERITY, Problem, SpanTranslator
+from .._translate import (
+    DEFAULT_LOGS_MIN_SEVERITY,
+    Problem,
+    SpanTranslator,
+    is_job_identity,
+    late_attributes,
+)
 from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
 from .ids import ID_MASK, signed
 from .mapping import BULLMQ_OPERATION, JobMapping, map_trace
@@ -73,20 +79,30 @@ def settled_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> 
 
 class _Replay:
     """One job's translators, one per trace (span ids are unique within a trace only): the
-    ordered spans and records -> commands."""
+    ordered spans and records -> commands. Job attributes changed after a job span's start
+    are counted for the ended copies in ``new`` only (None: all), once however often a job is
+    derived again."""
 
     def __init__(
         self,
         problem: Problem,
         logs_min_severity: int,
         translators: dict[int, SpanTranslator] | None = None,
+        new: Collection[tuple[int, int]] | None = None,
     ) -> None:
         self._problem = problem
         self._logs_min_severity = logs_min_severity
         self.translators = translators if translators is not None else {}
+        self._new = new
 
     def translator(self) -> SpanTranslator:
-        return SpanTranslator(problem=self._problem, logs_min_severity=self._logs_min_severity)
+        return SpanTranslator(
+            problem=self._problem, logs_min_severity=self._logs_min_severity, late=self._late
+        )
+
+    def _late(self, span: SpanFacts) -> None:
+        if self._new is None or (span.trace_id, span.span_id) in self._new:
+            late_attributes(self._problem, span)
 
     def commands(self, order: Sequence[tuple[bool, SpanFacts | LogFacts]]) -> list[Command]:
         """A span whose end comes right after its start is told whole (a step: one StepRan),
@@ -129,6 +145,54 @@ def _mapped_nodes(
     }
 
 
+def _ordered(
+    spans: Sequence[SpanFacts], mappings: Sequence[JobMapping]
+) -> list[tuple[bool, SpanFacts]]:
+    """The spans' starts and ends in order (`order`), a job span's start as its start marker
+    had it: the job's identity and limits are read at its start (`_translate.SpanTranslator`),
+    and the ended copy carries only their final values."""
+    nodes = _mapped_nodes(spans, mappings)
+    order = in_span_order(nodes)
+    starts = _started_as(spans, nodes, mappings)
+    if not starts:
+        return order
+    return [
+        (True, starts[(span.trace_id, span.span_id)])
+        if is_start and (span.trace_id, span.span_id) in starts
+        else (is_start, span)
+        for is_start, span in order
+    ]
+
+
+def _started_as(
+    spans: Iterable[SpanFacts],
+    nodes: Mapping[tuple[int, int], SpanFacts],
+    mappings: Sequence[JobMapping],
+) -> dict[tuple[int, int], SpanFacts]:
+    """Per job span whose start marker and ended copy differ in the job's identity, limits or
+    tags: its ended copy with the marker's values (none of them if the marker names no job:
+    the ended copy names it only by its end). As `place.skeleton`, a marker is mapped alone."""
+    found: dict[tuple[int, int], SpanFacts] = {}
+    for marker in spans:
+        node = (marker.trace_id, marker.span_id)
+        ended = nodes.get(node)
+        if marker.end_ns or ended is None or not ended.end_ns:
+            continue
+        (marker,) = map_trace([marker], mappings)
+        if JOB_ID not in marker.attributes and JOB_ID not in ended.attributes:
+            continue  # no job span
+        at_end = ended.attributes
+        at_start = {k: v for k, v in marker.attributes.items() if is_job_identity(k)}
+        if JOB_ID not in at_start:
+            at_start = {}
+        kept = {k: v for k, v in at_end.items() if not is_job_identity(k)}
+        if len(kept) + len(at_start) != len(at_end) or any(
+            k not in at_end or at_end[k] != v for k, v in at_start.items()
+        ):
+            found[node] = replace(ended, attributes={**kept, **at_start})
+    return found
+
+
 def job_commands(
     spans: Iterable[SpanFacts],
     *,
@@ -139,7 +203,8 @@ def job_commands(
 ) -> list[Command]:
     """The commands of the spans in span order and of the log records (each with its tie)
     in it (see `order`)."""
-    order = with_logs(in_span_order(_mapped_nodes(spans, mappings)), logs)
+    spans = list(spans)
+    order = with_logs(_ordered(spans, mappings), logs)
     return _Replay(problem, logs_min_severity).commands(order)
 
 
@@ -181,10 +246,12 @@ def derive_jobs(
     mappings: Sequence[JobMapping] = (),
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
     logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
+    new: Collection[tuple[int, int]] | None = None,
 ) -> Derivation:
     """Derive ``jobs`` from all their staged ``spans`` (``attempts``: theirs not settled) and
     records; settled attempts take part by their job span's start only (``started``): it
-    abandons earlier attempts still open then, as live."""
+    abandons earlier attempts still open then, as live. ``new``: the (trace, span) ids of the
+    ended copies this request brought (None: all are)."""
     gathered = _Gathered({job: [] for job in jobs}, set(attempts))
     for start in started:
         gathered.by_job[(start.attributes[JOB_DOMAIN], start.attributes[JOB_ID])].append(start)
@@ -195,11 +262,9 @@ def derive_jobs(
     replays: dict[Job, _Replay] = {}
     for job in jobs:
         job_logs = (logs or {}).get(job, ())
-        replay = replays[job] = _Replay(problem, logs_min_severity)
+        replay = replays[job] = _Replay(problem, logs_min_severity, new=new)
         try:
-            order = with_logs(
-                in_span_order(_mapped_nodes(gathered.by_job[job], mappings)), job_logs
-            )
+            order = with_logs(_ordered(gathered.by_job[job], mappings), job_logs)
             commands = replay.commands(order)
         except Exception as error:  # noqa: BLE001 - one job must not fail the request
             # Its spans stay staged and its rows as they were; a later span derives it again.
@@ -324,12 +389,10 @@ def resume_jobs(
     known = _of_job(dict.fromkeys(gathered.known))
     noted: dict[Job, tuple[JobState, dict[int, SpanTranslator]]] = {}
     for job, state in states.items():
-        replay = _Replay(problem, logs_min_severity)
+        replay = _Replay(problem, logs_min_severity)  # every span here is new
         replay.translators = restore(state, recorder, replay.translator)
         found.firsts.update(state.firsts)
-        _apply(
-            replay.commands(in_span_order(_mapped_nodes(gathered.by_job[job], ()))), recorder, found
-        )
+        _apply(replay.commands(_ordered(gathered.by_job[job], ())), recorder, found)
         markers = {a: set(m) for a, m in state.markers.items()}
         for attempt, seen in new_markers.get(job, {}).items():
             markers.setdefault(attempt, set()).update(seen)

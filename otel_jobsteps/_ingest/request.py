@@ -26,7 +26,7 @@ from .derive import (
     settled_start,
 )
 from .ids import ID_MASK, signed
-from .place import Attempt, Skeleton, Staged, place, skeleton
+from .place import JOB, Attempt, Skeleton, Staged, place, skeleton
 from .receipt import Receipt, Transaction
 from .records import LogRow, RequestLogs
 from .session import Session
@@ -208,12 +208,12 @@ def _place(
 ) -> tuple[Moved, dict[str, dict[int, Attempt | None]]]:
     """Place every span of the locked traces; returns the staged ones whose place changed
     (old, new), and every span's place. The ended copy of a span speaks for it (a marker may
-    not name its job)."""
+    not name its job), unless the marker named one: a job is read at its start (`derive`)."""
     by_trace: dict[str, dict[int, Skeleton]] = {}
     for (trace, span_id, phase), span in sorted(staged.items()):
         nodes = by_trace.setdefault(trace, {})
         unsigned = span_id & ID_MASK
-        if phase or unsigned not in nodes:
+        if unsigned not in nodes or (phase and nodes[unsigned].kind != JOB):
             nodes[unsigned] = span.skeleton
     known = seeds or {}
     places = {trace: place(nodes, known.get(trace)) for trace, nodes in by_trace.items()}

@@ -358,7 +358,7 @@ def test_the_writer_reads_progress_while_the_step_runs_without_a_flush(
 def test_queue_items_built_without_their_constructor_have_their_arity() -> None:
     """The hooks build SpanStarted / SpanEnded / LogEmitted without their constructor (speed):
     a new field would otherwise surface as an AttributeError or IndexError on the writer thread."""
-    assert SpanStarted.__slots__ == ("fields", "span")
+    assert SpanStarted.__slots__ == ("attributes", "fields", "span")
     assert SpanEnded._fields == ("fields",)
     assert LogEmitted._fields == ("record",)
 

@@ -4,11 +4,13 @@ job permalink and JSON of read records."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.responses import JSONResponse
 
 from .._db import Record
@@ -22,7 +24,21 @@ from .._formatting import (
 )
 from .layout import WINDOWS
 
-__all__ = ["compact_json", "environment", "job_url", "json_response", "plural", "since_text"]
+__all__ = [
+    "LONG_TOKEN",
+    "breakable",
+    "compact_json",
+    "environment",
+    "job_url",
+    "json_response",
+    "plural",
+    "since_text",
+]
+
+LONG_TOKEN = 24
+"""A run of this many non-blank characters or more may break anywhere on a page (a UUID, a
+URL); a shorter one (an id, a type, a step key, a duration) never splits across lines."""
+_LONG_TOKEN = re.compile(rf"\S{{{LONG_TOKEN},}}")
 
 # Path segments a browser (or proxy) drops or resolves away, %2E spellings included.
 _FRAGILE_SEGMENTS = {"", ".", ".."}
@@ -46,6 +62,20 @@ def job_url(
 def compact_json(value: Any) -> str:
     """A detail object as one line of JSON (the template escapes it)."""
     return "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def breakable(value: object) -> Markup:
+    """``value`` as escaped text whose long tokens (`LONG_TOKEN`) are marked ``class="long"``:
+    the stylesheet lets only those break anywhere."""
+    text = str(value)
+    parts, done = [], 0
+    for token in _LONG_TOKEN.finditer(text):
+        parts += [escape(text[done : token.start()]), _LONG % token.group()]
+        done = token.end()
+    return Markup("").join([*parts, escape(text[done:])])
+
+
+_LONG = Markup('<span class="long">%s</span>')
 
 
 def plural(noun: str, count: int) -> str:
@@ -76,6 +106,7 @@ def environment() -> Environment:
         shorten=shorten,
         severity=lambda value: severity_word(value).lower(),
         plural=plural,
+        breakable=breakable,
     )
     env.globals.update(job_url=job_url, since=since_text, ago=format_ago, windows=list(WINDOWS))
     return env

@@ -296,3 +296,53 @@ def retried_job(conn: psycopg.Connection[Any], attempts: int) -> None:
     the others completed (rows written by SQL: 10,000 attempts take a second)."""
     for statement in RETRIED_JOB:
         conn.execute(statement, {"last": attempts})  # type: ignore[call-overload]
+
+
+LIST_JOBS = (
+    (1, "job-12345", "newsletter"),
+    (2, "0f8fad5b-d9cb-469f-a165-70867728950e", "thumbnail"),  # long: may break anywhere
+    (3, "invoice-2026-00042", "invoice.render"),
+    (4, "x", "newsletter"),
+    (5, "newsletter-2026-12-07", "newsletter"),
+)
+LIST_ROWS = (
+    """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status, message,
+                       detail, created_at, ended_at)
+SELECT 'mail', j.id, j.type, 1, 'STEP', k.key,
+       CASE WHEN k.key = 'send.batch' AND j.n = 3 THEN 'FAILED' ELSE 'COMPLETED' END,
+       CASE WHEN k.key = 'send.batch' AND j.n = 3
+            THEN 'SMTPRecipientsRefused: all recipients were refused by the server' END,
+       '{"sent": 1200, "total": 5000}'::jsonb,
+       now() - interval '1 hour' + j.n * interval '1 minute' + k.at * interval '10 seconds',
+       now() - interval '1 hour' + j.n * interval '1 minute' + (k.at + 1) * interval '10 seconds'
+FROM unnest(%(numbers)s::int[], %(ids)s::text[], %(types)s::text[]) AS j (n, id, type),
+     (VALUES ('load', 0), ('RENDER_THUMBNAIL', 1), ('send.batch', 2)) AS k (key, at)
+""",
+    """
+INSERT INTO job_log (domain, job_id, job_type, attempt, status, reason, detail, created_at)
+SELECT 'mail', j.id, j.type, 1, CASE WHEN j.n = 3 THEN 'FAILED' ELSE 'COMPLETED' END,
+       CASE WHEN j.n = 3 THEN 'error' END,
+       CASE WHEN j.n = 3 THEN '{"error": "SMTPRecipientsRefused: all recipients were refused",
+                                "step": "send.batch"}'::jsonb END,
+       now() - interval '30 minutes'
+FROM unnest(%(numbers)s::int[], %(ids)s::text[], %(types)s::text[]) AS j (n, id, type)
+""",
+    """
+INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status, detail,
+                       execution_id, created_at, heartbeat_at)
+VALUES ('mail', 'newsletter-2026-12-07', 'newsletter', 2, 'STEP', 'send.batch', 'RUNNING',
+        '{"sent": 1200, "total": 5000, "note": "throttled by the provider"}', 'w',
+        now() - interval '5 minutes', now() - interval '1 minute'),
+       ('mail', '7c9e6679-7425-40de-944b-e07fc1f90ae7', 'thumbnail', 1, 'STEP',
+        'RENDER_THUMBNAIL', 'RUNNING', NULL, 'w', now() - interval '2 minutes', NULL)
+""",
+)
+
+
+def record_list_rows(conn: psycopg.Connection[Any]) -> None:
+    """Jobs of the shapes lists show (short and UUID ids, dotted and upper-case keys, a failure
+    with a long message, two open steps), written by SQL."""
+    numbers, ids, types = (list(column) for column in zip(*LIST_JOBS, strict=True))
+    for statement in LIST_ROWS:
+        conn.execute(statement, {"numbers": numbers, "ids": ids, "types": types})  # type: ignore[call-overload]

@@ -18,7 +18,7 @@ from opentelemetry.trace import set_span_in_context
 from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
 from otel_jobsteps._demo import record_seed_story
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.rendering import job_url
+from otel_jobsteps.web.rendering import LONG_TOKEN, job_url
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.helpers import TracingFactory
 from tests.web.support import (
@@ -32,6 +32,7 @@ from tests.web.support import (
     add_line,
     live_server,
     record_forty_steps,
+    record_list_rows,
     record_timed_story,
     step_key,
     tagged_job,
@@ -394,6 +395,51 @@ def test_progress_of_a_running_step_is_a_bar_that_moves(
     job.end()
     assert processor.force_flush(10_000)
     page.wait_for_function("() => !document.querySelector('.row .row-progress')", timeout=WAIT_MS)
+
+
+# Every word of the lists' cells, with the lines each of its characters was drawn on (Range
+# rects), the table's box and the page's width.
+MEASURE_LIST = """() => {
+  const words = [];
+  const table = document.querySelector('table.list');
+  const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const found of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, found.index);
+      range.setEnd(node, found.index + found[0].length);
+      const lines = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                            .map(r => Math.round(r.top)));
+      words.push([found[0], lines.size]);
+    }
+  }
+  const box = table.getBoundingClientRect();
+  return {words, left: box.left, right: box.right, width: window.innerWidth,
+          pageWidth: document.documentElement.scrollWidth};
+}"""
+FAILURES = "/steps/failures?type=invoice.render&key=send.batch"
+LIST_PAGES = ("/", "/running", "/steps?window=all", FAILURES)
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_lists_never_split_a_short_token_and_fit_the_screen(
+    new_page: Callable[..., Page], base_url: str, conn: psycopg.Connection[Any], width: int
+) -> None:
+    """Issue 36 item 10: at 390 px the lists broke job ids, types and step keys letter by letter
+    and at 1280 px "newsletter" broke as "newslette/r" (every cell could break anywhere). A word
+    under LONG_TOKEN characters is now drawn on one line; the table stays within the screen."""
+    record_list_rows(conn)
+    phone = {"is_mobile": True, "has_touch": True, "device_scale_factor": 2} if width < 800 else {}
+    page = new_page(viewport={"width": width, "height": 844}, **phone)
+    for path in LIST_PAGES:
+        page.goto(base_url + path)
+        found = page.evaluate(MEASURE_LIST)
+        assert len(found["words"]) >= 10, path  # the rows were drawn
+        split = [word for word, lines in found["words"] if lines > 1 and len(word) < LONG_TOKEN]
+        assert split == [], (width, path)
+        assert found["left"] >= 0, (width, path)
+        assert found["right"] <= found["width"], (width, path)
+        assert found["pageWidth"] <= found["width"], (width, path)
 
 
 def test_phone_and_dark_views(

@@ -258,8 +258,9 @@ def test_jobs_page_filters_searches_and_pages(client: TestClient, tracing: Traci
     assert client.get("/?back=nonsense").status_code == 400
 
     first_page = client.get("/").text
-    assert "<td>1 of 1</td>" in first_page  # attempt 1 of the failed ones
-    assert "<td>2 (1 recorded)</td>" in first_page  # attempt 2 started with attempts_made=1
+    assert '<td data-label="Attempt">1 of 1</td>' in first_page  # attempt 1 of the failed ones
+    # attempt 2 started with attempts_made=1
+    assert '<td data-label="Attempt">2 (1 recorded)</td>' in first_page
 
     failed = job_ids(client.get("/?status=failed").text)
     assert sorted(failed) == ["job-0", "job-3", "job-6"]

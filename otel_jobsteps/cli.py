@@ -27,6 +27,7 @@ from ._extras import install_hint
 from ._formatting import format_duration, format_time
 from ._timeline import Style, render_detail, render_jobs, render_log_line
 from ._vocabulary import MAX_ATTEMPT
+from .actions.cli import add_commands as add_action_commands
 from .errors import ConfigurationError, JobStepsError, describe, printable
 from .maintenance import prune, sweep
 from .query import (
@@ -609,6 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with a DSN: apply the migrations it lacks without asking (it asks on a terminal)",
     )
+
+    add_action_commands(command, _dsn, _schema)
 
     web = command("serve", _serve, "the recorded jobs as web pages and JSON (read-only)")
     web.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (127.0.0.1:8080)")

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from opentelemetry._logs import SeverityNumber
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.trace import Tracer
 
@@ -184,7 +185,9 @@ def test_hostile_values_give_rows_or_counted_refusals_never_a_5xx(
         }
         with tracer.start_as_current_span("job", attributes=job):
             with tracer.start_as_current_span("step", attributes={"job.step.key": key}):
-                recording.logger.emit(body=text, attributes={f"a.{key}": text})
+                recording.logger.emit(
+                    severity_number=SeverityNumber.WARN, body=text, attributes={f"a.{key}": text}
+                )
             event = {"job.event.type": text, "job.event.message": text}
             with tracer.start_as_current_span("event", attributes=event):
                 pass

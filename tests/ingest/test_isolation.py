@@ -11,6 +11,7 @@ from collections.abc import Callable
 import grpc
 import psycopg
 import pytest
+from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import Tracer
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
@@ -25,11 +26,25 @@ from otel_jobsteps._ingest.staging import Staging
 from tests.helpers import free_port
 from tests.ingest.collector import table_rows
 from tests.ingest.receiver import one_job, receiving
-from tests.ingest.requests import partial_success, request_of
+from tests.ingest.requests import (
+    PROTOBUF,
+    logs_request_of,
+    partial_success,
+    rejected_log_records,
+    request_of,
+)
 from tests.ingest.stories import Recording
 
 # A statement of collect's own that fails for one job whatever it holds (the rows it derives
 # are written as the processor's are: a row PostgreSQL refuses is dropped alone, counted).
+POISON_LOGS = """
+CREATE FUNCTION poison_logs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.trace_id = '{trace}' THEN RAISE EXCEPTION 'a poisoned record'; END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER poison_logs BEFORE INSERT ON otlp_log FOR EACH ROW EXECUTE FUNCTION poison_logs();
+"""
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 STATEMENT_FAILURES = "otel_jobsteps_collect_statement_failures_total"
 POISON = """
@@ -197,3 +212,35 @@ def test_a_settle_pass_that_waits_too_long_on_a_lock_does_not_pause_collect(
         staging.close()
 
     assert (resting, pauses) == (False, 0)
+
+
+def test_log_records_a_statement_fails_for_are_refused_alone(
+    recording: Recording, dsn: str, second_dsn: str
+) -> None:
+    def story(tracer: Tracer, _: str) -> None:
+        for job_id in ("logs-innocent", "logs-poison"):
+            with tracer.start_as_current_span(
+                "job", attributes={"job.domain": "d", "job.id": job_id, "job.attempt": 1}
+            ):
+                with tracer.start_as_current_span("step", attributes={"job.step.key": "S"}):
+                    recording.logger.emit(
+                        severity_number=SeverityNumber.WARN, body=f"a line of {job_id}"
+                    )
+
+    spans = recording.spans(story, "")
+    poisoned = next(s for s in spans if s.name == "job" and b"logs-poison" in s.SerializeToString())
+    with psycopg.connect(second_dsn, autocommit=True) as conn:  # its records only
+        conn.execute(POISON_LOGS.format(trace=poisoned.trace_id.hex()))  # type: ignore[arg-type]
+    records = logs_request_of(recording.logs()).SerializeToString()
+    with receiving(second_dsn) as receiver:
+        assert receiver.post(spans).status_code == 200
+        reply = receiver.client.post("/v1/logs", content=records, headers=PROTOBUF)
+        refusals = receiver.count("statement_refusals")
+
+    assert reply.status_code == 200
+    rejected, message = rejected_log_records(reply)
+    assert rejected == 1
+    assert "refused" in message
+    assert refusals == 1
+    assert table_rows(second_dsn, "logs-innocent") == table_rows(dsn, "logs-innocent")
+    assert [row[4] for row in table_rows(dsn, "logs-innocent")[0]].count("LOG") == 1

@@ -1,4 +1,4 @@
-"""``otel-jobsteps``: migrate, show, jobs, tail, sweep, prune, demo, serve, collect, ops.
+"""``otel-jobsteps``: migrate, show, jobs, steps, tail, sweep, prune, demo, serve, collect, ops.
 
 Exit codes: 0 done, 1 the job asked for does not exist, 2 bad input or the database is
 unreachable or not migrated (one line on stderr, never a traceback, never a password), 130
@@ -17,14 +17,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Any, NoReturn
 
 import psycopg
 
 from . import __version__
-from ._db import borrowed_connection, check_dsn
+from ._db import Record, borrowed_connection, check_dsn, session
 from ._extras import install_hint
 from ._formatting import format_duration, format_time
+from ._step_stats import RetryTax, StepStat, read_retry_tax, read_step_stats
 from ._timeline import Style, render_detail, render_jobs, render_log_line
 from ._vocabulary import MAX_ATTEMPT
 from .actions.cli import add_commands as add_action_commands
@@ -38,6 +40,7 @@ from .query import (
     job_detail,
     list_jobs,
     parse_tag,
+    window_start,
 )
 from .schema import migrate
 
@@ -229,6 +232,59 @@ def _jobs(args: argparse.Namespace) -> int:
     else:
         print(render_jobs(jobs, Style.for_stream(sys.stdout)))
     return 0
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns two spaces apart, the header first."""
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = [[f"{cell:<{width}}" for cell, width in zip(row, widths, strict=True)]
+             for row in (header, *rows)]  # fmt: skip
+    return "\n".join("  ".join(cells).rstrip() for cells in lines)
+
+
+def _seconds(value: float | None) -> str:
+    return format_duration(None if value is None else timedelta(seconds=value))
+
+
+def _steps(args: argparse.Namespace) -> int:
+    schema = _schema(args)
+    with session(_dsn(args, read=True), schema=schema, snapshot=True) as conn:
+        since_at = window_start(conn, args.since)
+        if args.retry_tax:
+            tax = read_retry_tax(conn, schema, since_at)
+            found: Sequence[Record] = tax
+            table = partial(_retry_tax_table, tax)
+        else:
+            stats = read_step_stats(conn, schema, since_at)
+            found, table = stats, partial(_step_table, stats)
+    if args.json:
+        _print_json([row.to_dict() for row in found])
+    elif not found:
+        what = "failed attempts" if args.retry_tax else "steps closed"
+        print(f"no {what} in the last {format_duration(args.since)}")
+    else:
+        print(table())
+    return 0
+
+
+def _step_table(stats: Sequence[StepStat]) -> str:
+    header = ("JOB TYPE", "STEP", "COUNT", "FAILED", "P50", "P95", "MAX", "LAST ENDED")
+    return _table(header, [
+        (printable(s.job_type or "-"), printable(s.step_key), str(s.steps), str(s.failed),
+         _seconds(s.p50_seconds), _seconds(s.p95_seconds), _seconds(s.max_seconds),
+         format_time(s.last_ended_at))
+        for s in stats
+    ])  # fmt: skip
+
+
+def _retry_tax_table(tax: Sequence[RetryTax]) -> str:
+    header = ("JOB TYPE", "STEP", "FAILED ATTEMPTS", "TIME IN FAILED", "TO SUCCESS P50", "P95")
+    return _table(header, [
+        (printable(t.job_type or "-"), printable(t.step_key), str(t.failed_attempts),
+         _seconds(t.failed_seconds), _seconds(t.to_success_p50_seconds),
+         _seconds(t.to_success_p95_seconds))
+        for t in tax
+    ])  # fmt: skip
 
 
 def activity_line(activity: JobActivity, style: Style) -> str:
@@ -563,6 +619,24 @@ def build_parser() -> argparse.ArgumentParser:
     _integer_option(jobs, "--limit", (1, MAX_LIMIT), 50, "at most N jobs (50)")
     jobs.add_argument("--json", action="store_true", help="print the jobs as JSON")
     _read_option(jobs)
+
+    steps = command("steps", _steps, "closed step durations per job type and step over a window")
+    steps.add_argument(
+        "--since",
+        type=_duration_argument,
+        default=_duration_argument("24h"),
+        metavar="DURATION",
+        help="steps closed (with --retry-tax: attempts ended) within this long (24h)",
+    )
+    steps.add_argument(
+        "--retry-tax",
+        action="store_true",
+        help="what failed attempts cost instead: per job type and step, the attempts that "
+        "failed there and the time failed attempts spent in it, with the type's p50 and p95 "
+        "time to success (first attempt's start to the completing attempt's end)",
+    )
+    steps.add_argument("--json", action="store_true", help="print the rows as JSON")
+    _read_option(steps)
 
     tail = command(
         "tail",

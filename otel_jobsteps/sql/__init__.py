@@ -32,6 +32,7 @@ _RELATIONS = (
     "job_latest_attempt",  # functions: {job_latest_attempt}(domain, job_id)
     "job_step_durations",  # {job_step_durations}(closed_since)
     "job_duration",  # {job_duration}(started_at, ended_at): clamped, never negative
+    "job_retry_tax",  # {job_retry_tax}(ended_since): the view's function
     "job_tagged",  # {job_tagged}(name, value, since, domain, type, status, scan, limit)
     "otlp_trace",  # OTLP ingest staging
     "otlp_span",

@@ -257,6 +257,14 @@ SELECT job_type, step_key, steps, failed, p50_seconds, p95_seconds, max_seconds,
 FROM {job_step_durations}(%(since_at)s::timestamptz)
 ORDER BY job_type NULLS LAST, step_key;
 
+-- name: retry_tax --
+-- The retry tax of the attempts ended since since_at (job_retry_tax, migration 0017): per job
+-- type, the steps costing failed attempts the most time first.
+SELECT job_type, step_key, failed_attempts, failed_seconds, to_success_p50_seconds,
+       to_success_p95_seconds
+FROM {job_retry_tax}(%(since_at)s::timestamptz)
+ORDER BY job_type NULLS LAST, failed_seconds DESC, step_key;
+
 -- name: step_failures --
 -- Recent failures of one step key of one job type, newest first, since since_at.
 SELECT domain, job_id, attempt, step_key, message, detail, created_at AS started_at, ended_at

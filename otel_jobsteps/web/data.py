@@ -15,6 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .._db import Record, connection_kwargs, fetch, session
+from .._step_stats import RetryTax, StepStat, read_retry_tax, read_step_stats
 from .._times import read_any_time
 from .._vocabulary import MAX_ID_CHARS
 from ..errors import DatabaseUnavailableError, describe
@@ -42,6 +43,7 @@ __all__ = [
     "JobsPage",
     "OpenStep",
     "Reader",
+    "RetryTax",
     "StatusCounts",
     "StepFailure",
     "StepStat",
@@ -127,20 +129,6 @@ class OpenStep(Record):
     seen_at: datetime
     as_of: datetime
     total: int
-
-
-@dataclass(frozen=True, slots=True)
-class StepStat(Record):
-    """Closed steps of one job type and step key over a window: count, failures, durations."""
-
-    job_type: str | None
-    step_key: str
-    steps: int
-    failed: int
-    p50_seconds: float
-    p95_seconds: float
-    max_seconds: float
-    last_ended_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,8 +336,12 @@ class Reader:
     def step_stats(self, since: timedelta) -> list[StepStat]:
         """Per job type and step key: closed steps over the last ``since``."""
         with self.snapshot() as conn:
-            params = {"since_at": window_start(conn, since)}
-            return fetch(conn, self._queries["step_stats"], params, StepStat, prepare=False)
+            return read_step_stats(conn, self.schema, window_start(conn, since))
+
+    def retry_tax(self, since: timedelta) -> list[RetryTax]:
+        """Per job type and step key: the retry tax of the attempts ended in the last ``since``."""
+        with self.snapshot() as conn:
+            return read_retry_tax(conn, self.schema, window_start(conn, since))
 
     def step_failures(
         self, job_type: str | None, step_key: str, since: timedelta, limit: int

@@ -200,9 +200,14 @@ class Pages:
     def steps(self, request: Request) -> Response:
         window_name, window = window_param(request, "window", "24h")
         stats = self.reader.step_stats(window or _EVERYTHING)
+        tax = self.reader.retry_tax(window or _EVERYTHING)
         failures_window = window_name if window is not None else FAILURES_WINDOW
         return self.render(
-            "steps.html", stats=stats, window=window_name, failures_window=failures_window
+            "steps.html",
+            stats=stats,
+            tax=tax,
+            window=window_name,
+            failures_window=failures_window,
         )
 
     def failures(self, request: Request) -> Response:

@@ -5,13 +5,16 @@ request is taken, and collect pauses only for a database that is away."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 import grpc
+import httpx
 import psycopg
 import pytest
 from opentelemetry._logs import SeverityNumber
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.trace import Tracer
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
@@ -24,12 +27,13 @@ from otel_jobsteps._ingest.metrics import CollectMetrics
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
 from tests.helpers import free_port
-from tests.ingest.collector import table_rows
+from tests.ingest.collector import CollectorFactory, table_rows
 from tests.ingest.receiver import one_job, receiving
 from tests.ingest.requests import (
     PROTOBUF,
     logs_request_of,
     partial_success,
+    post,
     rejected_log_records,
     request_of,
 )
@@ -244,3 +248,44 @@ def test_log_records_a_statement_fails_for_are_refused_alone(
     assert refusals == 1
     assert table_rows(second_dsn, "logs-innocent") == table_rows(dsn, "logs-innocent")
     assert [row[4] for row in table_rows(dsn, "logs-innocent")[0]].count("LOG") == 1
+
+
+def test_other_clients_are_answered_while_one_job_stays_locked(
+    start_collect: CollectorFactory, recording: Recording, second_dsn: str
+) -> None:
+    """Issue 36's case, concurrent: one client retries a locked job's spans while another
+    sends 30 requests for other jobs (before: most of them got 503, collect paused)."""
+    collector = start_collect(make_conninfo(second_dsn, options="-c lock_timeout=200"))
+    assert post(collector.traces_url, _body(recording.spans(_jobs("held"), ""))).status_code == 200
+    poison = [_body(recording.spans(_jobs("held", attempt=n), "")) for n in range(2, 8)]
+    others = [_body(recording.spans(_jobs(f"free-{n}"), "")) for n in range(30)]
+    held_answers: list[int] = []
+    done = threading.Event()
+
+    def retry_the_locked_job() -> None:
+        while not done.is_set():
+            for body in poison:
+                held_answers.append(post(collector.traces_url, body).status_code)
+
+    with psycopg.connect(second_dsn) as holder:
+        holder.execute("SELECT FROM otlp_job WHERE job_id = 'held' FOR UPDATE")
+        retrier = threading.Thread(target=retry_the_locked_job)
+        retrier.start()
+        try:
+            answers = [post(collector.traces_url, body).status_code for body in others]
+        finally:
+            done.set()
+            retrier.join()
+        holder.rollback()
+    exposed = httpx.get(f"{collector.url}/metrics", timeout=10).text
+
+    assert answers == [200] * 30
+    assert 503 in held_answers
+    assert _counter(exposed, "paused") == 0
+    assert _counter(exposed, "retry") >= 1
+    for n in range(30):
+        assert len(table_rows(second_dsn, f"free-{n}")[1]) == 1
+
+
+def _body(spans: list[Span]) -> bytes:
+    return request_of(spans).SerializeToString()

@@ -1,7 +1,8 @@
 """Random job histories told live through a real tracer with explicit span times: 1-4 attempts
 of one job over 1-3 traces (a shared producer trace or fresh ones), overlapping attempts and
-zombies, long gaps, steps that last no time, steps ending after their job span, events, and a
-clock as coarse as a tick. The processor sees them in time order: its rows are the reference."""
+zombies, long gaps, steps that last no time, steps ending after their job span, events, a job
+type set after the job span started, and a clock as coarse as a tick. The processor sees them in
+time order: its rows are the reference."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class AttemptPlan:
     fails: bool = False
     last_step_outlives_job: bool = False  # the job span ends before its last step does
     names_itself: bool = False  # an event span outside it naming the job and this attempt
+    late_type: bool = False  # the job sets another job.type once its job span started
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ attempts = st.builds(
     fails=st.booleans(),
     last_step_outlives_job=st.booleans(),
     names_itself=st.booleans(),
+    late_type=st.booleans(),
 )
 histories = st.builds(
     History,
@@ -115,7 +118,7 @@ _LOG_LINES: tuple[tuple[int, str, dict[str, Any]], ...] = (
 class _Action:
     at_us: int
     attempt: int  # 1-based; 0: the producer
-    kind: str  # start, end, progress, log
+    kind: str  # start, end, progress, log, set (attributes on a running span)
     name: str
     parent: str | None = None  # the name of the parent span; None: a root
     attributes: dict[str, Any] = field(default_factory=dict)
@@ -134,6 +137,8 @@ def _actions(history: History, job_id: str) -> list[_Action]:
         parent = "enqueue" if plan.trace == 0 else None
         job_attributes = {JOB_DOMAIN: DOMAIN, JOB_ID: job_id, JOB_TYPE: "t", JOB_ATTEMPT: number}
         actions.append(_Action(start, number, "start", job, parent, job_attributes))
+        if plan.late_type:  # right after its start (the sort keeps their order)
+            actions.append(_Action(start, number, "set", job, attributes={JOB_TYPE: "t-late"}))
         at = start + 1
         step_end = at
         between: list[_Action] = []
@@ -248,6 +253,9 @@ def tell(
                     attributes=line.get("attributes", {}),
                     event_name=line.get("event_name"),
                 )
+            continue
+        if action.kind == "set":
+            live[action.name].set_attributes(action.attributes)
             continue
         if action.kind == "progress":
             live[action.name].add_event("progress", action.attributes, timestamp=at_ns)

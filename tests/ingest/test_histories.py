@@ -18,6 +18,7 @@ from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.logs import decode_logs_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
+from otel_jobsteps.attributes import JOB_TYPE
 from tests.ingest.collector import table_rows
 from tests.ingest.histories import AttemptPlan, History, StepPlan, histories, tell
 from tests.ingest.requests import logs_request_of, request_of, start_markers
@@ -51,9 +52,19 @@ def deliver(
     )
     records = recording.logs()
     shuffle = random.Random(seed)
-    markers = start_markers(shuffle.sample(spans, shuffle.randint(0, len(spans))))
+    marked = shuffle.sample(spans, shuffle.randint(0, len(spans)))
+    markers = start_markers(marked + [s for s in spans if _late(history, s) and s not in marked])
+    late = []
+    for marker in markers:  # a job type set late: its marker has the type the job started with
+        for pair in marker.attributes:
+            if pair.key == JOB_TYPE and pair.value.string_value == "t-late":
+                pair.value.string_value = "t"
+                late.append(marker)
     pool: list[Span | LogRecord] = [*spans, *markers, *records]
     shuffle.shuffle(pool)
+    # A job span's start marker is sent as it starts: one naming a type set late comes before
+    # the span's end could settle its attempt (a marker of a settled attempt is dropped).
+    pool.sort(key=lambda item: not (isinstance(item, Span) and item in late))
     pool += [shuffle.choice(pool) for _ in range(shuffle.randint(0, 3))]
     delivered: set[bytes] = set()
     ended: set[int] = set()  # attempts whose job span's ended copy came
@@ -85,6 +96,15 @@ def deliver(
     copies = request_of(shuffle.sample(spans, min(3, len(spans))))
     again = decode_protobuf(copies.SerializeToString())
     receivers[1].receive(again.spans, again.wire)  # late copies of settled attempts change nothing
+
+
+def _late(history: History, span: Span) -> bool:
+    """Whether ``span`` is a job span whose type is set late: collect knows its start values
+    from a start marker only (OTLP carries the final ones), so it always gets one."""
+    return any(
+        plan.late_type and span.name == f"job{number}"
+        for number, plan in enumerate(history.attempts, 1)
+    )
 
 
 def _deliver_records(

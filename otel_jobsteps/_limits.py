@@ -15,12 +15,12 @@ and a value of 256: at most 1,300. docs/ingest.md states the limits.
 from __future__ import annotations
 
 from ._detail import clean_text
-from ._steps import MAX_STEP_KEY_CHARS
 from ._vocabulary import MAX_ID_CHARS
 
 __all__ = [
     "MAX_ID_BYTES",
     "MAX_JOB_TYPE_BYTES",
+    "MAX_STEP_KEY_CHARS",
     "cut_bytes",
     "id_fits",
     "job_type_text",
@@ -29,6 +29,7 @@ __all__ = [
 
 MAX_ID_BYTES = 1024  # a domain's or a job id's UTF-8 bytes (and at most MAX_ID_CHARS characters)
 MAX_JOB_TYPE_BYTES = 512  # a job type is cut here (and at MAX_ID_CHARS characters)
+MAX_STEP_KEY_CHARS = 256  # a step key is cut here: at most 1,024 bytes
 
 
 def id_fits(value: object) -> bool:

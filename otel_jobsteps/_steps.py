@@ -14,12 +14,11 @@ from ._batch import BatchBuilder, CloseStep, Detail, EventRow
 from ._commands import LogRecorded, ProgressReported, Scope, StepEnded, StepRan, StepStarted
 from ._debounce import Debounce
 from ._detail import clean_text, parse_detail
+from ._limits import MAX_STEP_KEY_CHARS, step_key_text
 from ._vocabulary import COMPLETED, FAILED, LOG, RUNNING, STEP, TIME_LIMIT
 from .attributes import JOB_STEP_DETAIL
 
 __all__ = ["MAX_STEP_KEY_CHARS", "StepRows", "is_late"]
-
-MAX_STEP_KEY_CHARS = 256
 
 
 def is_late(scope: Scope, end_ns: int) -> bool:
@@ -71,7 +70,7 @@ class StepRows:
 
     def step_started(self, command: StepStarted) -> None:
         state = self._attempts.open(command.scope)
-        key = clean_text(command.key, MAX_STEP_KEY_CHARS)
+        key = step_key_text(command.key)
         open_step = state.open
         if open_step is not None and open_step.key == key:
             open_step.holders += 1
@@ -97,7 +96,7 @@ class StepRows:
     def step_ran(self, command: StepRan) -> None:
         """Start, progress and end at once: one row inserted closed (or folded, as always)."""
         state = self._attempts.open(command.scope)
-        key = clean_text(command.key, MAX_STEP_KEY_CHARS)
+        key = step_key_text(command.key)
         if state.open is not None and state.open.key == key:
             # The same step is open already: this span joins and leaves it, its progress counts.
             scope, raw_key = command.scope, command.key
@@ -125,7 +124,7 @@ class StepRows:
         state = self._attempts.get(scope)
         if state is None or state.open is None:
             return  # the step was closed already: a late event must not touch any row
-        if state.open.key != clean_text(command.key, MAX_STEP_KEY_CHARS):
+        if state.open.key != step_key_text(command.key):
             return  # another step is open now
         step = state.open
         detail = _progress_detail(command.attributes)
@@ -143,7 +142,7 @@ class StepRows:
     def step_ended(self, command: StepEnded) -> None:
         scope = command.scope
         state = self._attempts.get(scope)
-        key = clean_text(command.key, MAX_STEP_KEY_CHARS)
+        key = step_key_text(command.key)
         if state is None or state.open is None or state.open.key != key:
             return  # closed already by the next step or the job's end
         step = state.open
@@ -225,7 +224,7 @@ class StepRows:
         """A LOG row, within the per-step cap (lines over it are counted for one later row)."""
         scope = command.scope
         state = self._attempts.get(scope)
-        key = None if command.key is None else clean_text(command.key, MAX_STEP_KEY_CHARS)
+        key = None if command.key is None else step_key_text(command.key)
         execution = scope.execution
         if state is not None:
             execution = state.execution_id

@@ -30,6 +30,7 @@ from ._step_stats import RetryTax, StepStat, read_retry_tax, read_step_stats
 from ._timeline import Style, render_detail, render_jobs, render_log_line
 from ._vocabulary import MAX_ATTEMPT
 from .actions.cli import add_commands as add_action_commands
+from .actions.cli import add_operator_options
 from .errors import ConfigurationError, JobStepsError, describe, printable
 from .maintenance import prune, sweep
 from .query import (
@@ -388,6 +389,7 @@ def _ask(question: str) -> bool:
 
 def _serve(args: argparse.Namespace) -> int:
     try:  # the web stack is an extra: load it only for this command
+        from .web.actions import operator_from_options
         from .web.auth import check_token
         from .web.security import TOKEN_ENV
         from .web.server import serve
@@ -399,8 +401,10 @@ def _serve(args: argparse.Namespace) -> int:
     if token is not None:
         _utf8(token, TOKEN_ENV)
         check_token(token, "--token" if args.token is not None else TOKEN_ENV)
+    dsn = _dsn(args)
+    operator = operator_from_options(args.operator_token, args.actions, dsn, _schema(args), token)
     serve(
-        _dsn(args),
+        dsn,
         listen=args.listen,
         schema=_schema(args),
         trace_url=args.trace_url,
@@ -411,6 +415,7 @@ def _serve(args: argparse.Namespace) -> int:
         silent_after=args.silent_after,
         metrics_max_series=args.metrics_max_series,
         forwarded_allow_ips=_proxies(args.forwarded_allow_ips),
+        operator=operator,
     )
     return 0
 
@@ -702,6 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument(
         "--no-auth", action="store_true", help="allow a non-loopback --listen without a token"
     )
+    add_operator_options(web)
     web.add_argument(
         "--silent-after",
         type=_duration_argument,

@@ -17,7 +17,7 @@ from ..errors import printable
 from .config import load_actions
 from .runner import ACTIONS, ActionResult, run_action
 
-__all__ = ["add_commands", "cli_actor"]
+__all__ = ["add_commands", "add_operator_options", "cli_actor"]
 
 EXIT_REFUSED = 1
 CommandFactory = Callable[[str, Callable[[argparse.Namespace], int], str], Any]
@@ -68,6 +68,18 @@ def add_commands(command: CommandFactory, dsn: ArgumentReader, schema: ArgumentR
             "--idempotency-key", metavar="KEY", help="a key used before answers its action again"
         )
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def add_operator_options(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s opt-in operator role (docs/web.md, "Actions")."""
+    serve.add_argument(
+        "--operator-token",
+        help="turns on retry and cancel for requests bearing it, at least 16 characters, not "
+        "the --token (default: $OTEL_JOBSTEPS_OPERATOR_TOKEN)",
+    )
+    serve.add_argument(
+        "--actions", metavar="FILE", help="with --operator-token: where each domain's jobs live"
+    )
 
 
 def _report(args: argparse.Namespace, result: ActionResult) -> None:

@@ -114,12 +114,21 @@ def run_action(
         if action == "retry" and answer.outcome == DONE:
             detail["next_attempt"] = attempt + 1
         row = {**key, "job_type": job_type, "attempt": attempt, "detail": Jsonb(detail)}
-        message = f"{action} by {actor}: {answer.outcome}, {answer.answer}"
+        message = _message(action, actor, answer, attempt)
         action_row = conn.execute(queries["insert_action"], {**row, "message": message}).fetchone()
         assert action_row is not None
         if latest is None and action == "cancel" and answer.outcome == DONE:
             conn.execute(queries["cancelled_attempt"], row)
     return ActionResult(int(action_row[0]), action, answer.outcome, answer.answer, attempt)
+
+
+def _message(action: str, actor: str, answer: Answer, attempt: int) -> str:
+    """The timeline's line: "retried by operator via page → attempt 3"."""
+    if answer.outcome != DONE:
+        return f"{action} by {actor} {answer.outcome.replace('_', ' ')}: {answer.answer}"
+    if action == "retry":
+        return f"retried by {actor} → attempt {attempt + 1}"
+    return f"cancelled by {actor}: {answer.answer}"
 
 
 def _earlier(action_id: int, attempt: int, detail: dict[str, Any]) -> ActionResult:

@@ -109,13 +109,17 @@ class _OpenSteps(Collector):
 
 
 def metrics_page(
-    reader: Reader, silent_after: timedelta, max_series: int | None = None
+    reader: Reader,
+    silent_after: timedelta,
+    max_series: int | None = None,
+    more: Sequence[Collector] = (),
 ) -> Callable[[Request], Response]:
     """The scrape's endpoint: one read of the open steps, as Prometheus text; ``max_series``
-    label sets per gauge at most (else `MAX_SERIES_ENV`, else the default)."""
+    label sets per gauge at most (else `MAX_SERIES_ENV`, else the default); ``more``
+    collectors after them (the operator actions' counter)."""
     collector = _OpenSteps(reader, silent_after, max_series_from_environment(max_series))
 
     def metrics(_request: Request) -> Response:
-        return Response(exposition([collector]), media_type=CONTENT_TYPE_LATEST)
+        return Response(exposition([collector, *more]), media_type=CONTENT_TYPE_LATEST)
 
     return metrics

@@ -3,6 +3,7 @@ template or JSON. Errors become pages in `routing`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypedDict
 from urllib.parse import urlencode
@@ -75,6 +76,8 @@ class Pages:
         self.links = links
         self.refresh_ms = int(refresh_s * 1000)
         self.env = environment()
+        # The job page's action forms for this request, or None (no buttons): web/actions.py
+        self.action_form: Callable[[Request, str, str], dict[str, str] | None] | None = None
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         # now: what the relative times of pages without a database clock count from
@@ -184,6 +187,7 @@ class Pages:
             total=total,
             gaps={gap.before: gap.count for gap in page.attempt_gaps},
             kept={} if chosen is None else {"attempt": str(chosen)},
+            actions=self.action_form and self.action_form(request, domain, job_id),
         )
 
     def running(self, request: Request) -> Response:

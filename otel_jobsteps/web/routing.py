@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Scope
 from .._health import SERVE_RIGHTS, HealthMiddleware, Readiness
 from .._requestlog import RequestLog
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from .actions import Operator, action_routes
 from .auth import FailureLimiter
 from .data import Reader
 from .layout import TraceLinks
@@ -48,18 +49,24 @@ def create_app(
     access_log: bool = False,
     metrics_max_series: int | None = None,
     failures: FailureLimiter | None = None,
+    operator: Operator | None = None,
 ) -> ASGIApp:
     """The ASGI app of ``serve`` behind the security layer: ``token`` required but on the health
     paths (wrong ones slowed by ``failures``), only ``hosts`` answered, ``trace_url`` checked
-    here, ``access_log`` a line a request, ``/metrics`` within ``metrics_max_series``."""
+    here, ``access_log`` a line a request, ``/metrics`` within ``metrics_max_series``;
+    ``operator``: the action routes and buttons (web/actions.py)."""
     if not refresh_s > 0:
         raise ConfigurationError("refresh_s must be positive")
     links = TraceLinks(trace_url) if trace_url else None
     pages = Pages(Reader(dsn, schema=schema), links, refresh_s)
-    metrics = metrics_page(pages.reader, silent_after, metrics_max_series)
-    app = Starlette(routes=routes(pages, metrics))
+    pages.action_form = None if operator is None else operator.form
+    more = () if operator is None else (operator.counter,)
+    metrics = metrics_page(pages.reader, silent_after, metrics_max_series, more)
+    app = Starlette(routes=[*action_routes(operator, pages), *routes(pages, metrics)])
     health = HealthMiddleware(app, Readiness(dsn, schema=schema, rights=SERVE_RIGHTS))
-    return RequestLog(secure(health, token, hosts, failures), name="serve", access_log=access_log)
+    operator_token = None if operator is None else operator.token
+    secured = secure(health, token, hosts, failures, operator_token)
+    return RequestLog(secured, name="serve", access_log=access_log)
 
 
 def routes(pages: Pages, metrics: Endpoint) -> list[BaseRoute]:

@@ -66,11 +66,12 @@ def secure(
     token: str | None,
     hosts: frozenset[str] | None,
     failures: FailureLimiter | None = None,
+    operator_token: str | None = None,
 ) -> ASGIApp:
     """``app`` behind the Host check (with ``hosts``), the token (with one; wrong ones slowed by
-    ``failures``, else by a limiter of its own) and the headers."""
-    if token:
-        app = TokenMiddleware(app, token, failures)
+    ``failures``, else by a limiter of its own; the operator token reads too) and the headers."""
+    if token or operator_token:
+        app = TokenMiddleware(app, token, failures, operator_token)
     if hosts is not None:
         app = LoopbackHostMiddleware(app, hosts)
     return SecurityHeadersMiddleware(app)
@@ -100,11 +101,20 @@ class SecurityHeadersMiddleware:
 class TokenMiddleware:
     """Every HTTP request but the health probes must carry ``token``: a bearer header, or the
     cookie a ``?token=`` visit sets. A client (its remote address: no X-Forwarded-For is
-    trusted) that sent wrong ones is answered 429 for a while (``failures``)."""
+    trusted) that sent wrong ones is answered 429 for a while (``failures``). The
+    ``operator_token`` is good wherever ``token`` is; with no ``token``, reading needs none, and
+    only a token sent is checked (the operator's session starts with its ``?token=`` visit)."""
 
-    def __init__(self, app: ASGIApp, token: str, failures: FailureLimiter | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        failures: FailureLimiter | None = None,
+        operator_token: str | None = None,
+    ) -> None:
         self.app = app
-        self.token = token
+        self.tokens = [good for good in (token, operator_token) if good]
+        self.required = bool(token)
         self.failures = FailureLimiter() if failures is None else failures
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,15 +131,17 @@ class TokenMiddleware:
         if wait is not None:  # the token is not even compared: a guess gets no answer
             return _refusal(request, 429, f"Too many wrong tokens: retry in {wait} s.", wait)
         given = request.query_params.get("token")
-        if given and same_token(given, self.token):
+        if given and self._good(given):
             self.failures.succeeded(client)
-            return self._into_cookie(request)
+            return self._into_cookie(request, given)
         header = request.headers.get("authorization", "")
         bearer = header[7:] if header.lower().startswith("bearer ") else None
         cookie = request.cookies.get(TOKEN_COOKIE)
         candidates = [c for c in (given, bearer, cookie) if c]
-        if any(same_token(candidate, self.token) for candidate in candidates):
+        if any(self._good(candidate) for candidate in candidates):
             self.failures.succeeded(client)
+            return None
+        if not candidates and not self.required:
             return None
         if candidates:  # a request that sent no token is no guess: not counted
             self.failures.failed(client)
@@ -143,14 +155,17 @@ class TokenMiddleware:
             refused.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="strict")
         return refused
 
-    def _into_cookie(self, request: Request) -> Response:
+    def _good(self, candidate: str) -> bool:
+        return any([same_token(candidate, good) for good in self.tokens])  # each compared
+
+    def _into_cookie(self, request: Request, token: str) -> Response:
         # The token leaves the URL (history, logs, Referer) for an HttpOnly cookie.
         rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
         target = local_path(raw_path(request.scope).decode("latin-1"))
         redirect = RedirectResponse(target + ("?" + urlencode(rest) if rest else ""), 303)
         redirect.set_cookie(
             TOKEN_COOKIE,
-            self.token,
+            token,
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",

@@ -10,6 +10,7 @@ from .._db import redact
 from .._health import SERVE_RIGHTS, Readiness
 from .._listen import check_free, parse_listen, url_host
 from .._loopback import is_loopback, loopback_hosts
+from .actions import Operator
 from .metrics import DEFAULT_SILENT_AFTER
 from .routing import create_app
 from .security import check_exposure
@@ -48,6 +49,7 @@ def serve(
     silent_after: timedelta = DEFAULT_SILENT_AFTER,
     metrics_max_series: int | None = None,
     forwarded_allow_ips: str | None = None,
+    operator: Operator | None = None,
 ) -> None:
     """Run the web page until interrupted (uvicorn). Checks the listen address first."""
     import uvicorn
@@ -66,6 +68,7 @@ def serve(
         silent_after=silent_after,
         access_log=access_log,
         metrics_max_series=metrics_max_series,
+        operator=operator,
     )
     if announce is not None:
         announce(_serving_line(dsn, schema, host, port))

@@ -45,7 +45,7 @@ def test_retry_from_the_cli_runs_attempt_2_to_completion(
     assert (detail["action"], detail["outcome"], detail["next_attempt"]) == ("retry", "done", 2)
     assert detail["actor"].startswith("cli:")
     assert detail["answer"] == f"requeued on {queue.name}"
-    assert message.startswith("retry by cli:")
+    assert message == f"retried by {detail['actor']} → attempt 2"
 
 
 def test_an_idempotency_key_seen_before_answers_the_earlier_action(

@@ -1,0 +1,298 @@
+"""Operator actions in ``serve`` (opt-in: ``--operator-token`` with ``--actions FILE``).
+
+``POST /api/jobs/{domain}/{job_id}/retry|cancel`` with ``Authorization: Bearer <operator token>``
+answers 202 ``{"action_id": ...}`` (409 refused, 404 unknown to the queue, one-line reason);
+``Idempotency-Key`` is honoured. The job page's forms post to ``/job/retry|cancel`` from an
+operator session (the token cookie holding the operator token) with a CSRF token, an HMAC of
+that cookie under a secret of this process. The read token is 403, no token 401; wrong tokens
+were refused and slowed before this (`security.TokenMiddleware`). Without an operator token
+none of these routes exists (404) and the page shows no buttons.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote_to_bytes
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import Metric as PrometheusMetric
+from prometheus_client.registry import Collector
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
+
+from ..actions import ACTIONS, ActionResult, ActionsConfig, load_actions, run_action
+from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from .auth import check_token, same_token
+from .pages import Pages
+from .rendering import job_url, json_response
+from .security import TOKEN_COOKIE, raw_path
+
+__all__ = [
+    "OPERATOR_TOKEN_ENV",
+    "ActionCounter",
+    "ActionRoute",
+    "Operator",
+    "action_routes",
+    "operator_from_options",
+]
+
+OPERATOR_TOKEN_ENV = "OTEL_JOBSTEPS_OPERATOR_TOKEN"
+MAX_KEY_LENGTH = 200
+MAX_FORM_BYTES = 65536
+_STATUS = {"done": 202, "refused": 409, "not_found": 404}
+_API_PREFIX = b"/api/jobs/"
+
+
+@dataclass
+class Operator:
+    """The operator role of one server: its token, where jobs live, and what it did."""
+
+    token: str = field(repr=False)
+    config: ActionsConfig
+    dsn: str
+    schema: str = "public"
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    counter: ActionCounter = field(default_factory=lambda: ActionCounter())
+
+    def csrf(self, session: str) -> str:
+        """The CSRF token of a session: an HMAC of its cookie, so it is good for that one only."""
+        return hmac.new(self.secret, b"csrf\x00" + session.encode(), hashlib.sha256).hexdigest()
+
+    def session(self, request: Request) -> str | None:
+        """The request's token cookie when it holds the operator token (an operator session)."""
+        cookie = request.cookies.get(TOKEN_COOKIE)
+        return cookie if cookie and same_token(cookie, self.token) else None
+
+    def form(self, request: Request, domain: str, job_id: str) -> dict[str, str] | None:
+        """What the job page's action forms carry, for an operator session on a domain with
+        actions; None: no buttons."""
+        session = self.session(request)
+        if session is None or domain not in self.config.domains:
+            return None
+        return {
+            "domain": domain,
+            "job_id": job_id,
+            "csrf": self.csrf(session),
+            "idempotency_key": secrets.token_urlsafe(16),  # one per rendered form
+        }
+
+    def act(
+        self, action: str, domain: str, job_id: str, actor: str, force: bool, key: str | None
+    ) -> ActionResult:
+        result = run_action(
+            self.dsn,
+            self.config,
+            action,  # type: ignore[arg-type]
+            domain,
+            job_id,
+            actor=actor,
+            force=force,
+            idempotency_key=key,
+            schema=self.schema,
+        )
+        if not result.repeated:
+            self.counter.add(result.action, result.outcome)
+        return result
+
+
+class ActionCounter(Collector):
+    """``otel_jobsteps_actions_total{action,outcome}``: the actions this process ran."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, action: str, outcome: str) -> None:
+        with self._lock:
+            self._counts[(action, outcome)] += 1
+
+    def collect(self) -> Iterator[PrometheusMetric]:
+        family = CounterMetricFamily(
+            "otel_jobsteps_actions",
+            "Operator actions this server ran, by action and outcome",
+            labels=("action", "outcome"),
+        )
+        with self._lock:
+            counted = dict(self._counts)
+        for action in ACTIONS:
+            for outcome in _STATUS:
+                family.add_metric((action, outcome), counted.get((action, outcome), 0))
+        yield family
+
+
+def operator_from_options(
+    token: str | None,
+    actions_file: str | None,
+    dsn: str,
+    schema: str,
+    read_token: str | None = None,
+) -> Operator | None:
+    """``serve``'s operator role from ``--operator-token`` (else `OPERATOR_TOKEN_ENV`) and
+    ``--actions``: both or neither; the token follows the read token's rules and differs from it."""
+    name = "--operator-token" if token is not None else OPERATOR_TOKEN_ENV
+    token = token if token is not None else os.environ.get(OPERATOR_TOKEN_ENV)
+    if token is None and actions_file is None:
+        return None
+    if token is None or actions_file is None:
+        raise ConfigurationError(
+            f"--actions and --operator-token (or {OPERATOR_TOKEN_ENV}) go together"
+        )
+    check_token(token, name)
+    if read_token is not None and same_token(token, read_token):
+        raise ConfigurationError(f"{name} must differ from the read token (a reader could act)")
+    return Operator(token, load_actions(actions_file), dsn, schema)
+
+
+def action_routes(operator: Operator | None, pages: Pages) -> list[BaseRoute]:
+    """The API routes and the page's form routes (POST only); without an operator they answer
+    404, as paths that do not exist (not 405 from the job's GET route)."""
+    if operator is None:
+
+        async def absent(request: Request) -> Response:
+            return json_response({"error": "not found"}, 404)
+
+        return [ActionRoute(absent, methods=["POST"])]
+
+    async def api(request: Request) -> Response:
+        domain, job_id, action = (request.path_params[k] for k in ("domain", "job_id", "action"))
+        refused = _role_refusal(request, operator, api=True)
+        if refused is not None:
+            return refused
+        key = request.headers.get("idempotency-key")
+        force = request.query_params.get("force") in ("1", "true")
+        try:
+            _check_key(key)
+            result = await _run(operator, action, domain, job_id, "operator via api", force, key)
+        except _Answer as answer:
+            return json_response({"error": answer.message}, answer.status)
+        body: dict[str, Any] = result.to_dict()
+        if result.outcome != "done":
+            body["error"] = result.answer
+        return json_response(body, _STATUS[result.outcome])
+
+    async def page(request: Request) -> Response:
+        action = request.path_params["action"]
+        session = operator.session(request)
+        if session is None:
+            refused = _role_refusal(request, operator, api=False)
+            return refused or _error_page(pages, 403, "only an operator session may act")
+        body = await request.body()
+        if len(body) > MAX_FORM_BYTES:
+            return _error_page(pages, 413, f"a form is at most {MAX_FORM_BYTES} bytes")
+        fields = dict(parse_qsl(body.decode("utf-8", "replace")))
+        if not same_token(fields.get("csrf", ""), operator.csrf(session)):
+            return _error_page(pages, 403, "missing or wrong CSRF token: reload the job page")
+        domain, job_id = fields.get("domain", ""), fields.get("job_id", "")
+        key = fields.get("idempotency_key") or None
+        try:
+            _check_key(key)
+            force = fields.get("force") == "1"
+            result = await _run(operator, action, domain, job_id, "operator via page", force, key)
+        except _Answer as answer:
+            return _error_page(pages, answer.status, answer.message)
+        if result.outcome != "done":
+            return _error_page(pages, _STATUS[result.outcome], result.answer)
+        return RedirectResponse(job_url(domain, job_id), 303)
+
+    return [
+        ActionRoute(api, methods=["POST"]),
+        Route("/job/{action:str}", page, methods=["POST"]),
+    ]
+
+
+class _Answer(Exception):
+    """A request refused before the queue was asked: its status and one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+async def _run(
+    operator: Operator,
+    action: str,
+    domain: str,
+    job_id: str,
+    actor: str,
+    force: bool,
+    key: str | None,
+) -> ActionResult:
+    """Check the request's names, then act in a worker thread (the queue clients block)."""
+    if action not in ACTIONS:
+        raise _Answer(404, f"no action {action!r} (retry or cancel)")
+    if "\x00" in domain + job_id or not domain or not job_id:
+        raise _Answer(400, "a domain and a job id are required, without NUL characters")
+    if domain not in operator.config.domains:
+        raise _Answer(404, f"no actions for domain {domain!r}: the actions file does not name it")
+    try:
+        return await run_in_threadpool(operator.act, action, domain, job_id, actor, force, key)
+    except ConfigurationError as error:
+        raise _Answer(400, str(error)) from None
+    except (DatabaseUnavailableError, SchemaNotMigratedError) as error:
+        raise _Answer(503, str(error)) from None
+
+
+def _check_key(key: str | None) -> None:
+    if key is not None and (len(key) > MAX_KEY_LENGTH or not key.isprintable() or not key):
+        raise _Answer(400, f"an idempotency key is 1 to {MAX_KEY_LENGTH} printable characters")
+
+
+def _role_refusal(request: Request, operator: Operator, *, api: bool) -> Response | None:
+    """None for the operator's bearer; 403 for a reader (the token layer let its credentials
+    through), 401 for a request with none. A cookie alone never acts through the API: a
+    browser sends it by itself, so page actions go through the CSRF-checked forms."""
+    header = request.headers.get("authorization", "")
+    bearer = header[7:] if header.lower().startswith("bearer ") else None
+    if bearer is not None and same_token(bearer, operator.token):
+        return None
+    if bearer or request.cookies.get(TOKEN_COOKIE):
+        message, status = "this token may read, not act (the operator token may)", 403
+    else:
+        message, status = "the operator token is required", 401
+    if api:
+        return json_response({"error": message}, status)
+    return Response(message, status, media_type="text/plain")
+
+
+def _error_page(pages: Pages, status: int, message: str) -> Response:
+    return pages.render("error.html", status, status=status, message=message)
+
+
+class ActionRoute(Route):
+    """``/api/jobs/{domain}/{job_id}/{action}`` matched on the undecoded path: the job id is
+    everything between the domain and the last segment (a ``%2F`` stays in its segment)."""
+
+    def __init__(self, endpoint: Any, *, methods: list[str]) -> None:
+        super().__init__("/api/jobs/{domain}/{job_id}/{action}", endpoint, methods=methods)
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        raw = raw_path(scope) if scope["type"] == "http" else b""
+        if not raw.startswith(_API_PREFIX):
+            return Match.NONE, {}
+        domain, sep, rest = raw.removeprefix(_API_PREFIX).partition(b"/")
+        job_id, _, action = rest.rpartition(b"/")
+        if not domain or not sep or not job_id or _unquote(action) not in ACTIONS:
+            return Match.NONE, {}
+        params = {
+            "domain": _unquote(domain),
+            "job_id": _unquote(job_id),
+            "action": _unquote(action),
+        }
+        child = {"endpoint": self.endpoint, "path_params": params}
+        allowed = self.methods is None or scope["method"] in self.methods
+        return (Match.FULL if allowed else Match.PARTIAL), child
+
+
+def _unquote(raw: bytes) -> str:
+    return unquote_to_bytes(raw).decode("utf-8", "replace")

@@ -9,18 +9,19 @@ from typing import Any
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-__all__ = ["register_metrics"]
+__all__ = ["PROBLEM_KINDS", "register_metrics"]
 
 _DROPPED = "dropped_"
-_PROBLEMS = (
+PROBLEM_KINDS = (
     "write_failed",
     "batch_rejected",
     "heartbeat_failed",
     "impossible_time",
     "internal_error",
     "invalid_job_span",
+    "late_attributes",
     "shutdown_timeout",
-)
+)  # what otel_jobsteps.problems{kind} reports (collect: those of them it counts)
 
 
 def register_metrics(source: Any, meter_provider: metrics.MeterProvider | None = None) -> None:
@@ -59,7 +60,8 @@ def register_metrics(source: Any, meter_provider: metrics.MeterProvider | None =
          "Batches kept for another try after a failed write"),
         ("otel_jobsteps.dropped", by_kind(lambda k: k.startswith(_DROPPED), _DROPPED),
          "{command}", "Work dropped, by kind (queue full, rejected by PostgreSQL)"),
-        ("otel_jobsteps.problems", by_kind(lambda k: k in _PROBLEMS or k.startswith("rejected_")),
+        ("otel_jobsteps.problems",
+         by_kind(lambda k: k in PROBLEM_KINDS or k.startswith("rejected_")),
          "{problem}", "Absorbed failures, by kind"),
     )  # fmt: skip
     for name, pick, unit, description in instruments:

@@ -47,6 +47,7 @@ from .._metrics import StepMetrics
 from .._prometheus import CONTENT_TYPE_LATEST, OpenTelemetryCollector, exposition
 from .._requestlog import Answered
 from .._stats import Stats
+from .._telemetry import PROBLEM_KINDS
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -171,6 +172,19 @@ class CollectMetrics:
             unit="{failure}",
             description="Requests whose statements failed: answered 503 to retry (this request"
             " only), parts refused after failing every time, pauses for a database away",
+        )
+
+        def problems(_options: CallbackOptions) -> list[Observation]:
+            counts = stats.snapshot()
+            return [Observation(counts[kind], {"kind": kind})
+                    for kind in PROBLEM_KINDS if counts.get(kind)]  # fmt: skip
+
+        meter.create_observable_counter(
+            "otel_jobsteps.problems",
+            [problems],
+            unit="{problem}",
+            description="Absorbed failures, by kind, as the processor reports them (a job span"
+            " ignored, job attributes changed after they were read, ...)",
         )
         meter.create_observable_gauge(
             "otel_jobsteps.collect.settle.lag",

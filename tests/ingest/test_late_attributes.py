@@ -12,15 +12,20 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_attributes
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
-from otel_jobsteps import step
+from otel_jobsteps import JobStepsProcessor, step
 from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
@@ -31,9 +36,11 @@ from otel_jobsteps.attributes import (
     JOB_TIME_LIMIT,
     JOB_TYPE,
 )
-from tests.ingest.collector import table_rows
-from tests.ingest.requests import request_of
+from otel_jobsteps.testing import InMemoryStore
+from tests.ingest.collector import CollectorFactory, table_rows
+from tests.ingest.requests import post, proto_spans, request_of
 from tests.ingest.stories import Recording
+from tests.ops.test_metrics import points
 
 DOMAIN = "late"
 
@@ -168,3 +175,30 @@ def test_without_start_markers_collect_reads_the_ended_spans_values(
     assert (f"attempt{suffix}", 2) in {(row[1], row[3]) for row in logs}
     assert staging.stats.snapshot().get("late_attributes") is None
     assert recording.processor.stats().get("late_attributes") == LATE
+
+
+def test_both_doors_export_the_count_as_a_problems_metric(
+    start_collect: CollectorFactory, second_dsn: str
+) -> None:
+    reader = InMemoryMetricReader()
+    processor = JobStepsProcessor(
+        store=InMemoryStore(), meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    starts = StartAttributes()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    for added in (processor, starts, SimpleSpanProcessor(exporter)):
+        provider.add_span_processor(added)
+    _job(provider.get_tracer("tests"), "-metric", "attempt", CASES["attempt"])
+    assert processor.force_flush(10_000)
+    provider.shutdown()
+    live = {p.attributes["kind"]: p.value for p in points(reader, "otel_jobsteps.problems")}
+    assert live == {"late_attributes": 1}
+
+    collector = start_collect(second_dsn)
+    spans = proto_spans(exporter.get_finished_spans())
+    for part in (_markers(spans, starts.at_start), spans):
+        reply = post(collector.traces_url, request_of(part).SerializeToString())
+        assert reply.status_code == 200
+    scraped = httpx.get(f"{collector.url}/metrics").text
+    assert 'otel_jobsteps_problems_total{kind="late_attributes"} 1.0' in scraped

@@ -33,8 +33,9 @@ class StepStat(Record):
 @dataclass(frozen=True, slots=True)
 class RetryTax(Record):
     """What failed attempts cost one job type at one step over a window: the attempts that
-    failed there, the seconds failed attempts spent in it, and the type's time to success
-    (first attempt's start to the completing attempt's end; None: no job completed)."""
+    failed there, the seconds failed attempts spent in it, and the type's time to success of
+    the jobs retried to success (first attempt's start to the completing attempt's end; None:
+    none was)."""
 
     job_type: str | None
     step_key: str
@@ -56,6 +57,6 @@ def read_step_stats(
 def read_retry_tax(
     conn: psycopg.Connection[Any], schema: str, since_at: datetime | None
 ) -> list[RetryTax]:
-    """Per job type and step key: the retry tax of the attempts ended since ``since_at``."""
+    """Per job type and step key: the retry tax of the attempts failed since ``since_at``."""
     query = qualified_queries("web.sql", schema)["retry_tax"]
     return fetch(conn, query, {"since_at": since_at}, RetryTax, prepare=False)

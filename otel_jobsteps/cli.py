@@ -631,14 +631,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_duration_argument,
         default=_duration_argument("24h"),
         metavar="DURATION",
-        help="steps closed (with --retry-tax: attempts ended) within this long (24h)",
+        help="steps closed (with --retry-tax: attempts failed) within this long (24h)",
     )
     steps.add_argument(
         "--retry-tax",
         action="store_true",
         help="what failed attempts cost instead: per job type and step, the attempts that "
         "failed there and the time failed attempts spent in it, with the type's p50 and p95 "
-        "time to success (first attempt's start to the completing attempt's end)",
+        "time to success of retried jobs (first attempt's start to the completing attempt's "
+        "end)",
     )
     steps.add_argument("--json", action="store_true", help="print the rows as JSON")
     _read_option(steps)

@@ -258,7 +258,7 @@ FROM {job_step_durations}(%(since_at)s::timestamptz)
 ORDER BY job_type NULLS LAST, step_key;
 
 -- name: retry_tax --
--- The retry tax of the attempts ended since since_at (job_retry_tax, migration 0017): per job
+-- The retry tax of the attempts failed since since_at (job_retry_tax, migration 0017): per job
 -- type, the steps costing failed attempts the most time first.
 SELECT job_type, step_key, failed_attempts, failed_seconds, to_success_p50_seconds,
        to_success_p95_seconds

@@ -339,7 +339,7 @@ class Reader:
             return read_step_stats(conn, self.schema, window_start(conn, since))
 
     def retry_tax(self, since: timedelta) -> list[RetryTax]:
-        """Per job type and step key: the retry tax of the attempts ended in the last ``since``."""
+        """Per job type and step key: the retry tax of the attempts failed in the last ``since``."""
         with self.snapshot() as conn:
             return read_retry_tax(conn, self.schema, window_start(conn, since))
 

@@ -38,9 +38,11 @@ HISTORIES: list[History] = [
     ("C", 1, [("FETCH", 0, 1, "COMPLETED"), ("SAVE", 1, 3, "COMPLETED")], "COMPLETED", 4, ""),
     # D: fails with no step in its final row: the latest step (SAVE) is the failing one.
     ("D", 1, [("FETCH", 0, 3, "COMPLETED"), ("SAVE", 3, 4, "FAILED")], "FAILED", 4, None),
-    # E: completes (5 s), runs again later and completes again (10 s, from its own start).
+    # E: completes (never retried: no time to success), runs again later, fails at FETCH and
+    # completes on the retry: 110 s, from the start of the run after its first completion.
     ("E", 1, [("FETCH", 0, 5, "COMPLETED")], "COMPLETED", 5, ""),
-    ("E", 2, [("FETCH", 1000, 1010, "COMPLETED")], "COMPLETED", 1010, ""),
+    ("E", 2, [("FETCH", 1000, 1003, "FAILED")], "FAILED", 1003, "FETCH"),
+    ("E", 3, [("FETCH", 1100, 1110, "COMPLETED")], "COMPLETED", 1110, ""),
 ]  # fmt: skip
 # Another type: one failed attempt, nothing completed (no time to success).
 DIGEST: History = ("G", 1, [("SEND", 0, 7, "FAILED")], "FAILED", 7, "SEND")
@@ -96,8 +98,8 @@ def _p(values: list[float], fraction: float) -> float:
     return values[low] + (rank - low) * (values[high] - values[low])
 
 
-TO_SUCCESS = [70.0, 102.0, 4.0, 5.0, 10.0]  # A, B, C, E twice
-P50, P95 = _p(TO_SUCCESS, 0.5), _p(TO_SUCCESS, 0.95)  # 10 and 95.6
+TO_SUCCESS = [70.0, 102.0, 110.0]  # the retried jobs A, B, E (C completed at once)
+P50, P95 = _p(TO_SUCCESS, 0.5), _p(TO_SUCCESS, 0.95)  # 102 and 109.2
 
 
 def test_sums_per_type_and_step_and_percentiles_of_time_to_success(
@@ -110,11 +112,11 @@ def test_sums_per_type_and_step_and_percentiles_of_time_to_success(
         " to_success_p95_seconds FROM job_retry_tax(%s) ORDER BY 1, 2",
         BASE - timedelta(hours=1),
     )
-    assert (10.0, pytest.approx(95.6)) == (P50, P95)
+    assert (102.0, pytest.approx(109.2)) == (P50, P95)
     assert found == [
         ("digest", "SEND", 1, 7.0, None, None),
-        # FETCH: B1 failed there; seconds: A1 2 + B1 10 + B2 1 + D1 3
-        ("thumbnail", "FETCH", 1, 16.0, P50, pytest.approx(P95)),
+        # FETCH: B1 and E2 failed there; seconds: A1 2 + B1 10 + B2 1 + D1 3 + E2 3
+        ("thumbnail", "FETCH", 2, 19.0, P50, pytest.approx(P95)),
         # SAVE: A1, B2, D1 failed there; seconds: A1 3 + B2 4 + D1 1
         ("thumbnail", "SAVE", 3, 8.0, P50, pytest.approx(P95)),
     ]
@@ -130,13 +132,13 @@ def test_the_view_reads_every_row_kept_and_the_window_leaves_older_attempts_out(
     )
     everything = rows(conn, query.format("job_retry_tax"))
     assert everything == rows(conn, query.format("job_retry_tax(NULL)"))
-    assert everything == [("FETCH", 1, 16.0), ("SAVE", 4, 108.0)]  # F's 100 s in SAVE
-    # From 8 s on: failed B1 (FETCH 10 s) and B2 (FETCH 1 s, SAVE 4 s); completed A (70 s),
-    # B (102 s) and E's second run (10 s); A1, C, D1, E's first run and G ended before.
+    assert everything == [("FETCH", 2, 19.0), ("SAVE", 4, 108.0)]  # F's 100 s in SAVE
+    # From 8 s on: failed B1 (FETCH 10 s), B2 (FETCH 1 s, SAVE 4 s) and E2 (FETCH 3 s), retried
+    # to success: B (102 s) and E (110 s); A1, D1 and G failed before (A is not counted).
     late = rows(conn, "SELECT * FROM job_retry_tax(%s) ORDER BY 1, 2", _at(BASE, 8))
-    p50, p95 = _p([70.0, 102.0, 10.0], 0.5), _p([70.0, 102.0, 10.0], 0.95)
+    p50, p95 = _p([102.0, 110.0], 0.5), _p([102.0, 110.0], 0.95)
     assert late == [
-        ("thumbnail", "FETCH", 1, 11.0, p50, pytest.approx(p95)),
+        ("thumbnail", "FETCH", 2, 14.0, p50, pytest.approx(p95)),
         ("thumbnail", "SAVE", 1, 4.0, p50, pytest.approx(p95)),
     ]
 
@@ -153,8 +155,8 @@ def test_steps_retry_tax_prints_the_table(
         "JOB TYPE    STEP     FAILED ATTEMPTS  TIME IN FAILED  TO SUCCESS P50  P95",
         "digest      SEND     1                7.00s           -               -",
         "evil\\u202e  \\x1b[2J  1                1.00s           -               -",
-        "thumbnail   FETCH    1                16.00s          10.00s          1m35s",
-        "thumbnail   SAVE     3                8.00s           10.00s          1m35s",
+        "thumbnail   FETCH    2                19.00s          1m42s           1m49s",
+        "thumbnail   SAVE     3                8.00s           1m42s           1m49s",
     ]
     assert main([*since, "--retry-tax", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -163,8 +165,8 @@ def test_steps_retry_tax_prints_the_table(
         "step_key": "SAVE",
         "failed_attempts": 3,
         "failed_seconds": 8.0,
-        "to_success_p50_seconds": 10.0,
-        "to_success_p95_seconds": pytest.approx(95.6),
+        "to_success_p50_seconds": 102.0,
+        "to_success_p95_seconds": pytest.approx(109.2),
     }
     assert main(["--dsn", dsn, "steps", "--since", "1h", "--retry-tax"]) == 0
     assert capsys.readouterr().out == "no failed attempts in the last 1h\n"
@@ -198,8 +200,8 @@ def test_the_steps_page_shows_the_retry_tax(dsn: str, conn: psycopg.Connection[A
     assert sorted(found) == [
         ("&lt;i&gt;t&lt;/i&gt;", "&lt;b&gt;x&lt;/b&gt;", "1", "1.00s", "-", "-"),
         ("digest", "SEND", "1", "7.00s", "-", "-"),
-        ("thumbnail", "FETCH", "1", "16.00s", "10.00s", "1m35s"),
-        ("thumbnail", "SAVE", "4", "1m48s", "10.00s", "1m35s"),  # F's 100 s included
+        ("thumbnail", "FETCH", "2", "19.00s", "1m42s", "1m49s"),
+        ("thumbnail", "SAVE", "4", "1m48s", "1m42s", "1m49s"),  # F's 100 s included
     ]
     assert [row[1] for row in found if row[0] == "thumbnail"] == ["SAVE", "FETCH"]
     assert "No attempt failed within 1h." in empty.text

@@ -182,11 +182,20 @@ class ChattyStep:
     step_span: bytes
     next_ns: int
 
-    def request(self, count: int = CHATTY_REQUEST) -> ExportLogsServiceRequest:
-        """The step's next ``count`` records, as an exporter sends them."""
+    def request(
+        self, count: int = CHATTY_REQUEST, *, progress: bool = False
+    ) -> ExportLogsServiceRequest:
+        """The step's next ``count`` records, as an exporter sends them (``progress``: the last
+        one a progress log event)."""
         records = [
             self.record(self.next_ns + n, f"line at {self.next_ns + n}") for n in range(count)
         ]
+        if progress:
+            records[-1].body.Clear()
+            records[-1].event_name = "progress"
+            records[-1].attributes.append(
+                KeyValue(key="at", value=AnyValue(int_value=self.next_ns))
+            )
         self.next_ns += count
         return ExportLogsServiceRequest(
             resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=records)])]
@@ -276,7 +285,8 @@ def chatty_step(
 
 def measure_cap_history(dsn: str, *, samples: int, running: bool) -> dict[int, float]:
     """Median seconds of a request of `CHATTY_REQUEST` records to a step past its cap, with
-    1,500 and with 200,000 records staged behind it (the two interleaved)."""
+    1,500 and with 200,000 records staged behind it (the two interleaved); to a running step,
+    the last of them a progress log event."""
     staging = Staging(CollectSettings(dsn, connections=1))
     try:
         kind = "running" if running else "ended"
@@ -287,7 +297,7 @@ def measure_cap_history(dsn: str, *, samples: int, running: bool) -> dict[int, f
         times: dict[int, list[float]] = {behind: [] for behind in steps}
         for _ in range(samples):
             for behind, chatty in steps.items():
-                request = chatty.request()
+                request = chatty.request(progress=running)
                 started = time.perf_counter()
                 chatty.send(request)
                 times[behind].append(time.perf_counter() - started)

@@ -7,15 +7,17 @@ that step's dropped-count row."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .._attempts import Attempt as Held
-from .._commands import LogRecorded, Scope
+from .._commands import Command, LogRecorded, Scope
 from .._detail import clean_text
 from .._recorder import StepRecorder
 from .._steps import MAX_STEP_KEY_CHARS
+from .._translate import SpanTranslator
 from .ids import ID_MASK, signed
 from .place import EVENT, JOB, NAMING_EVENT, Staged
+from .state import JobState, restore
 
 __all__ = ["Context", "Late", "Lines", "ended_attempt", "line_context"]
 
@@ -53,19 +55,33 @@ def ended_attempt(scope: Scope, execution: str | None, counts: Mapping[str | Non
 
 
 class Lines:
-    """One request's lines of attempts adopted here (`adopt`), under ``cap`` per step key."""
+    """One request's lines of the attempts it resumes or adopts, under ``cap`` per step key."""
 
     def __init__(self, cap: int) -> None:
         self.recorder = StepRecorder(debounce_ms=0, logs_max_per_step=cap)
         self.late: list[Late] = []
         self._ended: set[int] = set()  # ids of the ended attempts adopted
 
-    def adopt(self, held: Held, *, ended: bool) -> None:
-        """Lines of ``held`` go through here: a running one keeps what its cap drops from its
-        open step (and between steps) for the rows written when those close, as live."""
+    def resume(
+        self, state: JobState, translator: Callable[[], SpanTranslator]
+    ) -> dict[int, SpanTranslator]:
+        """A job's running attempts as its state holds them, and its translators per trace:
+        what their cap drops from an open step (or between steps) is kept for the rows written
+        when those close, as live."""
+        return restore(state, self.recorder, translator)
+
+    def adopt_ended(self, held: Held) -> None:
+        """An attempt whose final row is written (`ended_attempt`)."""
         self.recorder.adopt_attempt((held.scope.trace_id, held.scope.span_id), held)
-        if ended:
-            self._ended.add(id(held))
+        self._ended.add(id(held))
+
+    def record(self, held: Held, commands: list[Command]) -> None:
+        """What the translator made of a record: a line (`line`), or its step's progress."""
+        for command in commands:
+            if isinstance(command, LogRecorded):
+                self.line(held, command)
+            else:
+                self.recorder.handle(command)
 
     def line(self, held: Held, command: LogRecorded) -> None:
         """A LOG row, or a line the cap drops: counted in ``held`` while the step it lies in is

@@ -11,7 +11,7 @@ from typing import Any
 from .._attempts import Attempt as Held
 from .._commands import Scope
 from .._facts import LogFacts
-from .._translate import PROGRESS_EVENT, log_line
+from .._translate import PROGRESS_EVENT, SpanTranslator, log_line
 from .ids import ID_MASK
 from .lines import Context, Late, Lines, ended_attempt, line_context
 from .logs import decode_log_record
@@ -67,11 +67,10 @@ class RequestLogs:
         return {p[:2] for _, p in self.placed} | {m[5][:2] for m in self.moved}
 
     def choose_direct(self, derived: set[Job]) -> None:
-        """The jobs whose only news are this request's records, none a progress event: their
-        LOG rows are written without deriving the job (a LOG row needs only its step)."""
-        progress = {where[:2] for log, where in self.placed if log[4].event_name == "progress"}
+        """The jobs whose only news are this request's records: their rows are written without
+        deriving the job where `lines` can (a LOG row needs only its step)."""
         waited = {m[5][:2] for m in self.moved}
-        self.direct = {where[:2] for _, where in self.placed} - progress - waited - derived
+        self.direct = {where[:2] for _, where in self.placed} - waited - derived
 
     def stage(self, settled: set[Attempt]) -> Receipt:
         """Keep the new records (those of a settled attempt without a body: their LOG rows are
@@ -182,24 +181,42 @@ class RequestLogs:
         fallback: set[Job] = set()
         found: list[tuple[LogFacts, Attempt, Context]] = []
         for facts, where, _ in sorted(items, key=lambda item: (item[0].time_ns, item[2])):
-            if facts.event_name == PROGRESS_EVENT:
-                continue  # a settled attempt's: its step has closed (a direct job has none)
+            if states is None and facts.event_name == PROGRESS_EVENT:
+                continue  # a settled attempt's step has closed: it changes nothing
             context = line_context(nodes, format(facts.trace_id, "032x"), facts.span_id)
             if context is not None:
                 found.append((facts, where, context))
             elif states is not None:
                 fallback.add(where[:2])
         held, loaded = self._held(found, states, fallback)
+        for facts, where, _ in found:
+            if facts.event_name != PROGRESS_EVENT or where not in held:
+                continue
+            state = loaded.get(where[:2])
+            if held[where][1] or state is None or not _live(state, facts):
+                fallback.add(where[:2])  # progress of a step this state no longer holds open
         lines = Lines(session.settings.logs_max_per_step)
+        translators = {
+            job: lines.resume(state, self._translator)
+            for job, state in loaded.items()
+            if job not in fallback
+        }
         for attempt, ended in held.values():
-            lines.adopt(attempt, ended=ended)
+            if ended:
+                lines.adopt_ended(attempt)
         min_severity = session.settings.logs_min_severity
         for facts, where, (_, key) in found:
-            if where[:2] not in fallback:
-                attempt = held[where][0]
-                command = log_line(attempt.scope, key, facts, min_severity)
-                if command is not None:
-                    lines.line(attempt, command)
+            if where[:2] in fallback:
+                continue
+            attempt, ended = held[where]
+            state = loaded.get(where[:2])
+            if not ended and state is not None and _live(state, facts):
+                # Its span is open in the job's state: the live door's translation, as is.
+                lines.record(attempt, translators[where[:2]][facts.trace_id].log(facts))
+                continue
+            command = log_line(attempt.scope, key, facts, min_severity)
+            if command is not None:
+                lines.line(attempt, command)
         batch = lines.recorder.take_batch()
         if batch is not None:
             session.write(batch)
@@ -214,6 +231,12 @@ class RequestLogs:
                 state.last_log = max(state.last_log, facts.time_ns)
         return fallback, {job: dump(state) for job, state in kept.items()}
 
+    def _translator(self) -> SpanTranslator:
+        settings = self._session.settings
+        return SpanTranslator(
+            problem=self._session.stats.problem, logs_min_severity=settings.logs_min_severity
+        )
+
     def _held(
         self,
         found: list[tuple[LogFacts, Attempt, Context]],
@@ -226,10 +249,11 @@ class RequestLogs:
         loaded: dict[Job, JobState] = {}
         held: dict[Attempt, tuple[Held, bool]] = {}
         job_spans = {where: (facts.trace_id, context[0]) for facts, where, context in found}
-        for job in {where[:2] for where in job_spans} if states is not None else ():
-            state = load(states.get(job)) if states is not None else None
-            if state is not None:
-                loaded[job] = state
+        if states is not None:
+            for job in {where[:2] for where in job_spans}:
+                state = load(states.get(job))
+                if state is not None:
+                    loaded[job] = state
         running = {key: attempt for state in loaded.values() for key, attempt in state.attempts}
         ended: list[Attempt] = []
         for where, span in job_spans.items():
@@ -277,6 +301,12 @@ class RequestLogs:
                 "cap": cap,
             },
         )
+
+
+def _live(state: JobState, facts: LogFacts) -> bool:
+    """Whether the record's span is open in ``state`` and the record comes after all it
+    applied: the live door's translator takes it as it would have then."""
+    return state.holds_open(facts.trace_id, facts.span_id) and facts.time_ns >= state.frontier
 
 
 def _attempt_columns(attempts: list[Attempt]) -> dict[str, list[Any]]:

@@ -393,18 +393,22 @@ WITH t AS (
                          %(trace_id)b::text[], %(span_id)b::text[], %(execution)b::text[])
              AS t (domain, job_id, job_type, attempt, step_key, at_us, trace_id, span_id,
                    execution)
+), runs AS MATERIALIZED (  -- the steps of those keys, read once for all the lines
+    SELECT e.domain, e.job_id, e.attempt, e.step_key, e.created_at, e.ended_at, e.id
+    FROM (SELECT DISTINCT domain, job_id, attempt, step_key FROM t) AS k
+    JOIN {job_event} AS e
+      ON e.domain = k.domain AND e.job_id = k.job_id AND e.attempt = k.attempt
+     AND e.type = 'STEP' AND e.step_key = k.step_key AND e.derived
 ), placed AS (
     SELECT t.domain, t.job_id, t.job_type, t.attempt, t.step_key, t.trace_id, t.span_id,
            t.execution, coalesce(run.ended_at, l.created_at) AS at, count(*)::int AS dropped
-    FROM t
+    FROM (SELECT *, timestamptz 'epoch' + at_us * interval '1 microsecond' AS at FROM t) AS t
     LEFT JOIN LATERAL (
-        SELECT e.ended_at FROM {job_event} AS e
-        WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
-          AND e.type = 'STEP' AND e.step_key = t.step_key AND e.derived
-        ORDER BY e.created_at <= timestamptz 'epoch' + t.at_us * interval '1 microsecond' DESC,
-                 CASE WHEN e.created_at <= timestamptz 'epoch' + t.at_us * interval '1 microsecond'
-                      THEN e.created_at END DESC,
-                 e.created_at, e.id
+        SELECT r.ended_at FROM runs AS r
+        WHERE r.domain = t.domain AND r.job_id = t.job_id AND r.attempt = t.attempt
+          AND r.step_key = t.step_key
+        ORDER BY r.created_at <= t.at DESC,
+                 CASE WHEN r.created_at <= t.at THEN r.created_at END DESC, r.created_at, r.id
         LIMIT 1
     ) AS run ON true
     LEFT JOIN {job_log} AS l

@@ -64,7 +64,7 @@ def test_a_request_past_the_cap_reads_what_it_brings_not_the_steps_history(
             return cursor
 
         monkeypatch.setattr(Session, "execute", counted)
-        chatty.send(chatty.request())
+        chatty.send(chatty.request(progress=running))
         monkeypatch.undo()
     finally:
         staging.close()
@@ -143,17 +143,49 @@ def _state(dsn: str, job_id: str) -> JobState | None:
     return None if row is None or row[0] is None else load(bytes(row[0]))
 
 
-@pytest.mark.parametrize("arrival", ["spans_first", "markers_first", "logs_first", "settled"])
+def _time(record: LogRecord) -> int:
+    return record.time_unix_nano or record.observed_time_unix_nano
+
+
+def _as_they_start(
+    staging: Staging, spans: list[Any], records: list[LogRecord]
+) -> list[tuple[Any, ...]]:
+    """Each span's start marker when it starts, then the records logged until the next start
+    (as a worker with start markers sends them): no record request derives the job in full,
+    progress included (the state holds its step open). Returns the job_event rows then."""
+    markers = sorted(start_markers(spans), key=lambda span: span.start_time_unix_nano)
+    starts = [marker.start_time_unix_nano for marker in markers] + [2**64]
+    for number, marker in enumerate(markers):
+        _send_spans(staging, [marker])
+        derived = staging.stats.get("jobs_derived_in_full")
+        _send_logs(staging, [r for r in records if starts[number] <= _time(r) < starts[number + 1]])
+        assert staging.stats.get("jobs_derived_in_full") == derived
+    return table_rows(staging.settings.dsn, "%")[0]
+
+
+def _lines(events: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The LOG rows that are lines (the dropped-count rows are written when steps close)."""
+    return [row for row in events if row[4] == "LOG" and "dropped" not in row[7]]
+
+
+@pytest.mark.parametrize(
+    "arrival", ["spans_first", "markers_first", "as_they_start", "logs_first", "settled"]
+)
 def test_lines_before_at_and_past_the_cap_give_the_processors_rows(
     capped: Staging, dsn: str, second_dsn: str, arrival: str
 ) -> None:
     spans, records, job_id = _recorded(dsn)
-    if arrival == "logs_first":
+    running: list[tuple[Any, ...]] = []
+    if arrival == "as_they_start":
+        running = _as_they_start(capped, spans, records)
+        _send_spans(capped, spans)
+    elif arrival == "logs_first":
         _send_logs(capped, records)
-    _send_spans(capped, start_markers(spans) if arrival == "markers_first" else spans)
+    if arrival != "as_they_start":
+        _send_spans(capped, start_markers(spans) if arrival == "markers_first" else spans)
     if arrival == "settled":
         assert capped.settle()[0] == 1
-    if arrival != "logs_first":
+    if arrival not in ("logs_first", "as_they_start"):
         _send_logs(capped, records)
     if arrival == "markers_first":
         state = _state(second_dsn, job_id)
@@ -169,5 +201,9 @@ def test_lines_before_at_and_past_the_cap_give_the_processors_rows(
         events = [row for row in events if row[4] == "LOG"]
         live_events = [row for row in live_events if row[4] == "LOG"]
     assert events == live_events
+    if running:  # written by the lines alone, before the spans ended: the same lines, progress
+        assert _lines(running) == _lines(live_events)
+        first = next(row[7] for row in running if row[4] == "STEP")
+        assert first == next(row[7] for row in live_events if row[4] == "STEP") == {"pct": 50}
     dropped = [row[7]["dropped"] for row in live_events if row[4] == "LOG" and "dropped" in row[7]]
     assert dropped == [4, 2, 2]  # A's first run, its second, and the lines between steps

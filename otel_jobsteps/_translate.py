@@ -313,8 +313,9 @@ class SpanTranslator:
         """Continue from open spans a derivation state kept."""
         self._open = held
 
-    def started(self, span: SpanFacts) -> list[Command]:
-        """The commands a span's start implies (an ordinary-event span is complete at start)."""
+    def started(self, span: SpanFacts, *, seen: bool = False) -> list[Command]:
+        """The commands a span's start implies (an ordinary-event span is complete at start);
+        ``seen``: an invalid job span was counted at its start already."""
         span = self._in_range(span)
         attributes = span.attributes
         if attr.JOB_EVENT_TYPE in attributes:
@@ -324,7 +325,7 @@ class SpanTranslator:
         if span_id in self._open:
             return []
         if attr.JOB_ID in attributes:
-            scope = self._job_scope(span, attributes)
+            scope = self._job_scope(span, attributes, quiet=seen)
             if scope is not None:
                 self._remember(span_id, _OpenSpan(scope, None))
                 return [JobStarted(scope, span.start_ns, self._tags(attributes))]
@@ -385,9 +386,11 @@ class SpanTranslator:
         commands: list[Command] = []
         found = self._open.pop(span_id, None)
         if found is None:
-            if not self._received:
+            if not self._received and attr.JOB_ID not in span.attributes:
                 return commands  # its start was outside a scope, dropped, or forgotten
-            commands = self.started(span)  # a received span: its start is known only now
+            # A received span: its start is known only now. A live job span that named no
+            # valid job as it started: read at its end, as collect reads it then.
+            commands = self.started(span, seen=not self._received)
             found = self._open.pop(span_id, None)
             if found is None:
                 return commands

@@ -54,8 +54,10 @@ CASES: dict[str, Change] = {
     "time_limit": {JOB_TIME_LIMIT: 0.001},  # the start had none: it would fail the job
     "no_steps": {JOB_ATTEMPT: 3},  # nothing between its start and end
     "named_at_end": None,
+    "attempt_at_end": {JOB_ATTEMPT: 1},  # no valid job at its start (counted invalid then)
 }
-LATE = sum(1 for change in CASES.values() if change is not None)
+READ_AT_END = ("named_at_end", "attempt_at_end")
+LATE = len(CASES) - len(READ_AT_END)
 
 
 class StartAttributes(SpanProcessor):
@@ -76,9 +78,10 @@ def _job(tracer: Tracer, suffix: str, case: str, change: Change) -> None:
     late = names if change is None else dict(change)
     if change is not None and JOB_ID in change:
         late[JOB_ID] = f"{change[JOB_ID]}{suffix}"
-    with tracer.start_as_current_span(
-        f"job {case}", attributes={} if change is None else names
-    ) as job:
+    start = {} if change is None else names
+    if case == "attempt_at_end":
+        start = {k: v for k, v in names.items() if k != JOB_ATTEMPT}
+    with tracer.start_as_current_span(f"job {case}", attributes=start) as job:
         if case != "no_steps":
             with step("RENDER", tracer=tracer):
                 pass
@@ -158,10 +161,10 @@ def test_late_job_attributes_give_the_same_rows_and_counts_through_both_doors(
     assert {(row[1], row[4]) for row in logs} == {
         (f"{case}{suffix}", "COMPLETED") for case in CASES
     }
-    # The job named only at its end: its attempt, without the steps that ran before.
-    assert not [row for row in events if row[1] == f"named_at_end{suffix}"]
-    assert recording.processor.stats().get("late_attributes") == LATE
-    assert staging.stats.snapshot().get("late_attributes") == LATE
+    # A job named only at its end: its attempt, without the steps that ran before.
+    assert not [row for row in events if row[1] in {f"{c}{suffix}" for c in READ_AT_END}]
+    for stats in (recording.processor.stats(), staging.stats.snapshot()):
+        assert (stats.get("late_attributes"), stats.get("invalid_job_span")) == (LATE, 1)
 
 
 def test_without_start_markers_collect_reads_the_ended_spans_values(

@@ -10,7 +10,8 @@
 -- between keeps its step open. Then settle attempts whose writer went silent between steps (no
 -- open step, no final row, every step row silent since the cutoff): their latest step row is
 -- locked and checked again the same way, and the FAILED abandoned job_log row is dated at their
--- last sign of life. Finding those reads the step rows of attempts without a final row, in one
+-- last sign of life. On an attempt collect derives, the final row is collect's too (derived):
+-- a verdict standing in for spans that have not arrived, replaced when they do. Finding those reads the step rows of attempts without a final row, in one
 -- pass over job_event (no index tells an attempt between steps from a finished one); a dry run
 -- is this statement rolled back.
 WITH silent AS (
@@ -29,7 +30,7 @@ WITH silent AS (
       AND e.type = 'STEP' AND e.ended_at IS NULL
       AND GREATEST(e.created_at, e.heartbeat_at) < now() - %(older_than)s::interval
     RETURNING e.id, e.domain, e.job_id, e.job_type, e.attempt, e.step_key, e.execution_id,
-              e.trace_id, e.created_at, e.ended_at
+              e.trace_id, e.created_at, e.ended_at, e.derived
 ), between_steps AS (
     SELECT e.domain, e.job_id, e.attempt,
            (array_agg(e.step_key ORDER BY e.created_at DESC, e.id DESC))[1] AS step_key,
@@ -40,7 +41,8 @@ WITH silent AS (
                 FILTER (WHERE e.trace_id IS NOT NULL))[1] AS trace_id,
            max(e.created_at) AS started_at,
            max(GREATEST(e.created_at, e.ended_at, e.heartbeat_at)) AS last_seen_at,
-           max(e.id) AS last_id
+           max(e.id) AS last_id,
+           bool_or(e.derived) AS derived
     FROM ONLY {job_event} AS e  -- an attempt without a final row is never moved to the archive
     WHERE e.type = 'STEP'
       AND NOT EXISTS (SELECT 1 FROM {job_log} AS l
@@ -57,16 +59,16 @@ WITH silent AS (
     WHERE GREATEST(e.created_at, e.ended_at, e.heartbeat_at) < now() - %(older_than)s::interval
     FOR UPDATE OF e SKIP LOCKED
 ), settling AS (
-    SELECT domain, job_id, job_type, attempt, step_key, trace_id, ended_at AS settled_at
+    SELECT domain, job_id, job_type, attempt, step_key, trace_id, ended_at AS settled_at, derived
     FROM closed
     UNION ALL
-    SELECT domain, job_id, job_type, attempt, step_key, trace_id, last_seen_at
+    SELECT domain, job_id, job_type, attempt, step_key, trace_id, last_seen_at, derived
     FROM quiet
 ), logged AS (
     INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
-                           created_at)
+                           created_at, derived)
     SELECT domain, job_id, job_type, attempt, 'FAILED', 'abandoned',
-           jsonb_build_object('step', step_key), trace_id, settled_at
+           jsonb_build_object('step', step_key), trace_id, settled_at, derived
     FROM settling
     ON CONFLICT (domain, job_id, attempt) DO NOTHING
     RETURNING domain, job_id, attempt

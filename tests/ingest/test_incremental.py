@@ -194,8 +194,6 @@ def test_rows_sweep_closed_under_a_state_derive_the_job_in_full(
         rows = conn.execute(
             "SELECT step_key, step_status FROM job_event WHERE job_id = %s ORDER BY id", (job_id,)
         ).fetchall()
-        final = conn.execute(
-            "SELECT status, reason, derived FROM job_log WHERE job_id = %s", (job_id,)
-        ).fetchall()
+        final = conn.execute("SELECT count(*) FROM job_log WHERE job_id = %s", (job_id,)).fetchone()
     assert rows == [("A", "COMPLETED"), ("B", "COMPLETED")]  # derived from the spans, as before
-    assert final == [("FAILED", "abandoned", None)]  # sweep's verdict is not collect's to undo
+    assert final == (0,)  # sweep's verdict stood in for spans that have now arrived

@@ -205,3 +205,21 @@ def test_both_doors_export_the_count_as_a_problems_metric(
         assert reply.status_code == 200
     scraped = httpx.get(f"{collector.url}/metrics").text
     assert 'otel_jobsteps_problems_total{kind="late_attributes"} 1.0' in scraped
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_the_processor_reads_the_start_values_with_either_writer(dsn: str, writer: str) -> None:
+    processor = JobStepsProcessor(dsn, writer=writer)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    suffix = f"-{writer}"
+    try:
+        story(provider.get_tracer("tests"), suffix)
+        assert processor.force_flush(10_000)
+        assert processor.stats().get("late_attributes") == LATE
+    finally:
+        provider.shutdown()
+    _, logs = table_rows(dsn, f"%{suffix}")
+    assert {(row[1], row[2], row[3], row[4]) for row in logs} == {
+        (f"{case}{suffix}", "t1", 1, "COMPLETED") for case in CASES
+    }

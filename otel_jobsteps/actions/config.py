@@ -1,11 +1,13 @@
 """The actions file (``--actions FILE``): where each domain's jobs live, per queue.
 
     [domains.render]
-    queue = "rq"                 # rq | bullmq
+    queue = "rq"                 # celery | rq | arq | bullmq
     url_env = "BROKER_URL"       # or url = "redis://...": the broker, secrets from the env
 
-Queue-specific keys: bullmq ``queue_name`` (default: the domain) and ``prefix`` ("bull").
-The broker URL is held out of every repr and message: it may carry a password.
+Queue-specific keys: bullmq ``queue_name`` (default: the domain) and ``prefix`` ("bull"),
+arq ``queue_name`` ("arq:queue"), celery ``app`` ("module:attribute", required; there the URL
+is optional and overrides the app's broker). The broker URL is held out of every repr and
+message: it may carry a password.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["QUEUES", "ActionsConfig", "DomainConfig", "load_actions"]
 
 _OPTIONS: dict[str, dict[str, str | None]] = {  # queue -> its own keys and their defaults
+    "celery": {"app": None},
     "rq": {},
+    "arq": {"queue_name": "arq:queue"},
     "bullmq": {"queue_name": None, "prefix": "bull"},
 }
 QUEUES = tuple(_OPTIONS)
@@ -92,6 +96,11 @@ def _domain(name: str, table: Any, environ: Mapping[str, str]) -> DomainConfig:
     if unknown:
         raise ConfigurationError(f"actions file: unknown key {where}.{unknown[0]} for {queue}")
     options = {key: _text(table, key, where, default) for key, default in own.items()}
+    if queue == "celery":
+        if options["app"] is None:
+            raise ConfigurationError(f"actions file: {where}.app is required (module:attribute)")
+        if "url" not in table and "url_env" not in table:  # the app's own broker
+            return DomainConfig(name, queue, "", options)
     return DomainConfig(name, queue, _url(table, where, environ), options)
 
 

@@ -68,11 +68,11 @@ class PlainWorkerSettings:
 instrument(WorkerSettings, domain=DOMAIN)
 
 
-def main() -> None:
+def main(settings: type = WorkerSettings) -> None:
     from arq.worker import run_worker
 
     setup_tracing()
-    run_worker(WorkerSettings)  # type: ignore[arg-type]
+    run_worker(settings)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

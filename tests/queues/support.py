@@ -241,6 +241,26 @@ class WorkerProcess:
 WorkerFactory = Callable[..., WorkerProcess]
 
 
+def start_celery_worker(
+    start_worker: WorkerFactory, app_module: str, hostname: str, env: dict[str, str]
+) -> WorkerProcess:
+    """A prefork Celery worker of ``app_module`` (one process), once it says it is ready."""
+    process = start_worker(
+        "-m", "celery", "-A", app_module, "worker",
+        "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO",
+        "--without-heartbeat", "--without-gossip", "--without-mingle",
+        "--hostname", f"{hostname}@%h",
+        env=env,
+    )  # fmt: skip
+    wait_until(
+        lambda: " ready." in process.log() or process.process.poll() is not None,
+        timeout_s=60,
+        what="the celery worker to be ready",
+    )
+    assert process.process.poll() is None, process.log()
+    return process
+
+
 def enqueue(redis_url: str, queue: str, name: str, *args: Any) -> str:
     """Enqueue an arq job (arq imported here: it is an optional extra)."""
     from arq.connections import RedisSettings, create_pool

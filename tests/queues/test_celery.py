@@ -26,6 +26,7 @@ from tests.queues.support import (
     assert_retried_then_completed,
     assert_time_limited,
     log_rows,
+    start_celery_worker,
     step_rows,
     wait_for_log,
     wait_for_step,
@@ -45,25 +46,17 @@ def spans_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def worker(
     amqp_url: str, start_worker: WorkerFactory, run_id: str, spans_file: Path
 ) -> WorkerProcess:
-    process = start_worker(
-        "-m", "celery", "-A", "tests.queues.apps_celery", "worker",
-        "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO",
-        "--without-heartbeat", "--without-gossip", "--without-mingle",
-        "--hostname", f"jobsteps-{run_id}@%h",
-        env={
+    return start_celery_worker(
+        start_worker,
+        "tests.queues.apps_celery",
+        f"jobsteps-{run_id}",
+        {
             "JOBSTEPS_TEST_BROKER": amqp_url,
             "JOBSTEPS_TEST_DOMAIN": DOMAIN,
             "JOBSTEPS_TEST_SPANS": str(spans_file),
             "JOBSTEPS_TEST_OTEL_CELERY": "1" if OTEL_CELERY else "",
         },
-    )  # fmt: skip
-    wait_until(
-        lambda: " ready." in process.log() or process.process.poll() is not None,
-        timeout_s=60,
-        what="the celery worker to be ready",
     )
-    assert process.process.poll() is None, process.log()
-    return process
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from .logs import decode_log_record
 from .place import Attempt, Staged
 from .receipt import Receipt
 from .session import Session
-from .state import JobState, dump, load
+from .state import JobState, load
 
 __all__ = ["LogRow", "RequestLogs"]
 
@@ -152,7 +152,7 @@ class RequestLogs:
 
     def write_direct(
         self, staged: dict[Any, Staged], states: Mapping[Job, bytes]
-    ) -> tuple[set[Job], dict[Job, bytes | None]]:
+    ) -> tuple[set[Job], dict[Job, JobState]]:
         """The direct jobs' LOG rows (`lines`), on their attempts as ``states`` (each job's
         stored state) hold them: returns the jobs to derive instead (a record's context or its
         attempt is not known so), and the states the written lines leave (their cap counts)."""
@@ -168,7 +168,7 @@ class RequestLogs:
         staged: dict[Any, Staged],
         items: list[_Item],
         states: Mapping[Job, bytes] | None,
-    ) -> tuple[set[Job], dict[Job, bytes | None]]:
+    ) -> tuple[set[Job], dict[Job, JobState]]:
         """Records -> LOG rows without a derivation (`lines`); ``states`` None: the attempts are
         settled (ended, whatever they hold)."""
         if not items:
@@ -229,7 +229,7 @@ class RequestLogs:
             if state is not None:  # a later span before these lines is derived in full
                 state.frontier = max(state.frontier, facts.time_ns)
                 state.last_log = max(state.last_log, facts.time_ns)
-        return fallback, {job: dump(state) for job, state in kept.items()}
+        return fallback, kept
 
     def _translator(self) -> SpanTranslator:
         settings = self._session.settings

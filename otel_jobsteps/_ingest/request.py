@@ -419,7 +419,7 @@ def _note_request(
     traces: list[str],
     staged: dict[Key, Staged],
     derivations: list[Derivation],
-    line_states: dict[Job, bytes | None],
+    line_states: dict[Job, JobState],
 ) -> None:
     """At the request's end, in one statement: the spans each trace staged now, the state each
     job's next request may resume (``line_states``: of jobs whose lines went around a
@@ -428,7 +428,7 @@ def _note_request(
     for span in staged.values():
         if span.new and not span.gone:
             added[span.new[0]] += 1
-    states: dict[Job, bytes | None] = dict(line_states)
+    states = {job: dump(state) for job, state in line_states.items()}
     derived: list[Attempt] = []
     pending: list[bool] = []
     firsts: list[tuple[str | None, int | None, int | None]] = []

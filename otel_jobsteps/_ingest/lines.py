@@ -1,6 +1,7 @@
 """Log records written as LOG rows without deriving their attempt again, by the live door's own
-rules: the line as `log_line` makes it, in the context the staged skeletons give (the attempt's
-job span, the step the record's span lies in), kept or counted by `StepRows.log`'s cap on the
+rules: the translator of the job's state for a record whose span it holds open (progress too),
+else the line as `log_line` makes it in the context the staged skeletons give (the attempt's
+job span, the step the record's span lies in); kept or counted by `StepRows.log`'s cap on the
 attempt as its job's state holds it (running) or as its rows tell (ended). Pure: the rows come
 out of a recorder; the lines a cap dropped after their step closed are returned, to be added to
 that step's dropped-count row."""
@@ -11,9 +12,8 @@ from collections.abc import Callable, Mapping
 
 from .._attempts import Attempt as Held
 from .._commands import Command, LogRecorded, Scope
-from .._detail import clean_text
+from .._limits import step_key_text
 from .._recorder import StepRecorder
-from .._steps import MAX_STEP_KEY_CHARS
 from .._translate import SpanTranslator
 from .ids import ID_MASK, signed
 from .place import EVENT, JOB, NAMING_EVENT, Staged
@@ -86,7 +86,7 @@ class Lines:
     def line(self, held: Held, command: LogRecorded) -> None:
         """A LOG row, or a line the cap drops: counted in ``held`` while the step it lies in is
         open (or it lies between steps of a running attempt), else returned in `late`."""
-        key = None if command.key is None else clean_text(command.key, MAX_STEP_KEY_CHARS)
+        key = None if command.key is None else step_key_text(command.key)  # as StepRows.log
         counts = held.logs.get(key) if held.logs is not None else None
         dropped = 0 if counts is None else counts[1]
         self.recorder.handle(command)

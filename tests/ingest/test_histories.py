@@ -18,9 +18,8 @@ from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.logs import decode_logs_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
-from otel_jobsteps.attributes import JOB_TYPE
 from tests.ingest.collector import table_rows
-from tests.ingest.histories import AttemptPlan, History, StepPlan, histories, tell
+from tests.ingest.histories import AttemptPlan, History, StepPlan, as_started, histories, tell
 from tests.ingest.requests import logs_request_of, request_of, start_markers
 from tests.ingest.stories import Recording
 
@@ -54,12 +53,7 @@ def deliver(
     shuffle = random.Random(seed)
     marked = shuffle.sample(spans, shuffle.randint(0, len(spans)))
     markers = start_markers(marked + [s for s in spans if _late(history, s) and s not in marked])
-    late = []
-    for marker in markers:  # a job type set late: its marker has the type the job started with
-        for pair in marker.attributes:
-            if pair.key == JOB_TYPE and pair.value.string_value == "t-late":
-                pair.value.string_value = "t"
-                late.append(marker)
+    late = [marker for marker in markers if as_started(marker)]
     pool: list[Span | LogRecord] = [*spans, *markers, *records]
     shuffle.shuffle(pool)
     # A job span's start marker is sent as it starts: one naming a type set late comes before

@@ -23,7 +23,7 @@ from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
 from otel_jobsteps.maintenance import sweep
 from tests.ingest.collector import table_rows
-from tests.ingest.histories import AttemptPlan, History, StepPlan, histories, tell
+from tests.ingest.histories import AttemptPlan, History, StepPlan, as_started, histories, tell
 from tests.ingest.requests import request_of
 from tests.ingest.stories import Recording
 
@@ -45,6 +45,7 @@ def _live_order(spans: list[Span]) -> list[Span]:
             marker.ClearField("events")
             marker.ClearField("status")
             marker.end_time_unix_nano = 0
+            as_started(marker)
             markers.append((span.start_time_unix_nano, 0, marker))
     ended = [(span.end_time_unix_nano, 1, span) for span in spans]
     return [span for *_, span in sorted(markers + ended, key=lambda item: item[:2])]

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_JOB_TYPE_BYTES",
     "MAX_STEP_KEY_CHARS",
+    "after_prefix",
     "cut_bytes",
     "id_fits",
     "job_type_text",
@@ -64,3 +65,15 @@ def step_key_text(value: object) -> str:
     """A ``job.step.key`` as written and staged: clean, cut at `MAX_STEP_KEY_CHARS` characters
     (at most 1,024 bytes)."""
     return clean_text(value, MAX_STEP_KEY_CHARS)
+
+
+def after_prefix(prefix: str) -> str:
+    """The upper bound of an id prefix search: ``prefix`` with its last character's successor
+    (surrogates skipped); for top code points only, a text longer than any id."""
+    text = prefix.rstrip(chr(0x10FFFF))
+    if not text:
+        return chr(0x10FFFF) * (MAX_ID_CHARS + 1)
+    following = ord(text[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:
+        following = 0xE000
+    return text[:-1] + chr(following)

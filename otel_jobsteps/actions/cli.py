@@ -13,7 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import printable
+from ..errors import ConfigurationError, printable
+from .bulk import FILTER_KEYS, SHOWN_IDS, BulkPlan, parse_filter, plan_bulk, run_bulk, summary
 from .config import load_actions
 from .runner import ACTIONS, ActionResult, run_action
 
@@ -41,6 +42,12 @@ def add_commands(command: CommandFactory, dsn: ArgumentReader, schema: ArgumentR
     for action in ACTIONS:
 
         def handle(args: argparse.Namespace, action: str = action) -> int:
+            if args.filter:
+                return _bulk(args, action, dsn(args), schema(args))
+            if args.domain is None or args.job_id is None or args.dry_run or args.max:
+                raise ConfigurationError(
+                    "name a job (DOMAIN JOB_ID) or jobs (--filter ... --max N [--dry-run])"
+                )
             result = run_action(
                 dsn(args),
                 load_actions(args.actions),
@@ -56,8 +63,8 @@ def add_commands(command: CommandFactory, dsn: ArgumentReader, schema: ArgumentR
             return 0 if result.outcome == "done" else EXIT_REFUSED
 
         sub = command(action, handle, texts[action] + "; audited as an ACTION row")
-        sub.add_argument("domain")
-        sub.add_argument("job_id")
+        sub.add_argument("domain", nargs="?")
+        sub.add_argument("job_id", nargs="?")
         sub.add_argument(
             "--actions", required=True, metavar="FILE", help="where each domain's jobs live (TOML)"
         )
@@ -67,7 +74,63 @@ def add_commands(command: CommandFactory, dsn: ArgumentReader, schema: ArgumentR
         sub.add_argument(
             "--idempotency-key", metavar="KEY", help="a key used before answers its action again"
         )
+        sub.add_argument(
+            "--filter",
+            action="append",
+            metavar="KEY=VALUE",
+            help=f"bulk: the jobs list's filter, keys {', '.join(FILTER_KEYS)} (repeatable)",
+        )
+        sub.add_argument("--max", type=int, metavar="N", help="bulk: refuse more than N jobs")
+        sub.add_argument("--dry-run", action="store_true", help="bulk: count, act on none")
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _bulk(args: argparse.Namespace, action: str, dsn: str, schema: str) -> int:
+    if args.domain is not None:
+        raise ConfigurationError("--filter goes without DOMAIN JOB_ID")
+    pairs: dict[str, str] = {}
+    for text in args.filter:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ConfigurationError(f"a filter is KEY=VALUE, got {printable(text)!r}")
+        pairs[key] = value
+    config = load_actions(args.actions)
+    plan = plan_bulk(dsn, parse_filter(pairs), args.max, schema=schema)
+    if args.dry_run:
+        _print_plan(args, plan)
+        return 0
+
+    def progress(done: int, total: int) -> None:
+        print(f"{action}: {done}/{total}", file=sys.stderr, flush=True)
+
+    results = run_bulk(
+        dsn,
+        config,
+        action,  # type: ignore[arg-type]
+        plan,
+        actor=cli_actor(),
+        force=args.force,
+        idempotency_key=args.idempotency_key,
+        schema=schema,
+        progress=progress,
+    )
+    counted = summary(results)
+    if args.json:
+        print(json.dumps({"action": action, "matched": len(plan.jobs), **counted}))
+    else:
+        parts = [f"{number} {outcome.replace('_', ' ')}" for outcome, number in counted.items()]
+        print(f"{action}: {', '.join(parts)}")
+    return 0 if counted["done"] == len(results) else EXIT_REFUSED
+
+
+def _print_plan(args: argparse.Namespace, plan: BulkPlan) -> None:
+    if args.json:
+        print(json.dumps(plan.to_dict()))
+        return
+    count = f"more than {plan.max}" if plan.over else str(len(plan.jobs))
+    print(f"{count} jobs match (max {plan.max})")
+    for domain, job_id in plan.jobs[:SHOWN_IDS]:
+        print(f"  {printable(domain)} / {printable(job_id)}")
 
 
 def add_operator_options(serve: argparse.ArgumentParser) -> None:

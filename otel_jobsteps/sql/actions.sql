@@ -32,3 +32,18 @@ RETURNING id;
 INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail)
 VALUES (%(domain)s, %(job_id)s, %(job_type)s, %(attempt)s, 'FAILED', 'cancelled', %(detail)s)
 ON CONFLICT (domain, job_id, attempt) DO NOTHING;
+
+-- name: prefixed_jobs --
+-- Bulk actions' id prefix: the jobs of one domain whose id starts with prefix (a range of
+-- job_event_job, upper the prefix's successor), by their latest attempt, filtered as the jobs
+-- list filters (type, status, active since), in job id order, at most limit.
+SELECT d.domain, d.job_id
+FROM (SELECT DISTINCT domain, job_id FROM {job_event}
+      WHERE domain = %(domain)s AND job_id >= %(prefix)s AND job_id < %(upper)s
+        AND starts_with(job_id, %(prefix)s)) AS d
+CROSS JOIN LATERAL {job_latest_attempt}(d.domain, d.job_id) AS latest
+WHERE (%(job_type)s::text IS NULL OR latest.job_type = %(job_type)s)
+  AND (%(status)s::text IS NULL OR latest.status = %(status)s)
+  AND (%(since)s::interval IS NULL OR latest.last_activity_at >= now() - %(since)s::interval)
+ORDER BY d.job_id
+LIMIT %(limit)s;

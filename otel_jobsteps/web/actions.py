@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import threading
@@ -32,6 +33,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
 from ..actions import ACTIONS, ActionResult, ActionsConfig, load_actions, run_action
+from ..actions.bulk import SHOWN_IDS, parse_filter, plan_bulk, run_bulk, summary
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
 from .auth import check_token, same_token
 from .pages import Pages
@@ -105,6 +107,40 @@ class Operator:
             self.counter.add(result.action, result.outcome)
         return result
 
+    def bulk(
+        self, action: str, body: dict[str, Any], actor: str, key: str | None
+    ) -> dict[str, Any]:
+        """A bulk action's answer: the dry run's plan, or the outcomes of every job's action."""
+        if action not in ACTIONS:
+            raise _Answer(404, f"no action {action!r} (retry or cancel)")
+        options = {name: body.pop(name, None) for name in ("dry_run", "max", "force")}
+        try:
+            plan = plan_bulk(self.dsn, parse_filter(body), options["max"], schema=self.schema)
+        except ConfigurationError as error:
+            raise _Answer(400, str(error)) from None
+        if options["dry_run"] is True:
+            return plan.to_dict()
+        if plan.over:
+            raise _Answer(409, f"more than max ({plan.max}) jobs match: narrow the filter")
+        results = run_bulk(
+            self.dsn,
+            self.config,
+            action,
+            plan,
+            actor=actor,
+            force=options["force"] is True,
+            idempotency_key=key,
+            schema=self.schema,
+        )
+        for result in results:
+            if not result.repeated:
+                self.counter.add(result.action, result.outcome)
+        shown = [
+            {"domain": d, "job_id": j, **r.to_dict()}
+            for (d, j), r in zip(plan.jobs, results[:SHOWN_IDS], strict=False)
+        ]
+        return {"action": action, "matched": len(plan.jobs), **summary(results), "first": shown}
+
 
 class ActionCounter(Collector):
     """``otel_jobsteps_actions_total{action,outcome}``: the actions this process ran."""
@@ -162,7 +198,10 @@ def action_routes(operator: Operator | None, pages: Pages) -> list[BaseRoute]:
         async def absent(request: Request) -> Response:
             return json_response({"error": "not found"}, 404)
 
-        return [ActionRoute(absent, methods=["POST"])]
+        return [
+            ActionRoute(absent, methods=["POST"]),
+            Route("/api/actions/{action:str}", absent, methods=["POST"]),
+        ]
 
     async def api(request: Request) -> Response:
         domain, job_id, action = (request.path_params[k] for k in ("domain", "job_id", "action"))
@@ -205,10 +244,39 @@ def action_routes(operator: Operator | None, pages: Pages) -> list[BaseRoute]:
             return _error_page(pages, _STATUS[result.outcome], result.answer)
         return RedirectResponse(job_url(domain, job_id), 303)
 
+    async def bulk(request: Request) -> Response:
+        refused = _role_refusal(request, operator, api=True)
+        if refused is not None:
+            return refused
+        try:
+            body = await _json_body(request)
+            key = request.headers.get("idempotency-key")
+            _check_key(key)
+            answer = await run_in_threadpool(
+                operator.bulk, request.path_params["action"], body, "operator via api (bulk)", key
+            )
+        except _Answer as error:
+            return json_response({"error": error.message}, error.status)
+        return json_response(answer, 200)
+
     return [
         ActionRoute(api, methods=["POST"]),
+        Route("/api/actions/{action:str}", bulk, methods=["POST"]),
         Route("/job/{action:str}", page, methods=["POST"]),
     ]
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        raise _Answer(413, f"a body is at most {MAX_FORM_BYTES} bytes")
+    try:
+        found = json.loads(body or b"{}")
+    except ValueError:
+        raise _Answer(400, "the body is not JSON") from None
+    if not isinstance(found, dict):
+        raise _Answer(400, "the body is a JSON object: the filter, dry_run, max, force")
+    return found
 
 
 class _Answer(Exception):

@@ -15,9 +15,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .._db import Record, connection_kwargs, fetch, session
+from .._limits import after_prefix
 from .._step_stats import RetryTax, StepStat, read_retry_tax, read_step_stats
 from .._times import read_any_time
-from .._vocabulary import MAX_ID_CHARS
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     TAG_SCAN_PER_JOB,
@@ -379,18 +379,6 @@ def listed_counts(jobs: Iterable[JobRow]) -> StatusCounts:
     """The latest attempts of ``jobs`` by status: what a filtered list counts."""
     found = Counter(job.status for job in jobs)
     return StatusCounts(found["COMPLETED"], found["FAILED"], found["RUNNING"])
-
-
-def after_prefix(prefix: str) -> str:
-    """The upper bound of an id prefix search: ``prefix`` with its last character's successor
-    (surrogates skipped); for top code points only, a text longer than any id."""
-    text = prefix.rstrip(chr(0x10FFFF))
-    if not text:
-        return chr(0x10FFFF) * (MAX_ID_CHARS + 1)
-    following = ord(text[-1]) + 1
-    if 0xD800 <= following <= 0xDFFF:
-        following = 0xE000
-    return text[:-1] + chr(following)
 
 
 def _server_now(conn: psycopg.Connection[Any]) -> datetime:

@@ -9,6 +9,11 @@ import psycopg
 
 from otel_jobsteps.cli import main
 
+READ = "a-read-token-nobody-guesses"
+OPERATOR = "an-operator-token-nobody-guesses"
+AS_OPERATOR = {"authorization": f"Bearer {OPERATOR}"}
+AS_READER = {"authorization": f"Bearer {READ}"}
+
 _ACTION_ROWS = (
     "SELECT attempt, detail, message FROM job_event"
     " WHERE domain = %s AND job_id = %s AND type = 'ACTION' ORDER BY id"

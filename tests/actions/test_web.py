@@ -5,7 +5,6 @@ the counter on /metrics."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,31 +14,13 @@ pytest.importorskip("rq", reason="needs the rq extra")
 from rq import Queue
 from starlette.testclient import TestClient
 
-from otel_jobsteps.actions import load_actions
 from otel_jobsteps.cli import main
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.actions import OPERATOR_TOKEN_ENV, Operator
+from otel_jobsteps.web.actions import OPERATOR_TOKEN_ENV
 from otel_jobsteps.web.security import TOKEN_COOKIE
-from tests.actions.support import action_rows, actions_file
+from tests.actions.support import AS_OPERATOR, AS_READER, OPERATOR, action_rows
 from tests.queues.support import WorkerProcess, log_rows, wait_for_log
 from tests.queues.test_rq import DOMAIN, enqueue
-
-READ = "a-read-token-nobody-guesses"
-OPERATOR = "an-operator-token-nobody-guesses"
-AS_OPERATOR = {"authorization": f"Bearer {OPERATOR}"}
-AS_READER = {"authorization": f"Bearer {READ}"}
-
-
-@pytest.fixture(scope="module")
-def operator(tmp_path_factory: pytest.TempPathFactory, redis_url: str, module_dsn: str) -> Operator:
-    path = actions_file(tmp_path_factory.mktemp("actions"), DOMAIN, "rq", url=redis_url)
-    return Operator(OPERATOR, load_actions(path), module_dsn)
-
-
-@pytest.fixture
-def client(module_dsn: str, operator: Operator) -> Iterator[TestClient]:
-    with TestClient(create_app(module_dsn, token=READ, operator=operator)) as test_client:
-        yield test_client
 
 
 def failed_job(queue: Queue, dsn: str) -> str:

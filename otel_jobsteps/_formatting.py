@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 __all__ = [
     "LINE_CHARS",
     "format_ago",
+    "format_difference",
     "format_duration",
     "format_time",
     "format_utc",
@@ -54,6 +55,14 @@ def format_duration(value: timedelta | None) -> str:
     else:
         big, small = f"{minutes}m", (secs, "s")
     return big + (f"{small[0]:02d}{small[1]}" if small[0] else "")
+
+
+def format_difference(value: timedelta | None) -> str:
+    """A signed duration: +1.20s (longer), -850ms (shorter), 0s, - for none."""
+    if value is None:
+        return "-"
+    sign = "-" if value < timedelta(0) else "+" if value > timedelta(0) else ""
+    return sign + format_duration(abs(value))
 
 
 def format_time(value: datetime | None) -> str:

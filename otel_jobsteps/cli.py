@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 
 from . import __version__
 from ._db import Record, borrowed_connection, check_dsn, session
 from ._extras import install_hint
-from ._formatting import format_duration, format_time
+from ._formatting import format_difference, format_duration, format_time
 from ._step_stats import RetryTax, StepStat, read_retry_tax, read_step_stats
 from ._timeline import Style, render_detail, render_jobs, render_log_line
 from ._vocabulary import MAX_ATTEMPT
@@ -36,8 +36,10 @@ from .maintenance import prune, sweep
 from .query import (
     STATUSES,
     ActivityFollower,
+    AttemptDiff,
     JobActivity,
     LogLine,
+    attempt_diff,
     job_detail,
     list_jobs,
     parse_tag,
@@ -48,6 +50,7 @@ from .schema import migrate
 __all__ = ["activity_line", "main", "parse_duration"]
 
 PROG = "otel-jobsteps"
+_Found = TypeVar("_Found", bound=Record)
 EXIT_NOT_FOUND = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -197,6 +200,12 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    if args.diff is not None:
+        a, b = args.diff
+        diff = attempt_diff(
+            _dsn(args, read=True), args.domain, args.job_id, a, b, schema=_schema(args)
+        )
+        return _print_found(args, diff, f"attempt {a} or {b} of job", _diff_text)
     detail = job_detail(
         _dsn(args, read=True),
         args.domain,
@@ -205,16 +214,66 @@ def _show(args: argparse.Namespace) -> int:
         schema=_schema(args),
         before_attempt=args.before_attempt,
     )
-    if detail is None:
-        which = f"attempt {args.attempt} of job" if args.attempt is not None else "job"
+    which = f"attempt {args.attempt} of job" if args.attempt is not None else "job"
+    style = Style.for_stream(sys.stdout)
+    return _print_found(args, detail, which, partial(render_detail, style=style, logs=args.logs))
+
+
+def _print_found(
+    args: argparse.Namespace, found: _Found | None, which: str, text: Callable[[_Found], str]
+) -> int:
+    """``show``'s answer: ``found`` as JSON or ``text(found)``, or the line saying ``which`` of the
+    job asked for has no rows."""
+    if found is None:
         where = f"{printable(args.domain)} / {printable(args.job_id)}"
         print(f"{PROG}: no {which} {where}", file=sys.stderr)
         return EXIT_NOT_FOUND
     if args.json:
-        _print_json(detail.to_dict())
+        _print_json(found.to_dict())
     else:
-        print(render_detail(detail, Style.for_stream(sys.stdout), logs=args.logs))
+        print(text(found))
     return 0
+
+
+def _diff_text(diff: AttemptDiff) -> str:
+    """The aligned steps of two attempts, the first divergence starred, then each attempt's
+    outcome, error and tags; every text from job data made printable."""
+    a, b = diff.a, diff.b
+    index = diff.divergence_index
+    lines = [
+        f"{printable(diff.domain)} / {printable(diff.job_id)}:"
+        f" attempt {a.attempt} {a.status} vs attempt {b.attempt} {b.status}",
+        "first divergence: "
+        + (
+            "none"
+            if index is None
+            else _run_name(diff.steps[index].key, diff.steps[index].occurrence)
+        ),
+        "",
+    ]
+    header = ("STEP", f"ATTEMPT {a.attempt}", "TOOK", f"ATTEMPT {b.attempt}", "TOOK", "DIFFERENCE")
+    lines.append(_table(header, [
+        (_run_name(p.key, p.occurrence) + (" *" if i == index else ""), p.a_status or "-",
+         format_duration(p.a_duration), p.b_status or "-", format_duration(p.b_duration),
+         format_difference(p.difference))
+        for i, p in enumerate(diff.steps)
+    ]))  # fmt: skip
+    for side in (a, b):
+        facts = [f"attempt {side.attempt}: {side.status}"]
+        facts += [f"reason {printable(side.reason)}"] if side.reason else []
+        facts += [f"error {printable(side.error)}"] if side.error else []
+        if side.failed_step:
+            message = f": {printable(side.failed_message)}" if side.failed_message else ""
+            facts.append(f"failed step {printable(side.failed_step)}{message}")
+        tags = ", ".join(f"{printable(k)}={printable(v)}" for k, v in side.tags.items())
+        facts += [f"tags {tags}"] if tags else []
+        lines.append("  ".join(facts))
+    return "\n".join(lines)
+
+
+def _run_name(key: str, occurrence: int) -> str:
+    """A step key as printed, with its run number from the second run on."""
+    return printable(key) + (f" (run {occurrence})" if occurrence > 1 else "")
 
 
 def _jobs(args: argparse.Namespace) -> int:
@@ -601,6 +660,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int_between(1, MAX_ATTEMPT),
         metavar="N",
         help="list the newest attempts numbered below N (a job retried many times lists some)",
+    )
+    show.add_argument(
+        "--diff",
+        nargs=2,
+        type=int_between(1, MAX_ATTEMPT),
+        metavar=("A", "B"),
+        help="compare attempts A and B step by step (the first divergence starred)",
     )
     show.add_argument("--json", action="store_true", help="print the job as JSON")
     show.add_argument(

@@ -1,4 +1,4 @@
-"""The read side: `job_detail` and `list_jobs`, computed in SQL (``sql/read.sql``).
+"""The read side: `job_detail`, `attempt_diff` and `list_jobs`, computed in SQL (``sql/read.sql``).
 
 Results are frozen dataclasses; ``to_dict()`` gives a JSON-ready dict (ISO 8601 timestamps,
 durations in seconds). Both functions take a connection string or an open psycopg connection,
@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
 from ._db import Record, Target, fetch, session
 from ._times import read_any_time
-from ._vocabulary import LOG, STATUSES  # STATUSES public from here too (CLI and web filter)
+from ._vocabulary import (
+    LOG,
+    MAX_ATTEMPT,
+    STATUSES,
+)  # STATUSES public from here too (CLI and web filter)
 from .errors import ConfigurationError
 from .sql import qualified_queries
 
@@ -34,9 +38,11 @@ __all__ = [
     "STATUSES",
     "TAG_SCAN_PER_JOB",
     "ActivityFollower",
+    "AttemptDiff",
     "AttemptGap",
     "AttemptList",
     "AttemptRow",
+    "AttemptSide",
     "AttemptSummary",
     "EventRecord",
     "JobActivity",
@@ -44,7 +50,9 @@ __all__ = [
     "JobLogEntry",
     "JobSummary",
     "LogLine",
+    "StepPair",
     "StepRecord",
+    "attempt_diff",
     "job_detail",
     "list_jobs",
     "parse_tag",
@@ -310,6 +318,186 @@ def job_detail(
         attempt_count=listed.count,
         attempt_gaps=listed.gaps,
         logs=tuple(lines),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSide(Record):
+    """One attempt of an `AttemptDiff`: its outcome and why it failed, and its tags.
+
+    ``status``, ``reason``, ``error`` and ``started_at`` / ``ended_at`` are those of its
+    `AttemptSummary`; ``detail`` is its final row's detail; ``failed_step`` and
+    ``failed_message`` name its last FAILED step and that step's message.
+    """
+
+    attempt: int
+    status: str
+    reason: str | None
+    error: str | None
+    detail: dict[str, Any] | None
+    failed_step: str | None
+    failed_message: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class StepPair(Record):
+    """A step key's ``occurrence``-th run (1 for its first) in attempt a and in attempt b; a
+    side is None where that attempt has no such run. ``difference`` is b's duration minus
+    a's when both ended."""
+
+    key: str
+    occurrence: int
+    a_status: str | None
+    a_duration: timedelta | None
+    a_started_at: datetime | None
+    b_status: str | None
+    b_duration: timedelta | None
+    b_started_at: datetime | None
+    difference: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptDiff(Record):
+    """What `attempt_diff` returns: two attempts of one job side by side.
+
+    ``steps`` pairs their steps by key and occurrence, in a's order with b's other steps
+    placed where b ran them; ``first_divergence`` is the key of the first pair whose statuses
+    differ (a step one attempt never ran counts), None when none does. ``as_of`` is the
+    server's time of the read, the end of a step still running.
+    """
+
+    domain: str
+    job_id: str
+    a: AttemptSide
+    b: AttemptSide
+    steps: tuple[StepPair, ...]
+    first_divergence: str | None
+    as_of: datetime
+
+    @property
+    def divergence_index(self) -> int | None:
+        """The place in ``steps`` of the first pair whose statuses differ."""
+        return _divergence(self.steps)
+
+
+def attempt_diff(
+    conninfo_or_connection: Target | None,
+    domain: str,
+    job_id: str | int,
+    a: int,
+    b: int,
+    *,
+    schema: str = "public",
+) -> AttemptDiff | None:
+    """Compare attempts ``a`` and ``b`` of one job step by step (`AttemptDiff`), read in one
+    snapshot. None when the job has no row of attempt ``a`` or of ``b``; `ConfigurationError`
+    when one is not an attempt number (an integer from 1)."""
+    for name, number in (("a", a), ("b", b)):
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise ConfigurationError(f"{name} must be an attempt number, got {number!r}")
+        if not 1 <= number <= MAX_ATTEMPT:
+            raise ConfigurationError(f"{name} must be an integer from 1 to {MAX_ATTEMPT}")
+    queries = _queries(schema)
+    key = {"domain": domain, "job_id": str(job_id)}
+    with session(read_target(conninfo_or_connection), schema=schema, snapshot=True) as conn:
+        with conn.cursor(row_factory=dict_row) as cur:
+            read_any_time(cur)  # a caller's connection too
+            found = cur.execute(queries["job_attempts"], {**key, "attempts": [a, b]}).fetchall()
+            summaries = {row["attempt"]: row for row in found}
+            if a not in summaries or b not in summaries:
+                return None
+            tags = cur.execute(queries["attempt_tags"], {**key, "attempts": [a, b]}).fetchall()
+        steps, logs = {}, {}
+        for n in {a, b}:
+            scope = {**key, "attempt": n}
+            steps[n] = fetch(conn, queries["job_steps"], scope, StepRecord)
+            logs[n] = fetch(conn, queries["job_log_entry"], scope, JobLogEntry)
+    sides = [
+        _side(
+            summaries[n],
+            steps[n],
+            logs[n],
+            {t["name"]: t["value"] for t in tags if t["attempt"] == n},
+        )
+        for n in (a, b)
+    ]
+    pairs = tuple(_align_steps(steps[a], steps[b]))
+    index = _divergence(pairs)
+    diverged = None if index is None else pairs[index].key
+    as_of = found[0]["as_of"]
+    return AttemptDiff(domain, str(job_id), sides[0], sides[1], pairs, diverged, as_of)
+
+
+def _divergence(pairs: tuple[StepPair, ...]) -> int | None:
+    return next((i for i, p in enumerate(pairs) if p.a_status != p.b_status), None)
+
+
+def _side(
+    summary: dict[str, Any],
+    steps: list[StepRecord],
+    logs: list[JobLogEntry],
+    tags: dict[str, str],
+) -> AttemptSide:
+    failed = next((s for s in reversed(steps) if s.status == "FAILED"), None)
+    return AttemptSide(
+        attempt=summary["attempt"],
+        status=summary["status"],
+        reason=summary["reason"],
+        error=summary["error"],
+        detail=logs[0].detail if logs else None,
+        failed_step=failed.key if failed else None,
+        failed_message=failed.message if failed else None,
+        started_at=summary["started_at"],
+        ended_at=summary["ended_at"],
+        tags=tags,
+    )
+
+
+def _align_steps(a: list[StepRecord], b: list[StepRecord]) -> list[StepPair]:
+    """The runs of ``a`` and ``b`` paired by (key, occurrence), in a's order; a run of b that
+    a lacks comes right after the pairs of the runs b ran before it."""
+    a_runs, b_runs = _runs(a), _runs(b)
+    b_order = list(b_runs)
+    b_place = {run: i for i, run in enumerate(b_order)}
+    pairs: list[StepPair] = []
+    done = 0  # b's runs placed so far, in b's order
+    for run, step in a_runs.items():
+        place = b_place.get(run)
+        if place is not None:
+            for other in b_order[done:place]:
+                if other not in a_runs:
+                    pairs.append(_pair(other, None, b_runs[other]))
+            done = max(done, place + 1)
+        pairs.append(_pair(run, step, b_runs.get(run)))
+    pairs += [_pair(run, None, b_runs[run]) for run in b_order[done:] if run not in a_runs]
+    return pairs
+
+
+def _runs(steps: list[StepRecord]) -> dict[tuple[str, int], StepRecord]:
+    """Each step by (key, occurrence), in the order they started."""
+    seen: dict[str, int] = {}
+    runs = {}
+    for step in steps:
+        seen[step.key] = seen.get(step.key, 0) + 1
+        runs[step.key, seen[step.key]] = step
+    return runs
+
+
+def _pair(run: tuple[str, int], a: StepRecord | None, b: StepRecord | None) -> StepPair:
+    a_took, b_took = (a.duration if a else None), (b.duration if b else None)
+    return StepPair(
+        key=run[0],
+        occurrence=run[1],
+        a_status=a.status if a else None,
+        a_duration=a_took,
+        a_started_at=a.started_at if a else None,
+        b_status=b.status if b else None,
+        b_duration=b_took,
+        b_started_at=b.started_at if b else None,
+        difference=b_took - a_took if a_took is not None and b_took is not None else None,
     )
 
 

@@ -188,3 +188,12 @@ FROM (
 ) AS change
 ORDER BY id
 LIMIT %(limit)s;
+
+-- name: attempt_tags --
+-- The tags of the attempts listed (TAG rows: the name in step_key, the value in message), in
+-- the order they were written.
+SELECT attempt, step_key AS name, message AS value
+FROM {job_event}
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = ANY(%(attempts)s::integer[])
+  AND type = 'TAG'
+ORDER BY id;

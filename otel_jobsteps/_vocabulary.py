@@ -11,6 +11,7 @@ __all__ = [
     "CANCELLED",
     "COMPLETED",
     "ERROR",
+    "EVENT_ACTION",
     "EVENT_RETRY_SCHEDULED",
     "EVENT_STALLED",
     "FAILED",
@@ -44,6 +45,8 @@ EVENT_STALLED = "STALLED"
 """Ordinary event of an attempt whose worker the queue reported lost."""
 EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"
 """Ordinary event of an attempt after which the queue scheduled another one."""
+EVENT_ACTION = "ACTION"
+"""Ordinary event of an operator's retry or cancel (otel_jobsteps.actions): the audit row."""
 
 # job_event.step_status, and job_log.status (which is never RUNNING).
 RUNNING = "RUNNING"

@@ -212,6 +212,14 @@ GAUGE_INDEX = next(
     if statement.startswith("CREATE INDEX IF NOT EXISTS job_event_open_gauges")
 )
 SCRAPE_TARGET_MS = 100.0
+# An overdue limit (1 s) for each job type and step key of bigtable's fill: the scrape's join.
+_KEYS = ("FETCH", "RENDER", "UPLOAD", "NOTIFY")
+_FILLED = [(t, k) for t in ("thumbnail", "invoice", "export") for k in _KEYS]
+FILL_LIMITS = {
+    "job_types": [t for t, _ in _FILLED],
+    "step_keys": [k for _, k in _FILLED],
+    "seconds": [1.0] * len(_FILLED),
+}
 
 
 def _gauge_plan(conn: psycopg.Connection[Any]) -> str:
@@ -219,7 +227,7 @@ def _gauge_plan(conn: psycopg.Connection[Any]) -> str:
     text = load_queries("web.sql")["open_step_gauges"].replace("{job_event}", "job_event")
     found = conn.execute(
         sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text),
-        {"silent_after": timedelta(minutes=5)},
+        {"silent_after": timedelta(minutes=5), **FILL_LIMITS},
     ).fetchone()
     plan = found[0][0]["Plan"] if found else {}
 

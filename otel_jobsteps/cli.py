@@ -89,6 +89,17 @@ def _duration_argument(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _factor_argument(text: str) -> float:
+    """A number above zero (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
 def _tag_argument(text: str) -> tuple[str, str]:
     try:
         return parse_tag(text)
@@ -475,6 +486,7 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_max_series=args.metrics_max_series,
         forwarded_allow_ips=_proxies(args.forwarded_allow_ips),
         operator=operator,
+        overdue_factor=args.overdue_factor,
     )
     return 0
 
@@ -782,6 +794,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="an open step with no start or heartbeat for this long counts as silent in "
         "/metrics (5m)",
+    )
+    web.add_argument(
+        "--overdue-factor",
+        type=_factor_argument,
+        default=3.0,
+        metavar="FACTOR",
+        help="a running step is overdue past FACTOR x its p99 of the last 7 days (at least 20 "
+        "completed): /running, /api/running and /metrics (3)",
     )
     web.add_argument(
         "--forwarded-allow-ips",

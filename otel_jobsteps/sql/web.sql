@@ -222,7 +222,9 @@ ORDER BY attempt;
 -- it also settles attempts that died between steps, which have none), those
 -- silent for at least older_than; at most limit rows, and how many there are in all. The
 -- candidates and their count come from job_event_open_gauges alone (an Index Only Scan, its
--- predicate as written there); only the rows shown are read from the table, by id.
+-- predicate as written there); only the rows shown are read from the table, by id. overdue:
+-- running longer than its (job type, step key)'s limit in seconds (web/overdue.py: p99 x
+-- factor), given as three arrays; a step without one is never overdue.
 WITH shown AS (
     SELECT id, GREATEST(created_at, heartbeat_at) AS seen_at, count(*) OVER () AS total
     FROM ONLY {job_event}  -- the partitioned layout's children hold no open step
@@ -230,25 +232,54 @@ WITH shown AS (
       AND GREATEST(created_at, heartbeat_at) <= now() - %(older_than)s::interval
     ORDER BY seen_at, id
     LIMIT %(limit)s
+), limits AS (
+    SELECT * FROM unnest(%(job_types)s::text[], %(step_keys)s::text[], %(seconds)s::float8[])
+        AS l(job_type, step_key, seconds)
 )
 SELECT e.domain, e.job_id, e.job_type, e.attempt, e.step_key, e.detail,
-       e.created_at AS started_at, shown.seen_at, now() AS as_of, shown.total
+       e.created_at AS started_at, shown.seen_at, now() AS as_of, shown.total,
+       COALESCE(e.created_at < now() - make_interval(secs => l.seconds), false) AS overdue
 FROM shown
 JOIN ONLY {job_event} AS e ON e.id = shown.id
+LEFT JOIN limits AS l ON l.step_key = e.step_key AND l.job_type IS NOT DISTINCT FROM e.job_type
 ORDER BY shown.seen_at, shown.id;
 
 -- name: open_step_gauges --
--- GET /metrics: open steps by domain, job type and step, and how many of them showed no sign of
--- life (start or heartbeat) for silent_after. An Index Only Scan of job_event_open_gauges (0013),
--- which holds every column named here for the open rows only: a scrape costs the number of open
--- steps, not the table's size, and no visit of their heap pages once vacuumed. The condition is
--- that index's predicate as written there (see 0013 for why IS TRUE).
-SELECT domain, job_type, step_key, count(*) AS open,
-       count(*) FILTER (WHERE GREATEST(created_at, heartbeat_at)
-                              <= now() - %(silent_after)s::interval) AS silent
-FROM ONLY {job_event}  -- the partitioned layout's children hold no open step (closed_steps_only)
-WHERE (type = 'STEP' AND ended_at IS NULL) IS TRUE
-GROUP BY domain, job_type, step_key;
+-- GET /metrics: open steps by domain, job type and step, how many of them showed no sign of
+-- life (start or heartbeat) for silent_after, and how many are overdue (as in open_steps). An
+-- Index Only Scan of job_event_open_gauges (0013), which holds every column named here for the
+-- open rows only: a scrape costs the number of open steps, not the table's size, and no visit
+-- of their heap pages once vacuumed; the limits, one row per baseline, are hashed. The
+-- condition is that index's predicate as written there (see 0013 for why IS TRUE).
+WITH limits AS (
+    SELECT * FROM unnest(%(job_types)s::text[], %(step_keys)s::text[], %(seconds)s::float8[])
+        AS l(job_type, step_key, seconds)
+)
+SELECT e.domain, e.job_type, e.step_key, count(*) AS open,
+       count(*) FILTER (WHERE GREATEST(e.created_at, e.heartbeat_at)
+                              <= now() - %(silent_after)s::interval) AS silent,
+       count(*) FILTER (WHERE e.created_at < now() - make_interval(secs => l.seconds))
+           AS overdue
+FROM ONLY {job_event} AS e  -- the partitioned layout's children hold no open step
+LEFT JOIN limits AS l ON l.step_key = e.step_key AND l.job_type IS NOT DISTINCT FROM e.job_type
+WHERE (e.type = 'STEP' AND e.ended_at IS NULL) IS TRUE
+GROUP BY e.domain, e.job_type, e.step_key;
+
+-- name: step_baselines --
+-- The overdue baselines (web/overdue.py): per job type and step key, the p99 duration of the
+-- steps completed within the last window, where at least min_samples did. Read by serve at most
+-- once per refresh period, never per request: a range of job_event_recent (a closed step's
+-- COALESCE(ended_at, created_at) is its end), then the completed steps' durations sorted per key.
+SELECT e.job_type, e.step_key,
+       percentile_cont(0.99) WITHIN GROUP (
+           ORDER BY extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8
+       ) AS p99_seconds,
+       count(*) AS samples
+FROM {job_event} AS e
+WHERE COALESCE(e.ended_at, e.created_at) >= now() - %(window)s::interval
+  AND e.type = 'STEP' AND e.step_status = 'COMPLETED' AND e.ended_at IS NOT NULL
+GROUP BY e.job_type, e.step_key
+HAVING count(*) >= %(min_samples)s;
 
 -- name: step_stats --
 -- The job_step_duration view's numbers over a time window (steps closed since since_at), read

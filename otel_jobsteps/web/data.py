@@ -36,6 +36,7 @@ from ..query import (
 )
 from ..sql import qualified_queries
 from .layout import Cursor
+from .overdue import Baseline, Limits
 
 __all__ = [
     "JobPage",
@@ -129,6 +130,7 @@ class OpenStep(Record):
     seen_at: datetime
     as_of: datetime
     total: int
+    overdue: bool  # running longer than its baseline allows (web/overdue.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,17 +323,26 @@ class Reader:
             row.update(details.get(row["id"]) or _NO_DETAIL)
         return page
 
-    def open_steps(self, min_silence: timedelta, limit: int) -> list[OpenStep]:
-        """Open steps silent for at least ``min_silence``, longest silent first."""
-        params = {"older_than": min_silence, "limit": limit}
+    def open_steps(self, min_silence: timedelta, limit: int, limits: Limits) -> list[OpenStep]:
+        """Open steps silent for at least ``min_silence``, longest silent first, each overdue
+        or not by ``limits`` (`Baselines.limits`)."""
+        params = {"older_than": min_silence, "limit": limit, **limits}
         with self.snapshot() as conn:
             return fetch(conn, self._queries["open_steps"], params, OpenStep)
 
-    def open_step_gauges(self, silent_after: timedelta) -> list[tuple[Any, ...]]:
-        """(domain, job type, step key, open steps, of them silent for ``silent_after``)."""
+    def open_step_gauges(self, silent_after: timedelta, limits: Limits) -> list[tuple[Any, ...]]:
+        """(domain, job type, step key, open steps, of them silent for ``silent_after``, of
+        them overdue by ``limits``)."""
         with self.snapshot() as conn:
-            params = {"silent_after": silent_after}
+            params = {"silent_after": silent_after, **limits}
             return conn.execute(self._queries["open_step_gauges"], params).fetchall()
+
+    def step_baselines(self, window: timedelta, min_samples: int) -> list[Baseline]:
+        """Per job type and step key with ``min_samples`` completed in the last ``window``:
+        the p99 of their durations (web/overdue.py caches it)."""
+        params = {"window": window, "min_samples": min_samples}
+        with self.snapshot() as conn:
+            return fetch(conn, self._queries["step_baselines"], params, Baseline)
 
     def step_stats(self, since: timedelta) -> list[StepStat]:
         """Per job type and step key: closed steps over the last ``since``."""

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from .._metrics import OTHER_STEP_KEY, max_series_from_environment
 from .._prometheus import CONTENT_TYPE_LATEST, exposition
 from .data import Reader
+from .overdue import BASELINE_WINDOW, MIN_SAMPLES, Baselines
 
 __all__ = ["DEFAULT_SILENT_AFTER", "gauge_families", "metrics_page"]
 
@@ -73,25 +74,30 @@ def _add(
 
 
 class _OpenSteps(Collector):
-    """Open steps, and those silent for ``silent_after``, by domain, job type and step."""
+    """Open steps, those silent for ``silent_after`` and those overdue by ``baselines``, by
+    domain, job type and step."""
 
-    def __init__(self, reader: Reader, silent_after: timedelta, max_series: int) -> None:
+    def __init__(
+        self, reader: Reader, silent_after: timedelta, max_series: int, baselines: Baselines
+    ) -> None:
         self._reader, self._silent_after, self._max_series = reader, silent_after, max_series
+        self._baselines = baselines
 
     def collect(self) -> Iterator[PrometheusMetric]:
         silent_help = (
             f"Open steps with no sign of life for {self._silent_after.total_seconds():g} s"
         )
-        rows = (
-            ((domain, job_type, step_key), (count, silent_count))
-            for domain, job_type, step_key, count, silent_count in self._reader.open_step_gauges(
-                self._silent_after
-            )
+        overdue_help = (
+            f"Open steps running longer than {self._baselines.factor:g} x their p99 of the last "
+            f"{BASELINE_WINDOW.days} days (of at least {MIN_SAMPLES} completed)"
         )
+        found = self._reader.open_step_gauges(self._silent_after, self._baselines.limits())
+        rows = (((domain, job_type, key), counts) for domain, job_type, key, *counts in found)
         families, folded = gauge_families(
             [
                 ("otel_jobsteps_open_steps", "Steps running now"),
                 ("otel_jobsteps_silent_steps", silent_help),
+                ("otel_jobsteps_overdue_steps", overdue_help),
             ],
             _LABELS,
             rows,
@@ -111,13 +117,15 @@ class _OpenSteps(Collector):
 def metrics_page(
     reader: Reader,
     silent_after: timedelta,
+    baselines: Baselines,
     max_series: int | None = None,
     more: Sequence[Collector] = (),
 ) -> Callable[[Request], Response]:
     """The scrape's endpoint: one read of the open steps, as Prometheus text; ``max_series``
     label sets per gauge at most (else `MAX_SERIES_ENV`, else the default); ``more``
     collectors after them (the operator actions' counter)."""
-    collector = _OpenSteps(reader, silent_after, max_series_from_environment(max_series))
+    bound = max_series_from_environment(max_series)
+    collector = _OpenSteps(reader, silent_after, bound, baselines)
 
     def metrics(_request: Request) -> Response:
         return Response(exposition([collector, *more]), media_type=CONTENT_TYPE_LATEST)

@@ -12,8 +12,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from ..errors import ConfigurationError
-from .data import COUNT_CAP, JobPage, JobsPage, Reader, listed_counts
+from .data import COUNT_CAP, JobPage, JobsPage, OpenStep, Reader, listed_counts
 from .layout import Cursor, Timeline, TraceLinks, build_timeline, drawn_rows
+from .overdue import Baselines
 from .parsing import (
     MAX_ROW,
     PAGE_SIZE,
@@ -71,8 +72,11 @@ def _page_url(kept: dict[str, str], cursor: Cursor, trail: list[Cursor]) -> str:
 class Pages:
     """The pages and the API over one `Reader`."""
 
-    def __init__(self, reader: Reader, links: TraceLinks | None, refresh_s: float) -> None:
+    def __init__(
+        self, reader: Reader, links: TraceLinks | None, refresh_s: float, overdue: Baselines
+    ) -> None:
         self.reader = reader
+        self.overdue = overdue  # the limits past which a running step is overdue
         self.links = links
         self.refresh_ms = int(refresh_s * 1000)
         self.env = environment()
@@ -192,9 +196,10 @@ class Pages:
 
     def running(self, request: Request) -> Response:
         silent_name, silent = window_param(request, "silent", "all")
-        steps = self.reader.open_steps(silent or timedelta(0), limit_param(request))
+        steps = self._open_steps(silent, request)
         return self.render(
             "running.html",
+            overdue_factor=self.overdue.factor,
             steps=steps,
             as_of=steps[0].as_of if steps else None,
             silent=silent_name,
@@ -279,7 +284,12 @@ class Pages:
 
     def api_running(self, request: Request) -> Response:
         _, silent = window_param(request, "silent", "all")
-        return json_response(self.reader.open_steps(silent or timedelta(0), limit_param(request)))
+        return json_response(self._open_steps(silent, request))
+
+    def _open_steps(self, silent: timedelta | None, request: Request) -> list[OpenStep]:
+        """/running's steps, silent for ``silent`` or more, each overdue or not."""
+        limits = self.overdue.limits()
+        return self.reader.open_steps(silent or timedelta(0), limit_param(request), limits)
 
     def api_steps(self, request: Request) -> Response:
         _, window = window_param(request, "window", "24h")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from urllib.parse import unquote_to_bytes
@@ -23,6 +24,7 @@ from .auth import FailureLimiter
 from .data import Reader
 from .layout import TraceLinks
 from .metrics import DEFAULT_SILENT_AFTER, metrics_page
+from .overdue import BASELINE_WINDOW, DEFAULT_OVERDUE_FACTOR, MIN_SAMPLES, Baselines
 from .pages import Pages
 from .parsing import check_text
 from .rendering import json_response
@@ -50,18 +52,25 @@ def create_app(
     metrics_max_series: int | None = None,
     failures: FailureLimiter | None = None,
     operator: Operator | None = None,
+    overdue_factor: float = DEFAULT_OVERDUE_FACTOR,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ASGIApp:
     """The ASGI app of ``serve`` behind the security layer: ``token`` required but on the health
     paths (wrong ones slowed by ``failures``), only ``hosts`` answered, ``trace_url`` checked
     here, ``access_log`` a line a request, ``/metrics`` within ``metrics_max_series``;
-    ``operator``: the action routes and buttons (web/actions.py)."""
+    ``operator``: the action routes and buttons (web/actions.py); a running step is overdue
+    past ``overdue_factor`` x its p99, read again every few minutes by ``clock`` (seconds)."""
     if not refresh_s > 0:
         raise ConfigurationError("refresh_s must be positive")
     links = TraceLinks(trace_url) if trace_url else None
-    pages = Pages(Reader(dsn, schema=schema), links, refresh_s)
+    reader = Reader(dsn, schema=schema)
+    baselines = Baselines(
+        lambda: reader.step_baselines(BASELINE_WINDOW, MIN_SAMPLES), overdue_factor, clock=clock
+    )
+    pages = Pages(reader, links, refresh_s, baselines)
     pages.action_form = None if operator is None else operator.form
     more = () if operator is None else (operator.counter,)
-    metrics = metrics_page(pages.reader, silent_after, metrics_max_series, more)
+    metrics = metrics_page(reader, silent_after, baselines, metrics_max_series, more)
     app = Starlette(routes=[*action_routes(operator, pages), *routes(pages, metrics)])
     health = HealthMiddleware(app, Readiness(dsn, schema=schema, rights=SERVE_RIGHTS))
     operator_token = None if operator is None else operator.token

@@ -12,6 +12,7 @@ from .._listen import check_free, parse_listen, url_host
 from .._loopback import is_loopback, loopback_hosts
 from .actions import Operator
 from .metrics import DEFAULT_SILENT_AFTER
+from .overdue import DEFAULT_OVERDUE_FACTOR
 from .routing import create_app
 from .security import check_exposure
 
@@ -50,6 +51,7 @@ def serve(
     metrics_max_series: int | None = None,
     forwarded_allow_ips: str | None = None,
     operator: Operator | None = None,
+    overdue_factor: float = DEFAULT_OVERDUE_FACTOR,
 ) -> None:
     """Run the web page until interrupted (uvicorn). Checks the listen address first."""
     import uvicorn
@@ -69,6 +71,7 @@ def serve(
         access_log=access_log,
         metrics_max_series=metrics_max_series,
         operator=operator,
+        overdue_factor=overdue_factor,
     )
     if announce is not None:
         announce(_serving_line(dsn, schema, host, port))

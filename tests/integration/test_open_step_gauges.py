@@ -11,7 +11,14 @@ import psycopg
 
 from otel_jobsteps.sql import qualified_queries
 
-PARAMS = {"silent_after": timedelta(minutes=5), "older_than": timedelta(0), "limit": 50}
+# A limit for the steps filled below (overdue after 60 s) and one for a key with none open.
+LIMITS = {"job_types": ["t", None], "step_keys": ["A", "A"], "seconds": [60.0, 1.0]}
+PARAMS = {
+    "silent_after": timedelta(minutes=5),
+    "older_than": timedelta(0),
+    "limit": 50,
+    **LIMITS,
+}
 
 
 def _scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,4 +64,4 @@ def test_the_gauges_and_running_read_open_steps_from_the_index(
     assert shown["Index Name"] == "job_event_pkey"  # only the rows shown, by id
     assert shown["Actual Loops"] == PARAMS["limit"]
     rows = conn.execute(qualified_queries("web.sql", "public")["open_step_gauges"], PARAMS)
-    assert rows.fetchall() == [("d", "t", "A", 400, 400)]
+    assert rows.fetchall() == [("d", "t", "A", 400, 400, 400)]

@@ -20,6 +20,7 @@ from otel_jobsteps.query import ActivityFollower
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.data import Reader
 from otel_jobsteps.web.layout import build_timeline, drawn_rows
+from otel_jobsteps.web.overdue import NO_LIMITS
 from otel_jobsteps.web.rendering import job_url
 from tests.helpers import TracingFactory, finished_attempt, rows
 from tests.web.support import HOSTILE, add_line, tagged_job
@@ -110,8 +111,8 @@ def read_everything(dsn: str, conn: psycopg.Connection[Any]) -> dict[str, Any]:
             ("customer", "acme"), domain=None, job_type=None, status=None, since=None, limit=5
         ).jobs,
         "counts": reader.status_counts(None),
-        "open": reader.open_steps(timedelta(0), 50),
-        "gauges": reader.open_step_gauges(timedelta(minutes=5)),
+        "open": reader.open_steps(timedelta(0), 50, NO_LIMITS),
+        "gauges": reader.open_step_gauges(timedelta(minutes=5), NO_LIMITS),
         "stats": reader.step_stats(timedelta(days=1)),
         "failures": reader.step_failures("thumbnail", "SAVE", timedelta(days=1), 50),
         "attempt_view": rows(conn, "SELECT * FROM job_attempt ORDER BY domain, job_id, attempt"),

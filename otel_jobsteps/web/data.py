@@ -21,12 +21,14 @@ from .._times import read_any_time
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     TAG_SCAN_PER_JOB,
+    AttemptDiff,
     AttemptGap,
     AttemptSummary,
     JobDetail,
     JobLogEntry,
     JobSummary,
     LogLine,
+    attempt_diff,
     job_detail,
     list_jobs,
     read_attempts,
@@ -375,6 +377,11 @@ class Reader:
             return job_detail(
                 conn, domain, job_id, attempt, schema=self.schema, before_attempt=before_attempt
             )
+
+    def attempt_diff(self, domain: str, job_id: str, a: int, b: int) -> AttemptDiff | None:
+        """The read API's `attempt_diff`, on a read-only connection."""
+        with self._connection() as conn:
+            return attempt_diff(conn, domain, job_id, a, b, schema=self.schema)
 
     def list_jobs(self, **filters: Any) -> list[JobSummary]:
         """The read API's `list_jobs`, on a read-only connection."""

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 from .._db import Record
 from .._formatting import (
     format_ago,
+    format_difference,
     format_duration,
     format_time,
     format_utc,
@@ -28,6 +29,7 @@ __all__ = [
     "LONG_TOKEN",
     "breakable",
     "compact_json",
+    "diff_url",
     "environment",
     "job_url",
     "json_response",
@@ -57,6 +59,16 @@ def job_url(
     if domain_part in _FRAGILE_SEGMENTS or id_part in _FRAGILE_SEGMENTS:
         return "/job?" + urlencode({"domain": domain, "job_id": job_id, **query})
     return f"/jobs/{domain_part}/{id_part}" + ("?" + urlencode(query) if query else "")
+
+
+def diff_url(domain: str, job_id: str, a: int, b: int) -> str:
+    """The attempt diff of a job's attempts ``a`` and ``b``: its permalink plus ``/diff``, or
+    ``/diff?domain=&job_id=`` where the permalink is ``/job?...``."""
+    numbers = {"a": str(a), "b": str(b)}
+    permalink = job_url(domain, job_id)
+    if permalink.startswith("/job?"):
+        return "/diff?" + urlencode({"domain": domain, "job_id": job_id, **numbers})
+    return f"{permalink}/diff?" + urlencode(numbers)
 
 
 def compact_json(value: Any) -> str:
@@ -98,6 +110,7 @@ def environment() -> Environment:
     )
     env.filters.update(
         duration=format_duration,
+        difference=format_difference,
         time=format_time,
         json=compact_json,
         iso=lambda value: value.isoformat() if value else "",
@@ -108,7 +121,9 @@ def environment() -> Environment:
         plural=plural,
         breakable=breakable,
     )
-    env.globals.update(job_url=job_url, since=since_text, ago=format_ago, windows=list(WINDOWS))
+    env.globals.update(
+        job_url=job_url, diff_url=diff_url, since=since_text, ago=format_ago, windows=list(WINDOWS)
+    )
     return env
 
 

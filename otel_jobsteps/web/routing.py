@@ -22,6 +22,7 @@ from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigr
 from .actions import Operator, action_routes
 from .auth import FailureLimiter
 from .data import Reader
+from .diff import DiffPages
 from .layout import TraceLinks
 from .metrics import DEFAULT_SILENT_AFTER, metrics_page
 from .overdue import BASELINE_WINDOW, DEFAULT_OVERDUE_FACTOR, MIN_SAMPLES, Baselines
@@ -86,8 +87,14 @@ def routes(pages: Pages, metrics: Endpoint) -> list[BaseRoute]:
     ) -> Route:
         return route(path, _guarded(pages, endpoint, api=api), methods=["GET", "HEAD"])
 
+    diff = DiffPages(pages)
     return [
         page("/", pages.jobs),
+        # before the job routes, which would read ".../diff" as the end of a job id
+        page("/jobs/{domain}/{job_id}/diff", diff.page, route=JobRoute),
+        page("/diff", diff.page),
+        page("/api/jobs/{domain}/{job_id}/diff", diff.api, api=True, route=JobRoute),
+        page("/api/diff", diff.api, api=True),
         page("/jobs/{domain}/{job_id}", pages.job, route=JobRoute),
         page("/job", pages.job),
         page("/running", pages.running),
@@ -124,20 +131,22 @@ def _guarded(pages: Pages, endpoint: Endpoint, *, api: bool) -> Endpoint:
 
 
 class JobRoute(Route):
-    """``PREFIX/{domain}/{job_id}`` matched on the undecoded path: a ``%2F`` stays in its
-    segment, and the job id is the rest of the path (``/jobs/d/a/b`` names job ``a/b``)."""
+    """``PREFIX/{domain}/{job_id}[SUFFIX]`` matched on the undecoded path: a ``%2F`` stays in
+    its segment, and the job id is the rest of the path before SUFFIX (``/jobs/d/a/b`` names
+    job ``a/b``; ``/jobs/d/a%2Fdiff`` job ``a/diff``, whose page ``/jobs/d/a/diff`` is not)."""
 
     def __init__(self, path: str, endpoint: Endpoint, *, methods: list[str]) -> None:
         super().__init__(path, endpoint, methods=methods)
-        prefix, sep, _ = path.partition("{domain}/{job_id}")
-        assert sep, "a JobRoute path ends with {domain}/{job_id}"
-        self.prefix = prefix.encode("ascii")
+        prefix, sep, suffix = path.partition("{domain}/{job_id}")
+        assert sep, "a JobRoute path has {domain}/{job_id}"
+        self.prefix, self.suffix = prefix.encode("ascii"), suffix.encode("ascii")
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         raw = raw_path(scope) if scope["type"] == "http" else b""
-        if not raw.startswith(self.prefix):
+        if not raw.startswith(self.prefix) or not raw.endswith(self.suffix):
             return Match.NONE, {}
-        domain, sep, job_id = raw.removeprefix(self.prefix).partition(b"/")
+        named = raw[len(self.prefix) : len(raw) - len(self.suffix)]
+        domain, sep, job_id = named.partition(b"/")
         if not domain or not sep:
             return Match.NONE, {}
         params = {"domain": _unquote(domain), "job_id": _unquote(job_id)}

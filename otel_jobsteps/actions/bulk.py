@@ -6,6 +6,7 @@ to max + 1) and the first ids only.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -146,14 +147,18 @@ def run_bulk(
     force: bool = False,
     idempotency_key: str | None = None,
     schema: str = "public",
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[list[ActionResult]], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> list[ActionResult]:
-    """Act on every planned job, `BATCH_SIZE` at a time (``progress(done, total)`` after each
-    batch); a plan over its max is refused whole. A key K becomes ``K:<domain>/<job id>``."""
+    """Act on every planned job, `BATCH_SIZE` at a time (``progress(results so far)`` after each
+    batch), until ``stop`` is set (checked between batches); a plan over its max is refused
+    whole. A key K becomes ``K:<domain>/<job id>``."""
     if plan.over:
         raise ConfigurationError(f"more than max ({plan.max}) jobs match: narrow the filter")
     results: list[ActionResult] = []
     for batch in _batches(plan.jobs, BATCH_SIZE):
+        if stop is not None and stop.is_set():
+            break
         for domain, job_id in batch:
             key = None if idempotency_key is None else f"{idempotency_key}:{domain}/{job_id}"
             results.append(
@@ -170,7 +175,7 @@ def run_bulk(
                 )
             )
         if progress is not None:
-            progress(len(results), len(plan.jobs))
+            progress(results)
     return results
 
 

@@ -100,8 +100,8 @@ def _bulk(args: argparse.Namespace, action: str, dsn: str, schema: str) -> int:
         _print_plan(args, plan)
         return 0
 
-    def progress(done: int, total: int) -> None:
-        print(f"{action}: {done}/{total}", file=sys.stderr, flush=True)
+    def progress(results: list[ActionResult]) -> None:
+        print(f"{action}: {len(results)}/{len(plan.jobs)}", file=sys.stderr, flush=True)
 
     results = run_bulk(
         dsn,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import threading
@@ -33,7 +34,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
 from ..actions import ACTIONS, ActionResult, ActionsConfig, load_actions, run_action
-from ..actions.bulk import SHOWN_IDS, parse_filter, plan_bulk, run_bulk, summary
+from ..actions.bulk import parse_filter, plan_bulk, run_bulk, summary
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
 from .auth import check_token, same_token
 from .pages import Pages
@@ -44,6 +45,8 @@ __all__ = [
     "OPERATOR_TOKEN_ENV",
     "ActionCounter",
     "ActionRoute",
+    "BulkRun",
+    "BulkRuns",
     "Operator",
     "action_routes",
     "operator_from_options",
@@ -52,6 +55,8 @@ __all__ = [
 OPERATOR_TOKEN_ENV = "OTEL_JOBSTEPS_OPERATOR_TOKEN"
 MAX_KEY_LENGTH = 200
 MAX_FORM_BYTES = 65536
+KEPT_BULKS = 100
+logger = logging.getLogger("otel_jobsteps.web")
 _STATUS = {"done": 202, "refused": 409, "not_found": 404}
 _API_PREFIX = b"/api/jobs/"
 
@@ -66,6 +71,7 @@ class Operator:
     schema: str = "public"
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     counter: ActionCounter = field(default_factory=lambda: ActionCounter())
+    bulks: BulkRuns = field(default_factory=lambda: BulkRuns())
 
     def csrf(self, session: str) -> str:
         """The CSRF token of a session: an HMAC of its cookie, so it is good for that one only."""
@@ -109,8 +115,9 @@ class Operator:
 
     def bulk(
         self, action: str, body: dict[str, Any], actor: str, key: str | None
-    ) -> dict[str, Any]:
-        """A bulk action's answer: the dry run's plan, or the outcomes of every job's action."""
+    ) -> tuple[int, dict[str, Any]]:
+        """A bulk action's answer: the dry run's plan (200), or the run started in a thread of
+        its own (202, its progress at ``/api/actions/<id>``)."""
         if action not in ACTIONS:
             raise _Answer(404, f"no action {action!r} (retry or cancel)")
         options = {name: body.pop(name, None) for name in ("dry_run", "max", "force")}
@@ -119,27 +126,98 @@ class Operator:
         except ConfigurationError as error:
             raise _Answer(400, str(error)) from None
         if options["dry_run"] is True:
-            return plan.to_dict()
+            return 200, plan.to_dict()
         if plan.over:
             raise _Answer(409, f"more than max ({plan.max}) jobs match: narrow the filter")
-        results = run_bulk(
-            self.dsn,
-            self.config,
-            action,
-            plan,
-            actor=actor,
-            force=options["force"] is True,
-            idempotency_key=key,
-            schema=self.schema,
-        )
-        for result in results:
-            if not result.repeated:
-                self.counter.add(result.action, result.outcome)
-        shown = [
-            {"domain": d, "job_id": j, **r.to_dict()}
-            for (d, j), r in zip(plan.jobs, results[:SHOWN_IDS], strict=False)
-        ]
-        return {"action": action, "matched": len(plan.jobs), **summary(results), "first": shown}
+        run = self.bulks.start(action, len(plan.jobs))
+
+        def work(stop: threading.Event) -> list[ActionResult]:
+            return run_bulk(
+                self.dsn,
+                self.config,
+                action,
+                plan,
+                actor=actor,
+                force=options["force"] is True,
+                idempotency_key=key,
+                schema=self.schema,
+                progress=run.advance,
+                stop=stop,
+            )
+
+        run.begin(work, self.counter)
+        return 202, run.to_dict()
+
+
+class BulkRun:
+    """One bulk action in its thread: how far it got, and a stop asked between batches."""
+
+    def __init__(self, bulk_id: str, action: str, total: int) -> None:
+        self.bulk_id, self.action, self.total = bulk_id, action, total
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._results: list[ActionResult] = []
+        self._state = "running"
+
+    def begin(self, work: Any, counter: ActionCounter) -> None:
+        def run() -> None:
+            try:
+                results = work(self.stop)
+            except Exception:  # a lost database ends the run: its state says so
+                logger.exception("bulk action %s failed", self.bulk_id)
+                with self._lock:
+                    self._state = "failed"
+                return
+            for result in results:
+                if not result.repeated:
+                    counter.add(result.action, result.outcome)
+            with self._lock:
+                self._results = results
+                self._state = "stopped" if len(results) < self.total else "finished"
+
+        threading.Thread(target=run, name=f"bulk-{self.bulk_id}", daemon=True).start()
+
+    def advance(self, results: list[ActionResult]) -> None:
+        with self._lock:
+            self._results = list(results)
+
+    def to_dict(self) -> dict[str, Any]:
+        with self._lock:
+            results, state = list(self._results), self._state
+        if state == "running" and self.stop.is_set():
+            state = "stopping"
+        return {
+            "bulk_id": self.bulk_id,
+            "action": self.action,
+            "state": state,
+            "matched": self.total,
+            "acted": len(results),
+            **summary(results),
+            "url": f"/api/actions/{self.bulk_id}",
+        }
+
+
+class BulkRuns:
+    """The bulk actions of this process, the newest `KEPT_BULKS` kept for their progress."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, BulkRun] = {}
+        self._lock = threading.Lock()
+
+    def start(self, action: str, total: int) -> BulkRun:
+        run = BulkRun(secrets.token_hex(8), action, total)
+        with self._lock:
+            self._runs[run.bulk_id] = run
+            while len(self._runs) > KEPT_BULKS:
+                self._runs.pop(next(iter(self._runs)))
+        return run
+
+    def get(self, bulk_id: str) -> BulkRun:
+        with self._lock:
+            found = self._runs.get(bulk_id)
+        if found is None:
+            raise _Answer(404, f"no bulk action {bulk_id!r} in this server")
+        return found
 
 
 class ActionCounter(Collector):
@@ -252,16 +330,31 @@ def action_routes(operator: Operator | None, pages: Pages) -> list[BaseRoute]:
             body = await _json_body(request)
             key = request.headers.get("idempotency-key")
             _check_key(key)
-            answer = await run_in_threadpool(
+            status, answer = await run_in_threadpool(
                 operator.bulk, request.path_params["action"], body, "operator via api (bulk)", key
             )
         except _Answer as error:
             return json_response({"error": error.message}, error.status)
-        return json_response(answer, 200)
+        return json_response(answer, status)
+
+    def bulk_state(request: Request) -> Response:
+        refused = _role_refusal(request, operator, api=True)
+        if refused is not None:
+            return refused
+        try:
+            run = operator.bulks.get(request.path_params["bulk_id"])
+        except _Answer as error:
+            return json_response({"error": error.message}, error.status)
+        if request.method == "POST":  # .../stop
+            run.stop.set()
+            return json_response(run.to_dict(), 202)
+        return json_response(run.to_dict(), 200)
 
     return [
         ActionRoute(api, methods=["POST"]),
         Route("/api/actions/{action:str}", bulk, methods=["POST"]),
+        Route("/api/actions/{bulk_id:str}", bulk_state, methods=["GET"]),
+        Route("/api/actions/{bulk_id:str}/stop", bulk_state, methods=["POST"]),
         Route("/job/{action:str}", page, methods=["POST"]),
     ]
 

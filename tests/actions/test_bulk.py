@@ -3,8 +3,10 @@ retry of all of them in batches (each runs attempt 2 to completion)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,8 +15,10 @@ pytest.importorskip("rq", reason="needs the rq extra")
 from rq import Queue
 from starlette.testclient import TestClient
 
+from otel_jobsteps.actions.bulk import BATCH_SIZE, parse_filter, plan_bulk, run_bulk
 from otel_jobsteps.web.actions import Operator
 from tests.actions.support import AS_OPERATOR, action_rows, actions_file, cli
+from tests.helpers import wait_until
 from tests.queues.support import WorkerProcess, log_rows, wait_for_log
 from tests.queues.test_rq import DOMAIN, JOBS
 
@@ -30,11 +34,7 @@ def test_bulk_dry_run_then_retry_of_50_failed_jobs_within_max(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    ids = [f"bulk-{n:02d}-{uuid.uuid4().hex[:6]}" for n in range(COUNT)]
-    for job_id in ids:
-        queue.enqueue(f"{JOBS}.flaky", job_id=job_id)  # no retries: attempt 1 fails for good
-    for job_id in ids:
-        wait_for_log(module_dsn, DOMAIN, job_id, 1)
+    ids = failed_jobs(queue, module_dsn, "bulk-", COUNT)
     chosen = {"domain": DOMAIN, "status": "failed", "prefix": "bulk-"}
 
     dry = client.post(
@@ -70,3 +70,61 @@ def test_bulk_dry_run_then_retry_of_50_failed_jobs_within_max(
         cli(module_dsn, "retry", *filters, "--max", "1", "--dry-run", "--actions", str(path)) == 0
     )
     assert capsys.readouterr().out == "0 jobs match (max 1)\n"
+
+
+def failed_jobs(queue: Queue, dsn: str, prefix: str, count: int) -> list[str]:
+    ids = [f"{prefix}{n:02d}-{uuid.uuid4().hex[:6]}" for n in range(count)]
+    for job_id in ids:
+        queue.enqueue(f"{JOBS}.flaky", job_id=job_id)  # no retries: attempt 1 fails for good
+    for job_id in ids:
+        wait_for_log(dsn, DOMAIN, job_id, 1)
+    return ids
+
+
+def test_a_bulk_stops_between_batches(
+    worker: WorkerProcess, queue: Queue, module_dsn: str, operator: Operator
+) -> None:
+    failed_jobs(queue, module_dsn, "halt-", 25)
+    chosen = parse_filter({"domain": DOMAIN, "prefix": "halt-"})
+    plan = plan_bulk(module_dsn, chosen, 25)
+    stop = threading.Event()
+
+    results = run_bulk(
+        module_dsn,
+        operator.config,
+        "cancel",
+        plan,
+        actor="t",
+        progress=lambda _: stop.set(),
+        stop=stop,
+    )
+
+    assert len(results) == BATCH_SIZE  # the first batch, then the stop
+    assert {result.outcome for result in results} == {"refused"}  # RQ cancels no failed job
+
+
+def test_api_bulk_runs_in_the_background_with_progress_and_a_stop(
+    worker: WorkerProcess, queue: Queue, module_dsn: str, client: TestClient
+) -> None:
+    ids = failed_jobs(queue, module_dsn, "api-", 25)
+    body = {"domain": DOMAIN, "status": "failed", "prefix": "api-", "max": 25}
+
+    started = client.post("/api/actions/cancel", headers=AS_OPERATOR, json=body)
+    stopped = client.post(f"{started.json()['url']}/stop", headers=AS_OPERATOR)
+
+    assert (started.status_code, stopped.status_code) == (202, 202)
+    assert started.json()["matched"] == 25
+
+    def ended() -> dict[str, Any] | None:
+        found: dict[str, Any] = client.get(started.json()["url"], headers=AS_OPERATOR).json()
+        return found if found["state"] in ("stopped", "finished") else None
+
+    final = wait_until(ended, what="the bulk action to end")
+    # Stopped between batches (or done before the stop came): whole batches only.
+    assert (
+        final["acted"]
+        == final["refused"]
+        == sum(len(action_rows(module_dsn, DOMAIN, job_id)) for job_id in ids)
+    )
+    assert final["acted"] % BATCH_SIZE == 0 or final["acted"] == 25
+    assert (final["state"] == "finished") == (final["acted"] == 25)

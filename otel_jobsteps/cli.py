@@ -771,7 +771,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_action_commands(command, _dsn, _schema)
 
-    web = command("serve", _serve, "the recorded jobs as web pages and JSON (read-only)")
+    web = command(
+        "serve", _serve, "the recorded jobs as web pages and JSON (read-only, or --operator-token)"
+    )
     web.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT (127.0.0.1:8080)")
     web.add_argument(
         "--trace-url",

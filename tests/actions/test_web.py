@@ -84,6 +84,7 @@ def test_page_forms_need_the_operator_session_and_its_csrf_token(
     job_id = failed_job(queue, module_dsn)
     page_url = f"/jobs/{DOMAIN}/{job_id}"
     assert "<form" not in client.get(page_url, headers=AS_READER).text  # a reader: no buttons
+    assert client.post("/job/retry", headers=AS_READER).status_code == 403  # nor acts
 
     client.get(page_url, params={"token": OPERATOR})  # the operator's session cookie
     assert client.cookies.get(TOKEN_COOKIE) == OPERATOR

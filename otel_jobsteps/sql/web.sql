@@ -267,16 +267,17 @@ GROUP BY e.domain, e.job_type, e.step_key;
 
 -- name: step_baselines --
 -- The overdue baselines (web/overdue.py): per job type and step key, the p99 duration of the
--- steps completed within the last window, where at least min_samples did. Read by serve at most
--- once per refresh period, never per request: a range of job_event_recent (a closed step's
--- COALESCE(ended_at, created_at) is its end), then the completed steps' durations sorted per key.
+-- steps completed since since_at (7 days ago), where at least min_samples did. Read by serve at
+-- most once per refresh period, never per request: a range of job_event_recent (a closed step's
+-- COALESCE(ended_at, created_at) is its end), planned for its window (unprepared), then the
+-- completed steps' durations sorted per key.
 SELECT e.job_type, e.step_key,
        percentile_cont(0.99) WITHIN GROUP (
            ORDER BY extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8
        ) AS p99_seconds,
        count(*) AS samples
 FROM {job_event} AS e
-WHERE COALESCE(e.ended_at, e.created_at) >= now() - %(window)s::interval
+WHERE COALESCE(e.ended_at, e.created_at) >= %(since_at)s::timestamptz
   AND e.type = 'STEP' AND e.step_status = 'COMPLETED' AND e.ended_at IS NOT NULL
 GROUP BY e.job_type, e.step_key
 HAVING count(*) >= %(min_samples)s;

@@ -342,9 +342,9 @@ class Reader:
     def step_baselines(self, window: timedelta, min_samples: int) -> list[Baseline]:
         """Per job type and step key with ``min_samples`` completed in the last ``window``:
         the p99 of their durations (web/overdue.py caches it)."""
-        params = {"window": window, "min_samples": min_samples}
         with self.snapshot() as conn:
-            return fetch(conn, self._queries["step_baselines"], params, Baseline)
+            params = {"since_at": window_start(conn, window), "min_samples": min_samples}
+            return fetch(conn, self._queries["step_baselines"], params, Baseline, prepare=False)
 
     def step_stats(self, since: timedelta) -> list[StepStat]:
         """Per job type and step key: closed steps over the last ``since``."""

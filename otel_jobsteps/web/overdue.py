@@ -2,7 +2,8 @@
 p99 over the last `BASELINE_WINDOW` times a factor, where at least `MIN_SAMPLES` steps completed.
 
 The p99s are read by one statement (web.sql's step_baselines) and kept in serve's process, read
-again at most every `REFRESH_AFTER`: a request or a scrape never scans history. serve is
+again at most every `REFRESH_AFTER`, in the background: a request or a scrape never scans
+history (the first ones after serve starts wait for the first read). serve is
 read-only on purpose, so the cache is in memory rather than a table it would have to write.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 import psycopg
 
 from .._db import Record
-from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from ..errors import ConfigurationError, JobStepsError
 
 __all__ = [
     "BASELINE_WINDOW",
@@ -63,9 +64,10 @@ def check_factor(factor: float) -> float:
 
 
 class Baselines:
-    """The overdue limits (p99 x ``factor``) of ``read``'s baselines, cached: the first call
-    reads them; once they are ``refresh_after`` old (by ``clock``, seconds), one background
-    thread reads them again while the old ones still answer."""
+    """The overdue limits (p99 x ``factor``) of ``read``'s baselines, cached. Each read runs in
+    a background thread, one at a time: the first from serve's start (`start`), and a call
+    before it ends waits for it; once the limits are ``refresh_after`` old (by ``clock``,
+    seconds), the next call starts another read while the old limits still answer."""
 
     def __init__(
         self,
@@ -81,37 +83,57 @@ class Baselines:
         self._lock = threading.Lock()
         self._limits: Limits | None = None
         self._read_at = 0.0
-        self._refreshing = False
+        self._reading: threading.Thread | None = None
+        self._error: Exception | None = None  # why the last read failed
+
+    def start(self) -> None:
+        """Begin reading the baselines now (unless a read runs): serve's start."""
+        with self._lock:
+            self._start_read()
 
     def limits(self) -> Limits:
-        """``job_types``, ``step_keys`` and ``seconds``: the statements' parameters."""
+        """``job_types``, ``step_keys`` and ``seconds``: the statements' parameters. Raises
+        the read's error while no read has succeeded yet."""
         with self._lock:
-            current = self._limits
-            stale = self._clock() - self._read_at >= self._refresh_after_s
-            if current is not None and stale and not self._refreshing:
-                self._refreshing = True
-                threading.Thread(target=self._refresh_quietly, daemon=True).start()
-        return current if current is not None else self._refresh()
+            if self._limits is None or self._clock() - self._read_at >= self._refresh_after_s:
+                self._start_read()
+            current, reading = self._limits, self._reading
+        if current is not None:
+            return current
+        if reading is not None:
+            reading.join()  # the first read: wait for it
+        with self._lock:
+            if self._limits is None:
+                raise self._error or RuntimeError("the overdue baselines were not read")
+            return self._limits
 
-    def _refresh(self) -> Limits:
+    def _start_read(self) -> None:
+        """A read in the background unless one runs (the caller holds the lock)."""
+        if self._reading is None:
+            self._reading = threading.Thread(target=self._refresh, daemon=True)
+            self._reading.start()
+
+    def _refresh(self) -> None:
+        try:
+            self._read_once()
+        finally:
+            with self._lock:
+                self._reading = None
+
+    def _read_once(self) -> None:
         started = self._clock()
         try:
             found = self._read()
-        finally:
+        except (JobStepsError, psycopg.Error) as error:  # kept for callers waiting on a first read
+            if self._limits is not None:
+                logger.warning("serve: overdue baselines not read again: %s", error)
             with self._lock:
-                self._refreshing = False
+                self._error = error
+            return
         limits: Limits = {
             "job_types": [b.job_type for b in found],
             "step_keys": [b.step_key for b in found],
             "seconds": [b.p99_seconds * self.factor for b in found],
         }
         with self._lock:
-            self._limits, self._read_at = limits, started
-        return limits
-
-    def _refresh_quietly(self) -> None:
-        """A background refresh: on failure the old limits stay, the next call tries again."""
-        try:
-            self._refresh()
-        except (DatabaseUnavailableError, SchemaNotMigratedError, psycopg.Error) as error:
-            logger.warning("serve: overdue baselines not refreshed: %s", error)
+            self._limits, self._read_at, self._error = limits, started, None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from urllib.parse import unquote_to_bytes
 
@@ -72,7 +73,15 @@ def create_app(
     pages.action_form = None if operator is None else operator.form
     more = () if operator is None else (operator.counter,)
     metrics = metrics_page(reader, silent_after, baselines, metrics_max_series, more)
-    app = Starlette(routes=[*action_routes(operator, pages), *routes(pages, metrics)])
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        baselines.start()  # the first read of the baselines (seconds on a big table) begins
+        yield
+
+    app = Starlette(
+        routes=[*action_routes(operator, pages), *routes(pages, metrics)], lifespan=lifespan
+    )
     health = HealthMiddleware(app, Readiness(dsn, schema=schema, rights=SERVE_RIGHTS))
     operator_token = None if operator is None else operator.token
     secured = secure(health, token, hosts, failures, operator_token)

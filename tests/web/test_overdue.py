@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from otel_jobsteps.cli import main
-from otel_jobsteps.errors import ConfigurationError
+from otel_jobsteps.errors import ConfigurationError, DatabaseUnavailableError
 from otel_jobsteps.web import create_app
-from otel_jobsteps.web.overdue import REFRESH_AFTER
+from otel_jobsteps.web.overdue import REFRESH_AFTER, Baseline, Baselines
 
 HOSTILE_ID = "<img src=x onerror=alert(1)>"
 # (job id, job type, step key, seconds running): open steps; the limit of thumbnail/SAVE and of
@@ -163,3 +163,31 @@ def test_no_baseline_ever_makes_a_step_overdue(dsn: str, conn: psycopg.Connectio
     with TestClient(create_app(dsn)) as client:
         assert _overdue(client) == {"alone": False}
         assert _gauges(client, "otel_jobsteps_overdue_steps") == {("thumbnail", "SAVE"): 0}
+
+
+def test_a_failed_read_is_raised_first_then_the_old_limits_answer() -> None:
+    now = [0.0]
+    answers: list[list[Baseline] | Exception] = [
+        DatabaseUnavailableError("database unreachable"),
+        [Baseline("thumbnail", "SAVE", 10.0, 20)],
+        DatabaseUnavailableError("database unreachable"),
+    ]
+
+    def read() -> list[Baseline]:
+        answer = answers.pop(0) if answers else [Baseline("thumbnail", "SAVE", 10.0, 20)]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    baselines = Baselines(read, 2.5, clock=lambda: now[0])
+    with pytest.raises(DatabaseUnavailableError):
+        baselines.limits()  # no read succeeded yet: the request answers 503
+    wanted = {"job_types": ["thumbnail"], "step_keys": ["SAVE"], "seconds": [25.0]}
+    assert baselines.limits() == wanted
+    now[0] += REFRESH_AFTER.total_seconds()
+    assert baselines.limits() == wanted  # the refresh fails in the background
+    deadline = time.monotonic() + 10
+    while answers:
+        assert time.monotonic() < deadline, "the refresh did not run"
+        threading.Event().wait(0.01)
+    assert baselines.limits() == wanted

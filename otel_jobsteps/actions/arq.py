@@ -15,6 +15,7 @@ from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import Job, JobStatus
 
+from ._loop import run_coroutine
 from .answers import DONE, NOT_FOUND, REFUSED, Answer
 from .config import DomainConfig
 
@@ -25,14 +26,14 @@ _Action = Callable[[ArqRedis, Job, str], Awaitable[Answer]]
 
 
 def retry(config: DomainConfig, job_id: str, force: bool) -> Answer:
-    return asyncio.run(_act(config, job_id, _retry))
+    return run_coroutine(_act(config, job_id, _retry))
 
 
 def cancel(config: DomainConfig, job_id: str, force: bool) -> Answer:
     async def act(redis: ArqRedis, job: Job, queue: str) -> Answer:
         return await _cancel(redis, job, queue, force)
 
-    return asyncio.run(_act(config, job_id, act))
+    return run_coroutine(_act(config, job_id, act))
 
 
 async def _act(config: DomainConfig, job_id: str, action: _Action) -> Answer:

@@ -4,11 +4,11 @@ removes a waiting, delayed or prioritized job. An active job cannot be removed: 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from bullmq import Job, Queue
 
+from ._loop import run_coroutine
 from .answers import DONE, NOT_FOUND, REFUSED, Answer
 from .config import DomainConfig
 
@@ -18,11 +18,11 @@ _REMOVABLE = {"waiting", "wait", "delayed", "prioritized", "paused", "waiting-ch
 
 
 def retry(config: DomainConfig, job_id: str, force: bool) -> Answer:
-    return asyncio.run(_act(config, job_id, _retry))
+    return run_coroutine(_act(config, job_id, _retry))
 
 
 def cancel(config: DomainConfig, job_id: str, force: bool) -> Answer:
-    return asyncio.run(_act(config, job_id, _cancel))
+    return run_coroutine(_act(config, job_id, _cancel))
 
 
 async def _act(config: DomainConfig, job_id: str, action: Any) -> Answer:

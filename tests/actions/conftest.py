@@ -13,13 +13,11 @@ from otel_jobsteps.web import create_app
 from otel_jobsteps.web.actions import Operator
 from tests.actions.support import OPERATOR, READ, actions_file
 from tests.queues import conftest as queues
-from tests.web import conftest as web
 
-# The queue and web tests' fixtures, by name (pytest finds fixtures among a conftest's
-# attributes): brokers, workers and a module's database; the OS Chromium and its pages.
+# The queue tests' fixtures, by name (pytest finds fixtures among a conftest's attributes):
+# brokers, workers and a module's database.
 amqp_url, module_dsn, purge_redis = queues.amqp_url, queues.module_dsn, queues.purge_redis
 redis_url, run_id, start_worker = queues.redis_url, queues.run_id, queues.start_worker
-browser, new_page, page = web.browser, web.new_page, web.page
 
 # Its importorskip: without rq, test_rq.py here skips the same way.
 with contextlib.suppress(pytest.skip.Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,3 +110,18 @@ def test_an_active_job_is_refused_unless_forced_and_then_bullmq_refuses(
         "BullMQ cannot remove an active job (its worker holds the lock)",
     )
     assert [row[1]["forced"] for row in action_rows(module_dsn, DOMAIN, job_id)] == [False, True]
+
+
+def test_an_action_from_code_that_runs_an_event_loop(
+    redis_url: str, run_id: str, module_dsn: str, tmp_path: Path
+) -> None:
+    # BullMQ's client is async: called from a thread already running a loop (async code, or
+    # Playwright's sync API), the action runs its own loop in a thread instead of failing.
+    path = config(tmp_path, redis_url, f"jobsteps-{run_id}-none")
+
+    async def act() -> str:
+        return run_action(
+            module_dsn, load_actions(path), "cancel", DOMAIN, "nope", actor="t"
+        ).outcome
+
+    assert asyncio.run(act()) == "not_found"

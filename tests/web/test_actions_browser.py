@@ -1,5 +1,8 @@
 """Chromium clicks Retry on the job page of a job a real RQ worker failed, and sees attempt 2
-run to completion and the ACTION row among the events."""
+run to completion and the ACTION row among the events.
+
+Here, not in tests/actions: the session's browser keeps Playwright's event loop running in the
+main thread, so it must come after every test that runs asyncio.run (tests/web is last)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from rq import Queue
 
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.actions import Operator
+from tests.actions import conftest as actions
 from tests.actions.support import OPERATOR, READ
 from tests.actions.test_web import failed_job
 from tests.helpers import wait_until
@@ -22,6 +26,11 @@ from tests.web.support import live_server
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
+
+# The actions tests' fixtures, by name: a module's database, the RQ worker, the operator.
+module_dsn, start_worker, run_id = actions.module_dsn, actions.start_worker, actions.run_id
+redis_url, purge_redis, operator = actions.redis_url, actions.purge_redis, actions.operator
+queue, redis, worker = actions.queue, actions.redis, actions.worker
 
 
 def test_chromium_clicks_retry_and_sees_attempt_2_complete(

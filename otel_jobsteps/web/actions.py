@@ -14,19 +14,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import logging
 import os
 import secrets
 import threading
-from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
 
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.core import Metric as PrometheusMetric
-from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -34,8 +28,9 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
 from ..actions import ACTIONS, ActionResult, ActionsConfig, load_actions, run_action
-from ..actions.bulk import parse_filter, plan_bulk, run_bulk, summary
+from ..actions.bulk import parse_filter, plan_bulk, run_bulk
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from .action_runs import ActionCounter, BulkRuns
 from .auth import check_token, same_token
 from .pages import Pages
 from .rendering import job_url, json_response
@@ -43,10 +38,7 @@ from .security import TOKEN_COOKIE, raw_path
 
 __all__ = [
     "OPERATOR_TOKEN_ENV",
-    "ActionCounter",
     "ActionRoute",
-    "BulkRun",
-    "BulkRuns",
     "Operator",
     "action_routes",
     "operator_from_options",
@@ -55,8 +47,6 @@ __all__ = [
 OPERATOR_TOKEN_ENV = "OTEL_JOBSTEPS_OPERATOR_TOKEN"
 MAX_KEY_LENGTH = 200
 MAX_FORM_BYTES = 65536
-KEPT_BULKS = 100
-logger = logging.getLogger("otel_jobsteps.web")
 _STATUS = {"done": 202, "refused": 409, "not_found": 404}
 _API_PREFIX = b"/api/jobs/"
 
@@ -147,102 +137,6 @@ class Operator:
 
         run.begin(work, self.counter)
         return 202, run.to_dict()
-
-
-class BulkRun:
-    """One bulk action in its thread: how far it got, and a stop asked between batches."""
-
-    def __init__(self, bulk_id: str, action: str, total: int) -> None:
-        self.bulk_id, self.action, self.total = bulk_id, action, total
-        self.stop = threading.Event()
-        self._lock = threading.Lock()
-        self._results: list[ActionResult] = []
-        self._state = "running"
-
-    def begin(self, work: Any, counter: ActionCounter) -> None:
-        def run() -> None:
-            try:
-                results = work(self.stop)
-            except Exception:  # a lost database ends the run: its state says so
-                logger.exception("bulk action %s failed", self.bulk_id)
-                with self._lock:
-                    self._state = "failed"
-                return
-            for result in results:
-                if not result.repeated:
-                    counter.add(result.action, result.outcome)
-            with self._lock:
-                self._results = results
-                self._state = "stopped" if len(results) < self.total else "finished"
-
-        threading.Thread(target=run, name=f"bulk-{self.bulk_id}", daemon=True).start()
-
-    def advance(self, results: list[ActionResult]) -> None:
-        with self._lock:
-            self._results = list(results)
-
-    def to_dict(self) -> dict[str, Any]:
-        with self._lock:
-            results, state = list(self._results), self._state
-        if state == "running" and self.stop.is_set():
-            state = "stopping"
-        return {
-            "bulk_id": self.bulk_id,
-            "action": self.action,
-            "state": state,
-            "matched": self.total,
-            "acted": len(results),
-            **summary(results),
-            "url": f"/api/actions/{self.bulk_id}",
-        }
-
-
-class BulkRuns:
-    """The bulk actions of this process, the newest `KEPT_BULKS` kept for their progress."""
-
-    def __init__(self) -> None:
-        self._runs: dict[str, BulkRun] = {}
-        self._lock = threading.Lock()
-
-    def start(self, action: str, total: int) -> BulkRun:
-        run = BulkRun(secrets.token_hex(8), action, total)
-        with self._lock:
-            self._runs[run.bulk_id] = run
-            while len(self._runs) > KEPT_BULKS:
-                self._runs.pop(next(iter(self._runs)))
-        return run
-
-    def get(self, bulk_id: str) -> BulkRun:
-        with self._lock:
-            found = self._runs.get(bulk_id)
-        if found is None:
-            raise _Answer(404, f"no bulk action {bulk_id!r} in this server")
-        return found
-
-
-class ActionCounter(Collector):
-    """``otel_jobsteps_actions_total{action,outcome}``: the actions this process ran."""
-
-    def __init__(self) -> None:
-        self._counts: Counter[tuple[str, str]] = Counter()
-        self._lock = threading.Lock()
-
-    def add(self, action: str, outcome: str) -> None:
-        with self._lock:
-            self._counts[(action, outcome)] += 1
-
-    def collect(self) -> Iterator[PrometheusMetric]:
-        family = CounterMetricFamily(
-            "otel_jobsteps_actions",
-            "Operator actions this server ran, by action and outcome",
-            labels=("action", "outcome"),
-        )
-        with self._lock:
-            counted = dict(self._counts)
-        for action in ACTIONS:
-            for outcome in _STATUS:
-                family.add_metric((action, outcome), counted.get((action, outcome), 0))
-        yield family
 
 
 def operator_from_options(
@@ -341,10 +235,9 @@ def action_routes(operator: Operator | None, pages: Pages) -> list[BaseRoute]:
         refused = _role_refusal(request, operator, api=True)
         if refused is not None:
             return refused
-        try:
-            run = operator.bulks.get(request.path_params["bulk_id"])
-        except _Answer as error:
-            return json_response({"error": error.message}, error.status)
+        run = operator.bulks.get(request.path_params["bulk_id"])
+        if run is None:
+            return json_response({"error": "no such bulk action in this server"}, 404)
         if request.method == "POST":  # .../stop
             run.stop.set()
             return json_response(run.to_dict(), 202)

@@ -107,6 +107,11 @@ class JobLogRow:
     detail: Detail | None
     trace_id: str | None
     created_us: int
+    # the job span's resource: service.name, service.version, host.name, service.instance.id
+    service_name: str | None = None
+    service_version: str | None = None
+    host_name: str | None = None
+    service_instance_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -84,6 +84,7 @@ class JobEnded(NamedTuple):
     failed: bool
     outcome: object
     error: str | None
+    resource: tuple[str | None, ...] = ()  # RESOURCE_KEYS' values, kept with the final row
 
 
 class EventRecorded(NamedTuple):

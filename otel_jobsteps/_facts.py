@@ -13,8 +13,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from ._spans import EventLike, attribute_dict, ended_events, plain_attributes
+from .attributes import JOB_ID
 
 __all__ = [
+    "RESOURCE_ATTRIBUTES",
     "EventLike",
     "LogFacts",
     "SpanEvent",
@@ -22,10 +24,26 @@ __all__ = [
     "ended_facts",
     "log_facts",
     "log_fields",
+    "resource_values",
     "severity_value",
     "span_fields",
     "started_facts",
 ]
+
+
+# The resource attributes kept per attempt (its final row), as the job span's attributes carry
+# them between a door and the translation: under these names, which job code does not set.
+RESOURCE_KEYS = ("service.name", "service.version", "host.name", "service.instance.id")
+RESOURCE_ATTRIBUTES = tuple(f"otel_jobsteps.resource.{key}" for key in RESOURCE_KEYS)
+
+
+def resource_values(resource: Mapping[str, Any]) -> dict[str, str]:
+    """The kept resource attributes of ``resource`` that are text, under their reserved names."""
+    return {
+        name: value
+        for key, name in zip(RESOURCE_KEYS, RESOURCE_ATTRIBUTES, strict=True)
+        if isinstance(value := resource.get(key), str)
+    }
 
 
 class SpanEvent(NamedTuple):
@@ -66,6 +84,8 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
     if not ended:
         return (context.trace_id, context.span_id, parent_id, span.name, start_ns, 0, attributes)
     status = span.status
+    if JOB_ID in attributes and span.resource is not None:
+        attributes = {**attributes, **resource_values(span.resource.attributes)}
     return (
         context.trace_id,
         context.span_id,

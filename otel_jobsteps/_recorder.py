@@ -178,9 +178,8 @@ class StepRecorder:
         if state.logs is not None:
             for key in list(state.logs):
                 self._steps.logs_dropped(state, key, created_us)
-        self._batch.add_job_log(
-            JobLogRow(*job_columns(scope), status, reason, detail, state.trace_hex, created_us)
-        )
+        columns = (*job_columns(scope), status, reason, detail, state.trace_hex, created_us)
+        self._batch.add_job_log(JobLogRow(*columns, *command.resource))
 
     def _event(self, command: EventRecorded) -> None:
         scope = command.scope

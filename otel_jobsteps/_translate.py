@@ -26,7 +26,7 @@ from ._commands import (
     StepStarted,
 )
 from ._detail import clean_text, parse_detail
-from ._facts import LogFacts, SpanFacts
+from ._facts import RESOURCE_ATTRIBUTES, LogFacts, SpanFacts
 from ._limits import MAX_ID_BYTES, id_fits, job_type_text
 from ._recorder import DEFAULT_LOGS_MAX_PER_STEP
 from ._spans import latest_progress
@@ -56,6 +56,7 @@ __all__ = [
 
 DEFAULT_MAX_OPEN_SPANS = 100_000
 MAX_TAGS = 20  # tags kept per attempt: the first by name
+MAX_RESOURCE_CHARS = 256  # a resource value kept with an attempt's final row is cut here
 MAX_TAG_NAME_CHARS = 64  # a longer name is dropped (cut, two names could become one)
 MAX_TAG_VALUE_CHARS = 256  # a longer value is cut
 
@@ -403,9 +404,9 @@ class SpanTranslator:
         if key is None:
             if self._job_scope(span, attributes, quiet=True) != scope:
                 self._late(span)  # the values read at its start stand
-            commands.append(
-                JobEnded(scope, end_ns, span.error, attributes.get(attr.JOB_OUTCOME), error)
-            )
+            outcome = attributes.get(attr.JOB_OUTCOME)
+            resource = _resource(attributes)
+            commands.append(JobEnded(scope, end_ns, span.error, outcome, error, resource))
             return commands
         # The close takes the ended span's newest progress unless it was passed on already
         # (a poll's progress may have been shed while the writer was backlogged).
@@ -601,3 +602,12 @@ def _deadline(start_ns: int, limit: object) -> int | None:
     if isinstance(limit, (int, float)) and not isinstance(limit, bool) and 0 < limit < 1e9:
         return start_ns + int(limit * 1e9)
     return None
+
+
+def _resource(attributes: Mapping[str, Any]) -> tuple[str | None, ...]:
+    """The job span's resource values a door passed (`RESOURCE_ATTRIBUTES`), clean and cut."""
+    return tuple(
+        clean_text(value, MAX_RESOURCE_CHARS) if isinstance(value := attributes.get(name), str)
+        else None
+        for name in RESOURCE_ATTRIBUTES
+    )  # fmt: skip

@@ -248,7 +248,7 @@ def _print_found(
 
 def _diff_text(diff: AttemptDiff) -> str:
     """The aligned steps of two attempts, the first divergence starred, then each attempt's
-    outcome, error and tags; every text from job data made printable."""
+    outcome, error, tags and resource; every text from job data made printable."""
     a, b = diff.a, diff.b
     index = diff.divergence_index
     lines = [
@@ -276,8 +276,9 @@ def _diff_text(diff: AttemptDiff) -> str:
         if side.failed_step:
             message = f": {printable(side.failed_message)}" if side.failed_message else ""
             facts.append(f"failed step {printable(side.failed_step)}{message}")
-        tags = ", ".join(f"{printable(k)}={printable(v)}" for k, v in side.tags.items())
-        facts += [f"tags {tags}"] if tags else []
+        for name, pairs in (("tags", side.tags), ("resource", side.resource)):
+            listed = ", ".join(f"{printable(k)}={printable(v)}" for k, v in pairs.items())
+            facts += [f"{name} {listed}"] if listed else []
         lines.append("  ".join(facts))
     return "\n".join(lines)
 

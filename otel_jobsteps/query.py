@@ -327,7 +327,9 @@ class AttemptSide(Record):
 
     ``status``, ``reason``, ``error`` and ``started_at`` / ``ended_at`` are those of its
     `AttemptSummary`; ``detail`` is its final row's detail; ``failed_step`` and
-    ``failed_message`` name its last FAILED step and that step's message.
+    ``failed_message`` name its last FAILED step and that step's message; ``resource`` the
+    ``service.name``, ``service.version``, ``host.name`` and ``service.instance.id`` its job
+    span ran under (those known: kept with the final row).
     """
 
     attempt: int
@@ -340,6 +342,7 @@ class AttemptSide(Record):
     started_at: datetime | None
     ended_at: datetime | None
     tags: dict[str, str]
+    resource: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +412,11 @@ def attempt_diff(
             summaries = {row["attempt"]: row for row in found}
             if a not in summaries or b not in summaries:
                 return None
-            tags = cur.execute(queries["attempt_tags"], {**key, "attempts": [a, b]}).fetchall()
+            both = {**key, "attempts": [a, b]}
+            tags = cur.execute(queries["attempt_tags"], both).fetchall()
+            resources = {
+                r.pop("attempt"): r for r in cur.execute(queries["attempt_resources"], both)
+            }
         steps, logs = {}, {}
         for n in {a, b}:
             scope = {**key, "attempt": n}
@@ -421,6 +428,7 @@ def attempt_diff(
             steps[n],
             logs[n],
             {t["name"]: t["value"] for t in tags if t["attempt"] == n},
+            {k: v for k, v in resources.get(n, {}).items() if v is not None},
         )
         for n in (a, b)
     ]
@@ -440,6 +448,7 @@ def _side(
     steps: list[StepRecord],
     logs: list[JobLogEntry],
     tags: dict[str, str],
+    resource: dict[str, str],
 ) -> AttemptSide:
     failed = next((s for s in reversed(steps) if s.status == "FAILED"), None)
     return AttemptSide(
@@ -453,6 +462,7 @@ def _side(
         started_at=summary["started_at"],
         ended_at=summary["ended_at"],
         tags=tags,
+        resource=resource,
     )
 
 

@@ -13,21 +13,21 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from .._facts import LogFacts, SpanEvent, SpanFacts
+from .._facts import LogFacts, SpanEvent, SpanFacts, resource_values
 from .._limits import MAX_ID_BYTES, id_fits
 from .._vocabulary import MAX_ID_CHARS
 from ..attributes import JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
-from .mapping import BULLMQ_FAILED_EVENT
+from .mapping import BULLMQ_FAILED_EVENT, BULLMQ_JOB_ID, JobMapping
 
 __all__ = [
     "LOGFIRE_PENDING_PARENT",
@@ -74,6 +74,8 @@ class Decoded:
     logs: list[LogFacts] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)  # each record's staging key (`logs`)
     outside: int = 0  # records without a span context: outside any job scope
+    # each span's kept resource attributes (`resource_values`), until `carry_resources`
+    resources: list[dict[str, str]] = field(default_factory=list)
 
     def reject(self, reason: str) -> None:
         self.rejected += 1
@@ -143,7 +145,9 @@ def _facts(request: ExportTraceServiceRequest) -> Decoded:
     decoded = Decoded()
     spans, wire = decoded.spans, decoded.wire
     refused: set[tuple[int, int]] = set()
+    resources = decoded.resources
     for resource_spans in request.resource_spans:
+        resource = resource_values(attribute_values(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 facts = _span_facts(span, decoded)
@@ -154,9 +158,33 @@ def _facts(request: ExportTraceServiceRequest) -> Decoded:
                     continue
                 spans.append(facts)
                 wire.append(span.SerializeToString())
+                resources.append(resource)
     if refused:
         _refuse_jobs(decoded, refused)
     return decoded
+
+
+def job_markers(mappings: Iterable[JobMapping]) -> frozenset[str]:
+    """The attributes whose presence makes a span a job span, or one a mapping may make so."""
+    return frozenset({JOB_ID, BULLMQ_JOB_ID, *(mapping.job_id for mapping in mappings)})
+
+
+def carry_resources(decoded: Decoded, markers: frozenset[str]) -> None:
+    """Give each job span (one with an attribute of ``markers``) its resource's kept values
+    under `RESOURCE_ATTRIBUTES`, as the processor passes them: in its facts, and in its copy
+    kept for a later derivation (a serialized message followed by more of its fields is that
+    message with them added). Other spans stay as received: they would only cost room."""
+    for index, resource in enumerate(decoded.resources):
+        span = decoded.spans[index]
+        if resource and not markers.isdisjoint(span.attributes):
+            extra = Span(attributes=[_text_pair(k, v) for k, v in resource.items()])
+            decoded.wire[index] += extra.SerializeToString()
+            span.attributes = {**span.attributes, **resource}
+    decoded.resources = []
+
+
+def _text_pair(key: str, value: str) -> KeyValue:
+    return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
 def _ids_fit(attributes: Mapping[str, Any]) -> bool:
@@ -186,6 +214,7 @@ def _refuse_jobs(decoded: Decoded, refused: set[tuple[int, int]]) -> None:
         decoded.reject(_IDS_TOO_LONG)
     decoded.spans = [decoded.spans[i] for i in kept]
     decoded.wire = [decoded.wire[i] for i in kept]
+    decoded.resources = [decoded.resources[i] for i in kept]
 
 
 # A binary ``ExportTraceServiceRequest``; its OTLP JSON mapping (ids in hex, 64-bit integers

@@ -213,14 +213,18 @@ ON CONFLICT (domain, job_id, attempt) WHERE type = 'STEP' AND ended_at IS NULL D
 -- Final rows of finished attempts; the first final state of an attempt wins.
 -- Rows arrive as one JSON array of arrays, fields in batch.JobLogRow order.
 INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
-                       created_at, derived)
+                       created_at, derived, service_name, service_version, host_name,
+                       service_instance_id)
 SELECT domain, job_id, job_type, attempt, status, reason, detail::jsonb, trace_id,
-       timestamptz 'epoch' + created_us * interval '1 microsecond', %(derived)s::boolean
+       timestamptz 'epoch' + created_us * interval '1 microsecond', %(derived)s::boolean,
+       service_name, service_version, host_name, service_instance_id
 FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t (r, n),
      LATERAL (SELECT r->>0 AS domain, r->>1 AS job_id, r->>2 AS job_type,
                      (r->>3)::int AS attempt, r->>4 AS status, r->>5 AS reason,
                      r->>6 AS detail, r->>7 AS trace_id,
-                     (r->>8)::bigint AS created_us) AS row
+                     (r->>8)::bigint AS created_us, r->>9 AS service_name,
+                     r->>10 AS service_version, r->>11 AS host_name,
+                     r->>12 AS service_instance_id) AS row
 ORDER BY n
 ON CONFLICT (domain, job_id, attempt) DO NOTHING
 RETURNING domain, job_id, attempt;

@@ -197,3 +197,10 @@ FROM {job_event}
 WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = ANY(%(attempts)s::integer[])
   AND type = 'TAG'
 ORDER BY id;
+
+-- name: attempt_resources --
+-- The resource the job span of each attempt listed ran under, kept with its final row (0018).
+SELECT attempt, service_name AS "service.name", service_version AS "service.version",
+       host_name AS "host.name", service_instance_id AS "service.instance.id"
+FROM {job_log}
+WHERE domain = %(domain)s AND job_id = %(job_id)s AND attempt = ANY(%(attempts)s::integer[]);

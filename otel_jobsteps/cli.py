@@ -26,7 +26,15 @@ from . import __version__
 from ._db import Record, borrowed_connection, check_dsn, session
 from ._extras import install_hint
 from ._formatting import format_difference, format_duration, format_time
-from ._step_stats import RetryTax, StepStat, read_retry_tax, read_step_stats
+from ._step_stats import (
+    RetryTax,
+    StepStat,
+    StepVersion,
+    parse_thresholds,
+    read_retry_tax,
+    read_step_stats,
+    read_step_versions,
+)
 from ._timeline import Style, render_detail, render_jobs, render_log_line
 from ._vocabulary import MAX_ATTEMPT
 from .actions.cli import add_commands as add_action_commands
@@ -320,12 +328,18 @@ def _seconds(value: float | None) -> str:
 
 def _steps(args: argparse.Namespace) -> int:
     schema = _schema(args)
+    thresholds = parse_thresholds(args.p95_factor, args.failure_points, args.min_samples)
+    if args.retry_tax and args.by_version:
+        raise ConfigurationError("--retry-tax and --by-version are two tables: pick one")
     with session(_dsn(args, read=True), schema=schema, snapshot=True) as conn:
         since_at = window_start(conn, args.since)
         if args.retry_tax:
             tax = read_retry_tax(conn, schema, since_at)
             found: Sequence[Record] = tax
             table = partial(_retry_tax_table, tax)
+        elif args.by_version:
+            versions = read_step_versions(conn, schema, since_at, thresholds)
+            found, table = versions, partial(_versions_table, versions)
         else:
             stats = read_step_stats(conn, schema, since_at)
             found, table = stats, partial(_step_table, stats)
@@ -333,6 +347,7 @@ def _steps(args: argparse.Namespace) -> int:
         _print_json([row.to_dict() for row in found])
     elif not found:
         what = "failed attempts" if args.retry_tax else "steps closed"
+        what += " of attempts with a service.version" if args.by_version else ""
         print(f"no {what} in the last {format_duration(args.since)}")
     else:
         print(table())
@@ -347,6 +362,24 @@ def _step_table(stats: Sequence[StepStat]) -> str:
          format_time(s.last_ended_at))
         for s in stats
     ])  # fmt: skip
+
+
+def _versions_table(versions: Sequence[StepVersion]) -> str:
+    """Per job type and step, its releases in order of appearance, a regressed one marked."""
+    header = ("JOB TYPE", "STEP", "RELEASE", "COUNT", "FAILED", "FAILURE %", "P95", "AGAINST",
+              "REGRESSION")  # fmt: skip
+    return _table(header, [
+        (printable(v.job_type or "-"), printable(v.step_key), printable(v.service_version),
+         str(v.steps), str(v.failed), f"{100 * v.failure_ratio:.1f}", _seconds(v.p95_seconds),
+         "-" if v.previous_version is None else printable(v.previous_version),
+         _regression(v))
+        for v in versions
+    ])  # fmt: skip
+
+
+def _regression(version: StepVersion) -> str:
+    marks = ["p95"] * version.p95_regressed + ["failures"] * version.failure_regressed
+    return "REGRESSED: " + ", ".join(marks) if marks else "-"
 
 
 def _retry_tax_table(tax: Sequence[RetryTax]) -> str:
@@ -719,6 +752,24 @@ def build_parser() -> argparse.ArgumentParser:
         "failed there and the time failed attempts spent in it, with the type's p50 and p95 "
         "time to success of retried jobs (first attempt's start to the completing attempt's "
         "end)",
+    )
+    steps.add_argument(
+        "--by-version",
+        action="store_true",
+        help="by release instead: per job type and step, each service.version of the attempts "
+        "(in order of first appearance) with count, failures and p95, marked REGRESSED when "
+        "its p95 or failure rate moved past the thresholds against the previous version",
+    )
+    steps.add_argument(
+        "--p95-factor", metavar="X", help="with --by-version: p95 more than X times (1.5)"
+    )
+    steps.add_argument(
+        "--failure-points",
+        metavar="Y",
+        help="with --by-version: failure rate up more than Y percentage points (5)",
+    )
+    steps.add_argument(
+        "--min-samples", metavar="N", help="with --by-version: at least N steps each side (20)"
     )
     steps.add_argument("--json", action="store_true", help="print the rows as JSON")
     _read_option(steps)

@@ -297,6 +297,59 @@ SELECT job_type, step_key, failed_attempts, failed_seconds, to_success_p50_secon
 FROM {job_retry_tax}(%(since_at)s::timestamptz)
 ORDER BY job_type NULLS LAST, failed_seconds DESC, step_key;
 
+-- name: step_versions --
+-- Regressions by release (issue 40): the steps closed since since_at of finished attempts, per
+-- job type, step key and the service.version of the attempt's final row (migration 0018; rows
+-- without one are left out): count, failures, failure ratio and p95. A version's place is its
+-- first appearance (the earliest final row with it among these), never its text read as a
+-- number; each row is compared with the previous version of the same step, and flagged when
+-- both sides have min_samples steps and its p95 is more than p95_factor times the previous one
+-- (p95_regressed) or its failure ratio rose by more than failure_points percentage points
+-- (failure_regressed). Reads the window through job_event_recent and each step's final row
+-- through job_log's (domain, job_id, attempt) key: never history before the window.
+WITH closed AS MATERIALIZED (
+    SELECT e.job_type, e.step_key, e.step_status, l.service_version, l.created_at AS ended_at,
+           extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8 AS seconds
+    FROM {job_event} AS e
+    JOIN {job_log} AS l
+      ON l.domain = e.domain AND l.job_id = e.job_id AND l.attempt = e.attempt
+    WHERE COALESCE(e.ended_at, e.created_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
+      AND e.type = 'STEP' AND e.ended_at IS NOT NULL
+      AND l.service_version IS NOT NULL
+), firsts AS (
+    SELECT service_version, min(ended_at) AS first_seen_at
+    FROM closed
+    GROUP BY service_version
+), versions AS (
+    SELECT c.job_type, c.step_key, c.service_version, f.first_seen_at, count(*) AS steps,
+           count(*) FILTER (WHERE c.step_status = 'FAILED') AS failed,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY c.seconds) AS p95_seconds
+    FROM closed AS c
+    JOIN firsts AS f USING (service_version)
+    GROUP BY c.job_type, c.step_key, c.service_version, f.first_seen_at
+), compared AS (
+    SELECT v.*, v.failed::float8 / v.steps AS failure_ratio,
+           lag(v.service_version) OVER w AS previous_version,
+           lag(v.steps) OVER w AS previous_steps,
+           lag(v.failed::float8 / v.steps) OVER w AS previous_failure_ratio,
+           lag(v.p95_seconds) OVER w AS previous_p95_seconds
+    FROM versions AS v
+    WINDOW w AS (PARTITION BY v.job_type, v.step_key
+                 ORDER BY v.first_seen_at, v.service_version)
+)
+SELECT job_type, step_key, service_version, first_seen_at, steps, failed, failure_ratio,
+       p95_seconds, previous_version, previous_steps, previous_failure_ratio,
+       previous_p95_seconds,
+       COALESCE(least(steps, previous_steps) >= %(min_samples)s
+                AND p95_seconds > previous_p95_seconds * %(p95_factor)s::float8,
+                false) AS p95_regressed,
+       COALESCE(least(steps, previous_steps) >= %(min_samples)s
+                AND (failure_ratio - previous_failure_ratio) * 100
+                    > %(failure_points)s::float8,
+                false) AS failure_regressed
+FROM compared
+ORDER BY job_type NULLS LAST, step_key, first_seen_at, service_version;
+
 -- name: step_failures --
 -- Recent failures of one step key of one job type, newest first, since since_at.
 SELECT domain, job_id, attempt, step_key, message, detail, created_at AS started_at, ended_at

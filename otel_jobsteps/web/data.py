@@ -16,7 +16,15 @@ from psycopg.rows import dict_row
 
 from .._db import Record, connection_kwargs, fetch, session
 from .._limits import after_prefix
-from .._step_stats import RetryTax, StepStat, read_retry_tax, read_step_stats
+from .._step_stats import (
+    RetryTax,
+    StepStat,
+    StepVersion,
+    Thresholds,
+    read_retry_tax,
+    read_step_stats,
+    read_step_versions,
+)
 from .._times import read_any_time
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
@@ -355,6 +363,12 @@ class Reader:
         """Per job type and step key: the retry tax of the attempts failed in the last ``since``."""
         with self.snapshot() as conn:
             return read_retry_tax(conn, self.schema, window_start(conn, since))
+
+    def step_versions(self, since: timedelta, thresholds: Thresholds) -> list[StepVersion]:
+        """Per job type, step key and release: closed steps over the last ``since``, each
+        version flagged by ``thresholds`` against the previous one."""
+        with self.snapshot() as conn:
+            return read_step_versions(conn, self.schema, window_start(conn, since), thresholds)
 
     def step_failures(
         self, job_type: str | None, step_key: str, since: timedelta, limit: int

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from .._step_stats import Thresholds, parse_thresholds
 from ..errors import ConfigurationError
 from .data import COUNT_CAP, JobPage, JobsPage, OpenStep, Reader, listed_counts
 from .layout import Cursor, Timeline, TraceLinks, build_timeline, drawn_rows
@@ -208,6 +209,14 @@ class Pages:
 
     def steps(self, request: Request) -> Response:
         window_name, window = window_param(request, "window", "24h")
+        thresholds = _by_version(request)
+        if thresholds is not None:
+            return self.render(
+                "steps.html",
+                versions=self.reader.step_versions(window or _EVERYTHING, thresholds),
+                thresholds=thresholds,
+                window=window_name,
+            )
         stats = self.reader.step_stats(window or _EVERYTHING)
         tax = self.reader.retry_tax(window or _EVERYTHING)
         failures_window = window_name if window is not None else FAILURES_WINDOW
@@ -293,4 +302,21 @@ class Pages:
 
     def api_steps(self, request: Request) -> Response:
         _, window = window_param(request, "window", "24h")
+        thresholds = _by_version(request)
+        if thresholds is not None:
+            return json_response(self.reader.step_versions(window or _EVERYTHING, thresholds))
         return json_response(self.reader.step_stats(window or _EVERYTHING))
+
+
+def _by_version(request: Request) -> Thresholds | None:
+    """``?by=version``'s thresholds (``p95_factor``, ``failure_points``, ``min_samples``), None
+    without ``by``; any other ``by`` is a 400."""
+    named = request.query_params
+    by = named.get("by")
+    if not by:
+        return None
+    if by != "version":
+        raise ConfigurationError(f"by must be version, got {by[:40]!r}")
+    return parse_thresholds(
+        named.get("p95_factor"), named.get("failure_points"), named.get("min_samples")
+    )

@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import class_row
 
-from ._times import read_any_time
+from ._pgtimes import read_any_time
 from .errors import (
     ConfigurationError,
     DatabaseUnavailableError,

@@ -5,31 +5,15 @@ and falls back to public behaviour when the SDK's internals look different."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 
-__all__ = [
-    "EventLike",
-    "attribute_dict",
-    "ended_events",
-    "events_added",
-    "latest_progress",
-    "newest_progress_event",
-    "plain_attributes",
-]
+from ._events import first_progress, plain_attributes
 
-_EMPTY: Mapping[str, Any] = {}
-
-
-def plain_attributes(attributes: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """The plain dict inside the SDK's ``BoundedAttributes``, read-only by convention."""
-    plain = getattr(attributes, "_dict", None)
-    if type(plain) is dict:
-        return plain
-    return attributes or _EMPTY
+__all__ = ["attribute_dict", "ended_events", "events_added", "newest_progress_event"]
 
 
 def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
@@ -65,48 +49,4 @@ def newest_progress_event(span: ReadableSpan) -> Event | None:
 
     ``span.events`` copies under the SDK's lock: the job thread may be adding events.
     """
-    return _first_progress(reversed(span.events))
-
-
-class EventLike(Protocol):
-    """What the translation reads of a span event (the SDK's ``Event`` has it too)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def attributes(self) -> Mapping[str, Any] | None: ...
-
-
-_E = TypeVar("_E", bound=EventLike)
-
-
-def latest_progress(newest_first: Iterable[EventLike]) -> Mapping[str, Any]:
-    """The attributes of the newest event that is not an ``exception``; empty if none."""
-    event = _first_progress(newest_first)
-    return _EMPTY if event is None else plain_attributes(event.attributes)
-
-
-def events_read(events: Sequence[_E]) -> list[_E]:
-    """The events the translation reads, in order: the newest ``exception`` and the newest
-    other one (progress). A span's other events change nothing it writes."""
-    kept: list[_E] = []
-    exception = progress = False
-    for event in reversed(events):
-        if event.name == "exception":
-            if not exception:
-                exception = True
-                kept.append(event)
-        elif not progress:
-            progress = True
-            kept.append(event)
-        if exception and progress:
-            break
-    kept.reverse()
-    return kept
-
-
-def _first_progress(newest_first: Iterable[_E]) -> _E | None:
-    for event in newest_first:
-        if event.name != "exception":
-            return event
-    return None
+    return first_progress(reversed(span.events))

@@ -26,10 +26,10 @@ from ._commands import (
     StepStarted,
 )
 from ._detail import clean_text, parse_detail
+from ._events import latest_progress
 from ._facts import RESOURCE_ATTRIBUTES, LogFacts, SpanFacts
 from ._limits import MAX_ID_BYTES, id_fits, job_type_text
 from ._recorder import DEFAULT_LOGS_MAX_PER_STEP
-from ._spans import latest_progress
 from ._times import EARLIEST_NS, LATEST_NS, clamp_ns
 from ._vocabulary import MAX_ATTEMPT, MAX_ID_CHARS
 from .errors import ConfigurationError

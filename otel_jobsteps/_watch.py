@@ -11,14 +11,10 @@ from typing import Any, NamedTuple, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
-from ._facts import SpanEvent, SpanFacts, log_fields, span_fields
-from ._spans import (
-    ended_events,
-    events_added,
-    events_read,
-    newest_progress_event,
-    plain_attributes,
-)
+from ._events import events_read, plain_attributes
+from ._facts import SpanEvent, SpanFacts
+from ._fields import log_fields, span_fields
+from ._spans import ended_events, events_added, newest_progress_event
 from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 
 __all__ = [

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
 from ._db import Record, Target, fetch, session
-from ._times import read_any_time
+from ._pgtimes import read_any_time
 from ._vocabulary import (
     LOG,
     MAX_ATTEMPT,

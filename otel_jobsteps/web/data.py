@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 
 from .._db import Record, connection_kwargs, fetch, session
 from .._limits import after_prefix
+from .._pgtimes import read_any_time
 from .._step_stats import (
     RetryTax,
     StepStat,
@@ -25,7 +26,6 @@ from .._step_stats import (
     read_step_stats,
     read_step_versions,
 )
-from .._times import read_any_time
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     TAG_SCAN_PER_JOB,

@@ -9,7 +9,7 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
-from otel_jobsteps._facts import span_fields
+from otel_jobsteps._fields import span_fields
 from otel_jobsteps._watch import ended_fields
 from otel_jobsteps._writer_process.outbox import Outbox
 from otel_jobsteps._writer_process.wire import ENDED, REPLAYED

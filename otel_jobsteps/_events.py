@@ -1,0 +1,65 @@
+"""What the translation reads of span events, the same for both doors: the newest progress
+snapshot, the events that change a row. Duck-typed: no SDK import; a mapping that keeps a plain
+dict inside (the SDK's ``BoundedAttributes``) is read through it, for speed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+__all__ = ["EventLike", "events_read", "first_progress", "latest_progress", "plain_attributes"]
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def plain_attributes(attributes: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The plain dict inside the SDK's ``BoundedAttributes``, read-only by convention."""
+    plain = getattr(attributes, "_dict", None)
+    if type(plain) is dict:
+        return plain
+    return attributes or _EMPTY
+
+
+class EventLike(Protocol):
+    """What the translation reads of a span event (the SDK's ``Event`` has it too)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def attributes(self) -> Mapping[str, Any] | None: ...
+
+
+_E = TypeVar("_E", bound=EventLike)
+
+
+def latest_progress(newest_first: Iterable[EventLike]) -> Mapping[str, Any]:
+    """The attributes of the newest event that is not an ``exception``; empty if none."""
+    event = first_progress(newest_first)
+    return _EMPTY if event is None else plain_attributes(event.attributes)
+
+
+def events_read(events: Sequence[_E]) -> list[_E]:
+    """The events the translation reads, in order: the newest ``exception`` and the newest
+    other one (progress). A span's other events change nothing it writes."""
+    kept: list[_E] = []
+    exception = progress = False
+    for event in reversed(events):
+        if event.name == "exception":
+            if not exception:
+                exception = True
+                kept.append(event)
+        elif not progress:
+            progress = True
+            kept.append(event)
+        if exception and progress:
+            break
+    kept.reverse()
+    return kept
+
+
+def first_progress(newest_first: Iterable[_E]) -> _E | None:
+    for event in newest_first:
+        if event.name != "exception":
+            return event
+    return None

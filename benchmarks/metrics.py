@@ -29,7 +29,7 @@ from psycopg import sql
 from starlette.testclient import TestClient
 
 from otel_jobsteps import JobStepsProcessor
-from otel_jobsteps._metrics import Committed, StepMetrics
+from otel_jobsteps._telemetry.metrics import Committed, StepMetrics
 from otel_jobsteps.sql import load_queries, migrations
 from otel_jobsteps.web import create_app
 

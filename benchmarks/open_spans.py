@@ -82,7 +82,9 @@ def _cpu_s() -> float:
     for entry in Path("/proc").iterdir():
         try:
             stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
-            mine = stat and b"otel_jobsteps._writer_process" in (entry / "cmdline").read_bytes()
+            mine = (
+                stat and b"otel_jobsteps._live.writer_process" in (entry / "cmdline").read_bytes()
+            )
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split() if mine else []

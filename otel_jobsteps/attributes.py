@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ._vocabulary import OUTCOME_TARGET_DELETED  # the outcome job code sets: public from here too
+from ._core.vocabulary import (
+    OUTCOME_TARGET_DELETED,  # the outcome job code sets: public from here too
+)
 
 __all__ = [
     "JOB_ATTEMPT",

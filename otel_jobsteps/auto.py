@@ -14,8 +14,8 @@ from opentelemetry._logs import get_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from ._feeds import feeds_job_steps
-from ._log import logger
+from ._live.feeds import feeds_job_steps
+from ._telemetry.log import logger
 from .errors import JobStepsError
 from .processor import JobStepsProcessor
 

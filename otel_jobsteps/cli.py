@@ -23,10 +23,12 @@ from typing import Any, NoReturn, TypeVar
 import psycopg
 
 from . import __version__
-from ._db import Record, borrowed_connection, check_dsn, session
-from ._extras import install_hint
-from ._formatting import format_difference, format_duration, format_time
-from ._step_stats import (
+from ._cli.extras import install_hint
+from ._cli.formatting import format_difference, format_duration, format_time
+from ._cli.timeline import Style, render_detail, render_jobs, render_log_line
+from ._core.vocabulary import MAX_ATTEMPT
+from ._pg.db import Record, borrowed_connection, check_dsn, session
+from ._pg.step_stats import (
     RetryTax,
     StepStat,
     StepVersion,
@@ -35,8 +37,6 @@ from ._step_stats import (
     read_step_stats,
     read_step_versions,
 )
-from ._timeline import Style, render_detail, render_jobs, render_log_line
-from ._vocabulary import MAX_ATTEMPT
 from .actions.cli import add_commands as add_action_commands
 from .actions.cli import add_operator_options
 from .errors import ConfigurationError, JobStepsError, describe, printable
@@ -477,7 +477,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ._demo import run_demo  # the SDK and the embedded server load only for the demo
+    from ._cli.demo import run_demo  # the SDK and the embedded server load only for the demo
 
     dsn = _dsn(args) if args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN") else None
     consent = (lambda _: True) if args.migrate else _ask if sys.stdin.isatty() else None

@@ -19,9 +19,9 @@ from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from . import attributes as attr
-from ._feeds import exports_by_otlp, feeds_job_steps
-from ._log import warn_on_console
-from ._setup import setup_hint_here
+from ._live.feeds import exports_by_otlp, feeds_job_steps
+from ._live.setup import setup_hint_here
+from ._telemetry.log import warn_on_console
 
 __all__ = ["job_attempt", "progress", "record_event", "record_job_event", "step"]
 

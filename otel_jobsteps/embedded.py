@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ._extras import install_hint
+from ._cli.extras import install_hint
 from .errors import ConfigurationError
 
 __all__ = ["embedded_server"]

@@ -15,7 +15,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from ._log import logger
+from ._telemetry.log import logger
 from .auto import DOMAIN_VARIABLE
 
 __all__ = [

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from ._db import Record, Target, borrowed_connection, fetch, session
-from ._log import logger
+from ._pg.db import Record, Target, borrowed_connection, fetch, session
+from ._telemetry.log import logger
 from .errors import ConfigurationError
 from .schema import is_partitioned
 from .sql import qualified_queries

@@ -1,7 +1,7 @@
 """JobStepsProcessor: door one, span and log record hooks in the job's own process.
 
 A hook only asks "is this span in a job scope?" (a dict lookup) and, if so, queues an item;
-the writer side reads the queue (`_writer_side`): facts, translation, recorder, store.
+the writer side reads the queue (`_live.writer_side`): facts, translation, recorder, store.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from ._detail import DEFAULT_MAX_DETAIL_BYTES
-from ._log import is_own_logger, logger
-from ._metrics import StepMetrics
-from ._settings import Settings
-from ._spans import attribute_dict
-from ._stats import Stats
-from ._telemetry import register_metrics
-from ._translate import PROGRESS_EVENT
-from ._watch import LogEmitted, SpanEnded, SpanStarted, ended_fields
-from ._writer import RowStore
-from ._writer_side import WriterSide, build_writer_side
+from ._core.detail import DEFAULT_MAX_DETAIL_BYTES
+from ._core.translate import PROGRESS_EVENT
+from ._live.settings import Settings
+from ._live.spans import attribute_dict
+from ._live.watch import LogEmitted, SpanEnded, SpanStarted, ended_fields
+from ._live.writer import RowStore
+from ._live.writer_side import WriterSide, build_writer_side
+from ._telemetry.counters import register_metrics
+from ._telemetry.log import is_own_logger, logger
+from ._telemetry.metrics import StepMetrics
+from ._telemetry.stats import Stats
 from .attributes import JOB_EVENT_TYPE, JOB_ID
 
 __all__ = ["JobStepsProcessor"]

@@ -21,13 +21,13 @@ from psycopg.rows import dict_row
 if TYPE_CHECKING:
     from typing_extensions import LiteralString
 
-from ._db import Record, Target, fetch, session
-from ._pgtimes import read_any_time
-from ._vocabulary import (
+from ._core.vocabulary import (  # STATUSES public from here too (CLI and web filter)
     LOG,
     MAX_ATTEMPT,
     STATUSES,
-)  # STATUSES public from here too (CLI and web filter)
+)
+from ._pg.db import Record, Target, fetch, session
+from ._pg.times import read_any_time
 from .errors import ConfigurationError
 from .sql import qualified_queries
 

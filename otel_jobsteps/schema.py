@@ -10,7 +10,7 @@ import psycopg
 from psycopg import sql
 
 from . import __version__
-from ._db import borrowed_connection, check_schema_name
+from ._pg.db import borrowed_connection, check_schema_name
 from .errors import ConfigurationError, SchemaNotMigratedError
 from .sql import load_queries, migrations
 

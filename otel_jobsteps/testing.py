@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ._batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
-from ._detail import encode_detail
-from ._metrics import Committed
-from ._store import statements
-from ._vocabulary import ABANDONED, FAILED, STEP
+from ._core.batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from ._core.detail import encode_detail
+from ._core.vocabulary import ABANDONED, FAILED, STEP
+from ._pg.store import statements
+from ._telemetry.metrics import Committed
 
 __all__ = ["InMemoryStore", "apply", "operations"]
 

@@ -20,7 +20,7 @@ from psycopg.conninfo import make_conninfo
 
 from benchmarks.common import free_port as free_port  # one definition (see there)
 from otel_jobsteps import JobStepsProcessor
-from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._cli.demo import record_seed_story
 
 # OTEL_JOBSTEPS_TEST_LAYOUT=partitioned: the interval the test databases are partitioned by.
 PARTITION_INTERVAL = timedelta(days=1)
@@ -146,6 +146,6 @@ def writer_processes() -> list[int]:
         except OSError:
             continue
         parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == os.getpid() and b"otel_jobsteps._writer_process" in command:
+        if parent == os.getpid() and b"otel_jobsteps._live.writer_process" in command:
             found.append(int(entry.name))
     return found

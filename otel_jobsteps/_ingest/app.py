@@ -31,9 +31,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._health import COLLECT_RIGHTS, HealthMiddleware, Readiness
-from .._log import logger
-from .._requestlog import RequestLog
+from .._http.health import COLLECT_RIGHTS, HealthMiddleware, Readiness
+from .._http.requestlog import RequestLog
+from .._telemetry.log import logger
 from .decode import BadRequest, Decoded, decode_json, decode_protobuf
 from .intake import Answer, Intake, Outcome, accepted
 from .logs import decode_logs_json, decode_logs_protobuf

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .._metrics import ClosedStep, Committed, FinishedAttempt
+from .._telemetry.metrics import ClosedStep, Committed, FinishedAttempt
 from .derive import Derivation
 from .place import Attempt
 

@@ -23,9 +23,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from .._facts import LogFacts, SpanEvent, SpanFacts, resource_values
-from .._limits import MAX_ID_BYTES, id_fits
-from .._vocabulary import MAX_ID_CHARS
+from .._core.facts import LogFacts, SpanEvent, SpanFacts, resource_values
+from .._core.limits import MAX_ID_BYTES, id_fits
+from .._core.vocabulary import MAX_ID_CHARS
 from ..attributes import JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
 from .mapping import BULLMQ_FAILED_EVENT, BULLMQ_JOB_ID, JobMapping
 
@@ -188,7 +188,7 @@ def _text_pair(key: str, value: str) -> KeyValue:
 
 
 def _ids_fit(attributes: Mapping[str, Any]) -> bool:
-    """Whether a job span's ids fit the limits (`_limits.id_fits`); an event span naming a
+    """Whether a job span's ids fit the limits (`_core.limits.id_fits`); an event span naming a
     job is placed by its parent first, as live, so only a job span is refused for them."""
     if JOB_ID not in attributes or JOB_EVENT_TYPE in attributes:
         return True

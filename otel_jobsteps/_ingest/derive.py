@@ -9,11 +9,11 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from .._batch import Batch
-from .._commands import Command, JobStarted
-from .._facts import LogFacts, SpanFacts
-from .._recorder import DEFAULT_LOGS_MAX_PER_STEP, DEFAULT_MAX_OPEN_ATTEMPTS, StepRecorder
-from .._translate import (
+from .._core.batch import Batch
+from .._core.commands import Command, JobStarted
+from .._core.facts import LogFacts, SpanFacts
+from .._core.recorder import DEFAULT_LOGS_MAX_PER_STEP, DEFAULT_MAX_OPEN_ATTEMPTS, StepRecorder
+from .._core.translate import (
     DEFAULT_LOGS_MIN_SEVERITY,
     Problem,
     SpanTranslator,
@@ -149,7 +149,7 @@ def _ordered(
     spans: Sequence[SpanFacts], mappings: Sequence[JobMapping]
 ) -> list[tuple[bool, SpanFacts]]:
     """The spans' starts and ends in order (`order`), a job span's start as its start marker
-    had it: the job's identity and limits are read at its start (`_translate.SpanTranslator`),
+    had it: the job's identity and limits are read at its start (`_core.translate.SpanTranslator`),
     and the ended copy carries only their final values."""
     nodes = _mapped_nodes(spans, mappings)
     order = in_span_order(nodes)

@@ -5,7 +5,7 @@
   trying (every client backs off).
 - ``JOB``: PostgreSQL refuses a value of this request (a data exception, a constraint, a row
   too large for an index, a trigger's error: the live writer's "row" classes,
-  `_store.rejects_row`): the same spans fail every time, so the request is split and only the
+  `_pg.store.rejects_row`): the same spans fail every time, so the request is split and only the
   part that still fails is refused.
 - ``CONTENTION``: this request waited too long or lost a race (a lock or statement timeout,
   a deadlock met too often): that request alone is answered 503, retryable; once its spans
@@ -24,7 +24,7 @@ from collections.abc import Hashable, Iterable
 
 import psycopg
 
-from .._store import rejects_row
+from .._pg.store import rejects_row
 
 __all__ = ["REPEATS_REFUSED", "Fault", "Repeats", "fault"]
 

@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.concurrency import run_in_threadpool
 
-from .._requestlog import Answered
+from .._http.requestlog import Answered
 from .decode import BadRequest, Decoded, carry_resources, job_markers
 from .receipt import Receipt
 from .staging import RequestFailed, Staging, StagingUnavailable

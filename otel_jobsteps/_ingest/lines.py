@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from .._attempts import Attempt as Held
-from .._commands import Command, LogRecorded, Scope
-from .._limits import step_key_text
-from .._recorder import StepRecorder
-from .._translate import SpanTranslator
+from .._core.attempts import Attempt as Held
+from .._core.commands import Command, LogRecorded, Scope
+from .._core.limits import step_key_text
+from .._core.recorder import StepRecorder
+from .._core.translate import SpanTranslator
 from .ids import ID_MASK, signed
 from .place import EVENT, JOB, NAMING_EVENT, Staged
 from .state import JobState, restore

@@ -17,8 +17,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
-from .._facts import LogFacts
-from .._log import is_own_logger
+from .._core.facts import LogFacts
+from .._telemetry.log import is_own_logger
 from .decode import Decoded, attribute_values, decoder
 
 __all__ = ["decode_log_record", "decode_logs_json", "decode_logs_protobuf", "log_key"]

@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._facts import SpanFacts
-from .._vocabulary import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
+from .._core.facts import SpanFacts
+from .._core.vocabulary import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 from ..attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,

@@ -43,11 +43,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._metrics import StepMetrics
-from .._prometheus import CONTENT_TYPE_LATEST, OpenTelemetryCollector, exposition
-from .._requestlog import Answered
-from .._stats import Stats
-from .._telemetry import PROBLEM_KINDS
+from .._http.requestlog import Answered
+from .._telemetry.counters import PROBLEM_KINDS
+from .._telemetry.metrics import StepMetrics
+from .._telemetry.prometheus import CONTENT_TYPE_LATEST, OpenTelemetryCollector, exposition
+from .._telemetry.stats import Stats
 from ..errors import ConfigurationError
 
 __all__ = [

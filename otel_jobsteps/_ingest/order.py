@@ -30,7 +30,7 @@ from itertools import accumulate
 from operator import itemgetter
 from typing import Any
 
-from .._facts import LogFacts, SpanFacts
+from .._core.facts import LogFacts, SpanFacts
 from ..attributes import JOB_STEP_KEY
 
 __all__ = ["in_span_order", "latest_copies", "scheduled_order", "with_logs"]

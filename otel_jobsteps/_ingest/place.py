@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .._commands import EventRecorded, JobStarted
-from .._facts import SpanFacts
-from .._translate import SpanTranslator
+from .._core.commands import EventRecorded, JobStarted
+from .._core.facts import SpanFacts
+from .._core.translate import SpanTranslator
 from ..attributes import JOB_EVENT_TYPE, JOB_ID
 from .mapping import BULLMQ_JOB_ID, JobMapping, map_trace
 

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .._db import connection_kwargs
-from .._store import StepStore, _BoundedConnection
+from .._pg.db import connection_kwargs
+from .._pg.store import StepStore, _BoundedConnection
 from .settings import CollectSettings
 
 __all__ = ["PooledStore", "StorePool"]

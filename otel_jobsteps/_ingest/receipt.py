@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._metrics import Committed
+from .._telemetry.metrics import Committed
 
 __all__ = ["Receipt", "Transaction"]
 

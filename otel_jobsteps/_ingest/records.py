@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._attempts import Attempt as Held
-from .._commands import Scope
-from .._facts import LogFacts
-from .._translate import PROGRESS_EVENT, SpanTranslator, log_line
+from .._core.attempts import Attempt as Held
+from .._core.commands import Scope
+from .._core.facts import LogFacts
+from .._core.translate import PROGRESS_EVENT, SpanTranslator, log_line
 from .ids import ID_MASK
 from .lines import Context, Late, Lines, ended_attempt, line_context
 from .logs import decode_log_record

@@ -11,9 +11,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from .._facts import SpanFacts
-from .._limits import step_key_text
-from .._metrics import Committed
+from .._core.facts import SpanFacts
+from .._core.limits import step_key_text
+from .._telemetry.metrics import Committed
 from ..attributes import JOB_DOMAIN, JOB_ID, JOB_STEP_KEY
 from .counting import attempt_columns, complete, counted
 from .decode import decode_span

@@ -10,8 +10,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .._listen import check_free, parse_listen
-from .._translate import logs_settings
+from .._core.translate import logs_settings
+from .._http.listen import check_free, parse_listen
 from ..errors import ConfigurationError
 from .mapping import JobMapping
 from .settings import (
@@ -33,8 +33,8 @@ SETTINGS_ENV = "OTEL_JOBSTEPS_COLLECT_SETTINGS"
 def app_from_environment() -> Starlette:
     """The receiver's ASGI app, built from the settings `serve_collect` left in the environment
     (uvicorn's factory for each worker process)."""
-    from .._loopback import LoopbackHostMiddleware, loopback_hosts
-    from .._stats import Stats
+    from .._http.loopback import LoopbackHostMiddleware, loopback_hosts
+    from .._telemetry.stats import Stats
     from .app import create_app
     from .metrics import CollectMetrics, RequestMetricsMiddleware, exporting_readers
     from .staging import Staging
@@ -107,7 +107,7 @@ def serve_collect(
     ``logs_max_per_step`` default to ``OTEL_JOBSTEPS_LOGS_MIN_SEVERITY`` and
     ``OTEL_JOBSTEPS_LOGS_MAX_PER_STEP``, as the processor's.
     """
-    from .._loopback import is_loopback
+    from .._http.loopback import is_loopback
     from .grpc_service import grpc_target
     from .metrics import metric_exporters
 
@@ -139,8 +139,8 @@ def serve_collect(
 
 
 def _started_line(settings: CollectSettings, listen: str, grpc_listen: str | None) -> str:
-    from .._db import redact
-    from .._health import COLLECT_RIGHTS, Readiness
+    from .._http.health import COLLECT_RIGHTS, Readiness
+    from .._pg.db import redact
 
     grpc_line = f", gRPC {grpc_listen}" if grpc_listen else ""
     schema = settings.schema

@@ -9,10 +9,10 @@ from typing import Any
 
 import psycopg
 
-from .._batch import Batch
-from .._metrics import Committed
-from .._stats import Stats
-from .._store import StepStore, rejects_row
+from .._core.batch import Batch
+from .._pg.store import StepStore, rejects_row
+from .._telemetry.metrics import Committed
+from .._telemetry.stats import Stats
 from ..sql import Statement
 from .settings import CollectSettings
 

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .._recorder import DEFAULT_LOGS_MAX_PER_STEP
-from .._translate import DEFAULT_LOGS_MIN_SEVERITY
+from .._core.recorder import DEFAULT_LOGS_MAX_PER_STEP
+from .._core.translate import DEFAULT_LOGS_MIN_SEVERITY
 from .mapping import JobMapping
 
 __all__ = [

@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
-from .._facts import LogFacts, SpanFacts
-from .._metrics import Committed
-from .._stats import Stats
-from .._store import StepStore
+from .._core.facts import LogFacts, SpanFacts
+from .._pg.store import StepStore
+from .._telemetry.metrics import Committed
+from .._telemetry.stats import Stats
 from ..errors import ConfigurationError, SchemaNotMigratedError, describe
 from ..schema import check_writable_tables
 from ..sql import qualified_queries, rendered_queries

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._attempts import Attempt as OpenAttempt
-from .._attempts import OpenStep
-from .._batch import EventRow
-from .._commands import Scope
-from .._recorder import StepRecorder
-from .._translate import SpanTranslator, _OpenSpan
+from .._core.attempts import Attempt as OpenAttempt
+from .._core.attempts import OpenStep
+from .._core.batch import EventRow
+from .._core.commands import Scope
+from .._core.recorder import StepRecorder
+from .._core.translate import SpanTranslator, _OpenSpan
 from .place import Attempt
 
 __all__ = ["JobState", "capture", "dump", "held_by_job", "load", "restore"]

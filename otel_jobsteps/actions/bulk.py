@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .._db import Target, borrowed_connection
-from .._limits import after_prefix
-from .._vocabulary import STATUSES
+from .._core.limits import after_prefix
+from .._core.vocabulary import STATUSES
+from .._pg.db import Target, borrowed_connection
 from ..errors import ConfigurationError
 from ..query import list_jobs, parse_tag
 from ..sql import qualified_queries

@@ -14,8 +14,8 @@ from typing import Any, Literal, Protocol
 
 from psycopg.types.json import Jsonb
 
-from .._db import Target, borrowed_connection
-from .._extras import install_hint
+from .._cli.extras import install_hint
+from .._pg.db import Target, borrowed_connection
 from ..errors import ConfigurationError
 from ..sql import qualified_queries
 from .answers import DONE, NOT_FOUND, REFUSED, Answer, Outcome

@@ -14,7 +14,7 @@ __all__ = [
     "OUTCOME_TIME_LIMIT",
 ]
 
-from .._vocabulary import (
+from .._core.vocabulary import (
     EVENT_RETRY_SCHEDULED,
     EVENT_STALLED,
     OUTCOME_RECLAIMED,

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from opentelemetry import trace
 
 from .. import auto, context
-from .._log import logger as package_logger
+from .._telemetry.log import logger as package_logger
 from ..attributes import JOB_OUTCOME
 from . import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 

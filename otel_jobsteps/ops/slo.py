@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from .._metrics import DURATION_BUCKETS_S
+from .._telemetry.metrics import DURATION_BUCKETS_S
 from ..errors import ConfigurationError, printable
 
 __all__ = ["BURN_WINDOWS", "Objective", "read_objectives", "slo_rules", "slo_rules_yaml"]

@@ -14,10 +14,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .._db import Record, connection_kwargs, fetch, session
-from .._limits import after_prefix
-from .._pgtimes import read_any_time
-from .._step_stats import (
+from .._core.limits import after_prefix
+from .._pg.db import Record, connection_kwargs, fetch, session
+from .._pg.step_stats import (
     RetryTax,
     StepStat,
     StepVersion,
@@ -26,6 +25,7 @@ from .._step_stats import (
     read_step_stats,
     read_step_versions,
 )
+from .._pg.times import read_any_time
 from ..errors import DatabaseUnavailableError, describe
 from ..query import (
     TAG_SCAN_PER_JOB,

@@ -11,8 +11,8 @@ from typing import NamedTuple
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._formatting import format_duration
-from .._vocabulary import MAX_ATTEMPT
+from .._cli.formatting import format_duration
+from .._core.vocabulary import MAX_ATTEMPT
 from ..errors import ConfigurationError
 from ..query import AttemptDiff, AttemptSide, StepPair
 from .layout import TICKS

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from .._formatting import format_duration
-from .._vocabulary import LOG, STEP, TAG
+from .._cli.formatting import format_duration
+from .._core.vocabulary import LOG, STEP, TAG
 from ..errors import ConfigurationError
 from ..query import AttemptSummary, JobLogEntry, LogLine
 

@@ -17,8 +17,8 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._metrics import OTHER_STEP_KEY, max_series_from_environment
-from .._prometheus import CONTENT_TYPE_LATEST, exposition
+from .._telemetry.metrics import OTHER_STEP_KEY, max_series_from_environment
+from .._telemetry.prometheus import CONTENT_TYPE_LATEST, exposition
 from .data import Reader
 from .overdue import BASELINE_WINDOW, MIN_SAMPLES, Baselines
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from .._db import Record
+from .._pg.db import Record
 from ..errors import ConfigurationError, JobStepsError
 
 __all__ = [

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from .._step_stats import Thresholds, parse_thresholds
+from .._pg.step_stats import Thresholds, parse_thresholds
 from ..errors import ConfigurationError
 from .data import COUNT_CAP, JobPage, JobsPage, OpenStep, Reader, listed_counts
 from .layout import Cursor, Timeline, TraceLinks, build_timeline, drawn_rows

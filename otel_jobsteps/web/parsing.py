@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from starlette.requests import Request
 
-from .._vocabulary import MAX_ATTEMPT
+from .._core.vocabulary import MAX_ATTEMPT
 from ..errors import ConfigurationError
 from ..query import STATUSES, parse_tag
 from .layout import WINDOWS

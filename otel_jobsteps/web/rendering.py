@@ -13,8 +13,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 from starlette.responses import JSONResponse
 
-from .._db import Record
-from .._formatting import (
+from .._cli.formatting import (
     format_ago,
     format_difference,
     format_duration,
@@ -23,6 +22,7 @@ from .._formatting import (
     severity_word,
     shorten,
 )
+from .._pg.db import Record
 from .layout import WINDOWS
 
 __all__ = [

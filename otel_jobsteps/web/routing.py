@@ -17,8 +17,8 @@ from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Scope
 
-from .._health import SERVE_RIGHTS, HealthMiddleware, Readiness
-from .._requestlog import RequestLog
+from .._http.health import SERVE_RIGHTS, HealthMiddleware, Readiness
+from .._http.requestlog import RequestLog
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
 from .actions import Operator, action_routes
 from .auth import FailureLimiter

@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._health import is_health_request
-from .._loopback import LoopbackHostMiddleware, is_loopback
+from .._http.health import is_health_request
+from .._http.loopback import LoopbackHostMiddleware, is_loopback
 from ..errors import ConfigurationError
 from .auth import FailureLimiter, check_token, same_token
 

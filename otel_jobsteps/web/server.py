@@ -6,10 +6,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from .._db import redact
-from .._health import SERVE_RIGHTS, Readiness
-from .._listen import check_free, parse_listen, url_host
-from .._loopback import is_loopback, loopback_hosts
+from .._http.health import SERVE_RIGHTS, Readiness
+from .._http.listen import check_free, parse_listen, url_host
+from .._http.loopback import is_loopback, loopback_hosts
+from .._pg.db import redact
 from .actions import Operator
 from .metrics import DEFAULT_SILENT_AFTER
 from .overdue import DEFAULT_OVERDUE_FACTOR

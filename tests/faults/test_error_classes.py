@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from otel_jobsteps._db import borrowed_connection
-from otel_jobsteps._store import SQLSTATE_CLASSES, StepStore, rejects_row
+from otel_jobsteps._pg.db import borrowed_connection
+from otel_jobsteps._pg.store import SQLSTATE_CLASSES, StepStore, rejects_row
 from otel_jobsteps.errors import DatabaseUnavailableError, describe
 from tests.helpers import free_port
 

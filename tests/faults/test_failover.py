@@ -35,7 +35,7 @@ from otel_jobsteps import (
     migrate,
     step,
 )
-from otel_jobsteps._health import COLLECT_RIGHTS, SERVE_RIGHTS, Readiness
+from otel_jobsteps._http.health import COLLECT_RIGHTS, SERVE_RIGHTS, Readiness
 from tests.faults.replication import Server, replicated_pair
 from tests.helpers import wait_until
 from tests.ingest.collector import CollectorFactory

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Tracer
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, record_event, step
-from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._cli.demo import record_seed_story
 from otel_jobsteps.attributes import JOB_OUTCOME, JOB_STEP_DETAIL, OUTCOME_TARGET_DELETED
 from tests.ingest.requests import proto_logs, proto_spans
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from starlette.testclient import TestClient
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, step
-from otel_jobsteps._facts import RESOURCE_ATTRIBUTES
+from otel_jobsteps._core.facts import RESOURCE_ATTRIBUTES
 from otel_jobsteps._ingest.decode import carry_resources, decode_protobuf, decode_span, job_markers
 from otel_jobsteps.cli import main
 from otel_jobsteps.query import attempt_diff

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_jobsteps._batch import Batch
-from otel_jobsteps._facts import LogFacts, SpanFacts
+from otel_jobsteps._core.batch import Batch
+from otel_jobsteps._core.facts import LogFacts, SpanFacts
 from otel_jobsteps._ingest.derive import JobSpan, derive_jobs, settled_start
 from otel_jobsteps._ingest.place import JOB, PLAIN
 

@@ -11,14 +11,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from otel_jobsteps._commands import (
-    EventRecorded,
-    JobEnded,
-    JobStarted,
-    StepEnded,
-    StepRan,
-)
-from otel_jobsteps._facts import SpanEvent, SpanFacts
+from otel_jobsteps._core.commands import EventRecorded, JobEnded, JobStarted, StepEnded, StepRan
+from otel_jobsteps._core.facts import SpanEvent, SpanFacts
 from otel_jobsteps._ingest.decode import BadRequest, decode_json
 from otel_jobsteps._ingest.derive import job_commands
 from otel_jobsteps._ingest.mapping import JobMapping, map_trace

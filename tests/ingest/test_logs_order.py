@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_jobsteps._facts import LogFacts, SpanFacts
+from otel_jobsteps._core.facts import LogFacts, SpanFacts
 from otel_jobsteps._ingest.derive import with_logs
 
 TRACE = 7

@@ -22,11 +22,11 @@ from opentelemetry.trace import StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, step
+from otel_jobsteps._core.vocabulary import OUTCOME_RETRY
 from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
-from otel_jobsteps._metrics import StepMetrics
-from otel_jobsteps._vocabulary import OUTCOME_RETRY
+from otel_jobsteps._telemetry.metrics import StepMetrics
 from otel_jobsteps.attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,

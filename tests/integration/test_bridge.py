@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, job_attempt, progress, step
-from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._cli.demo import record_seed_story
 from tests.helpers import TracingFactory, free_port, rows, wait_until
 
 

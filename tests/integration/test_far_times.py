@@ -22,8 +22,8 @@ from otel_jobsteps import (
     job_detail,
     step,
 )
-from otel_jobsteps._pgtimes import read_any_time
-from otel_jobsteps._times import EARLIEST, LATEST
+from otel_jobsteps._core.times import EARLIEST, LATEST
+from otel_jobsteps._pg.times import read_any_time
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.rendering import job_url
 from tests.helpers import TracingFactory, record_two_attempts, rows

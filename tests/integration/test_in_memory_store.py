@@ -8,7 +8,7 @@ import psycopg
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JobStepsProcessor
-from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._cli.demo import record_seed_story
 from otel_jobsteps.testing import InMemoryStore
 from tests.helpers import TracingFactory, rows
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 
-from otel_jobsteps._batch import CloseForeign, CloseStep, Progress
-from otel_jobsteps._store import statement_params
+from otel_jobsteps._core.batch import CloseForeign, CloseStep, Progress
+from otel_jobsteps._pg.store import statement_params
 from otel_jobsteps.sql import qualified_queries
 
 AT_US = 1_900_000_000_000_000

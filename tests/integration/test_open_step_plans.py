@@ -13,8 +13,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from otel_jobsteps._batch import Abandon, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
-from otel_jobsteps._store import statement_params
+from otel_jobsteps._core.batch import (
+    Abandon,
+    CloseForeign,
+    CloseStep,
+    EventRow,
+    JobLogRow,
+    Progress,
+)
+from otel_jobsteps._pg.store import statement_params
 from otel_jobsteps.sql import load_queries, qualified_queries
 
 OPEN_STEPS = 50_000

@@ -11,10 +11,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
-from otel_jobsteps._batch import Batch
-from otel_jobsteps._commands import JobStarted, Scope, StepStarted
-from otel_jobsteps._recorder import StepRecorder
-from otel_jobsteps._store import StepStore, statement_params, statements
+from otel_jobsteps._core.batch import Batch
+from otel_jobsteps._core.commands import JobStarted, Scope, StepStarted
+from otel_jobsteps._core.recorder import StepRecorder
+from otel_jobsteps._pg.store import StepStore, statement_params, statements
 from otel_jobsteps.sql import qualified_queries
 from tests.helpers import TracingFactory, rows, wait_until
 

@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from otel_jobsteps import job_detail, list_jobs, prune
-from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._cli.demo import record_seed_story
 from otel_jobsteps.cli import main
 from otel_jobsteps.query import ActivityFollower
 from otel_jobsteps.web import create_app
@@ -185,7 +185,7 @@ def test_show_logs_and_tail_escape_what_job_code_wrote(
 
     changes = follower.poll()
     assert [change.change for change in changes] == ["log", "log", "log"]
-    from otel_jobsteps._timeline import Style
+    from otel_jobsteps._cli.timeline import Style
     from otel_jobsteps.cli import activity_line
 
     tailed = [activity_line(change, Style(color=False)) for change in changes]

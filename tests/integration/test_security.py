@@ -21,7 +21,7 @@ from otel_jobsteps import (
     progress,
     step,
 )
-from otel_jobsteps._db import borrowed_connection, redact
+from otel_jobsteps._pg.db import borrowed_connection, redact
 from tests.helpers import rows, wait_until
 
 PASSWORD = "s3cret-pw"

@@ -10,9 +10,9 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps._commands import Scope
-from otel_jobsteps._recorder import StepRecorder
-from otel_jobsteps._store import StepStore
+from otel_jobsteps._core.commands import Scope
+from otel_jobsteps._core.recorder import StepRecorder
+from otel_jobsteps._pg.store import StepStore
 from tests.unit.recorder_support import SCOPES, FakeClock, command, script_commands, settle, written
 
 _domains = itertools.count()

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, progress, step
-from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._cli.demo import record_seed_story
 from otel_jobsteps.maintenance import sweep
 from tests.helpers import TracingFactory, free_port, rows, wait_until, writer_processes
 

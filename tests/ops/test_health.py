@@ -14,11 +14,11 @@ from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
-from otel_jobsteps._health import COLLECT_RIGHTS, Readiness
+from otel_jobsteps._http.health import COLLECT_RIGHTS, Readiness
+from otel_jobsteps._http.loopback import loopback_hosts
 from otel_jobsteps._ingest.app import create_app as create_collect
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
-from otel_jobsteps._loopback import loopback_hosts
 from otel_jobsteps.web import create_app as create_serve
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.unit.recorder_support import FakeClock

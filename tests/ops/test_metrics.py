@@ -20,11 +20,11 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_jobsteps import job_attempt, step
-from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._cli.demo import record_seed_story
 from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
-from otel_jobsteps._metrics import (
+from otel_jobsteps._telemetry.metrics import (
     ATTEMPTS,
     DEFAULT_MAX_STEP_KEYS,
     DURATION_BUCKETS_S,

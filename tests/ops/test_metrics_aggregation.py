@@ -23,8 +23,8 @@ from opentelemetry.sdk.metrics.view import (
     View,
 )
 
-from otel_jobsteps._batch import EventRow
-from otel_jobsteps._metrics import (
+from otel_jobsteps._core.batch import EventRow
+from otel_jobsteps._telemetry.metrics import (
     DURATION_BUCKETS_S,
     STEP_DURATION,
     ClosedStep,
@@ -184,7 +184,7 @@ GLOBAL_PROVIDER_SET_LATER = """
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from otel_jobsteps._metrics import ClosedStep, Committed, StepMetrics
+from otel_jobsteps._telemetry.metrics import ClosedStep, Committed, StepMetrics
 
 step_metrics = StepMetrics()  # before the application sets its global MeterProvider
 reader = InMemoryMetricReader()

@@ -7,7 +7,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_jobsteps._metrics import (
+from otel_jobsteps._telemetry.metrics import (
     DEFAULT_MAX_JOB_TYPES,
     DEFAULT_MAX_REASONS,
     MAX_JOB_TYPES_ENV,

@@ -20,7 +20,7 @@ from opentelemetry.trace import StatusCode
 from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging, StagingUnavailable
-from otel_jobsteps._metrics import StepMetrics
+from otel_jobsteps._telemetry.metrics import StepMetrics
 from otel_jobsteps.attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
 from tests.faults.proxy import FaultProxy
 from tests.helpers import wait_until

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from otel_jobsteps._metrics import MAX_SERIES_ENV, OTHER_STEP_KEY
+from otel_jobsteps._telemetry.metrics import MAX_SERIES_ENV, OTHER_STEP_KEY
 from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.metrics import gauge_families

@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_jobsteps import job_attempt
-from otel_jobsteps._prometheus import OpenTelemetryCollector, exposition, prometheus_name
+from otel_jobsteps._telemetry.prometheus import OpenTelemetryCollector, exposition, prometheus_name
 from tests.helpers import TracingFactory, free_port, open_step, wait_until
 from tests.ingest.collector import CollectorFactory
 from tests.ingest.requests import post, request_of

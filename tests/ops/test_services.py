@@ -27,7 +27,7 @@ from starlette.testclient import TestClient
 from starlette.types import Receive, Scope, Send
 
 from otel_jobsteps import JobStepsProcessor
-from otel_jobsteps._requestlog import RequestLog
+from otel_jobsteps._http.requestlog import RequestLog
 from tests.faults.proxy import FaultProxy, Mode, Upstream
 from tests.helpers import free_port, wait_until
 from tests.ingest.requests import PROTOBUF, proto_spans, request_of

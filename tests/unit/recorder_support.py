@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from otel_jobsteps._commands import (
+from otel_jobsteps._core.commands import (
     JobEnded,
     JobStarted,
     ProgressReported,
@@ -15,7 +15,7 @@ from otel_jobsteps._commands import (
     StepEnded,
     StepStarted,
 )
-from otel_jobsteps._recorder import StepRecorder
+from otel_jobsteps._core.recorder import StepRecorder
 from otel_jobsteps.testing import apply, operations
 
 MS = 1_000_000  # nanoseconds

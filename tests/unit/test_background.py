@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from otel_jobsteps import JobStepsProcessor
-from otel_jobsteps._background import BackgroundQueue, FlushRequest
-from otel_jobsteps._stats import Stats
+from otel_jobsteps._live.background import BackgroundQueue, FlushRequest
+from otel_jobsteps._telemetry.stats import Stats
 
 UNUSED_DSN = "postgresql://nobody:secret@127.0.0.1:1/never"
 

@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps._batch import JobLogRow
-from otel_jobsteps._recorder import StepRecorder
+from otel_jobsteps._core.batch import JobLogRow
+from otel_jobsteps._core.recorder import StepRecorder
 from tests.unit.recorder_support import (
     FakeClock,
     command,

@@ -10,10 +10,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps._batch import EventRow, JobLogRow
-from otel_jobsteps._commands import EventRecorded, JobEnded, ProgressReported, StepEnded
-from otel_jobsteps._detail import encode_detail, parse_detail
-from otel_jobsteps._recorder import StepRecorder
+from otel_jobsteps._core.batch import EventRow, JobLogRow
+from otel_jobsteps._core.commands import EventRecorded, JobEnded, ProgressReported, StepEnded
+from otel_jobsteps._core.detail import encode_detail, parse_detail
+from otel_jobsteps._core.recorder import StepRecorder
 from otel_jobsteps.attributes import JOB_STEP_DETAIL
 from tests.unit.recorder_support import FakeClock, command, script_commands, settle, written
 

@@ -10,10 +10,10 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps._batch import EventRow, JobLogRow
-from otel_jobsteps._commands import JobEnded, JobStarted, LogRecorded
-from otel_jobsteps._recorder import StepRecorder
-from otel_jobsteps._vocabulary import ABANDONED, LOG
+from otel_jobsteps._core.batch import EventRow, JobLogRow
+from otel_jobsteps._core.commands import JobEnded, JobStarted, LogRecorded
+from otel_jobsteps._core.recorder import StepRecorder
+from otel_jobsteps._core.vocabulary import ABANDONED, LOG
 from otel_jobsteps.testing import apply
 from tests.unit.recorder_support import MS, SCOPES, FakeClock, command, script_commands, written
 

@@ -7,7 +7,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, step
-from otel_jobsteps._vocabulary import LOG, STEP
+from otel_jobsteps._core.vocabulary import LOG, STEP
 from otel_jobsteps.testing import InMemoryStore
 from tests.unit.writer_support import HeldSide
 

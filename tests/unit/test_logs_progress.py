@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from otel_jobsteps._commands import Command
-from otel_jobsteps._facts import LogFacts
-from otel_jobsteps._recorder import StepRecorder
-from otel_jobsteps._translate import SpanTranslator
+from otel_jobsteps._core.commands import Command
+from otel_jobsteps._core.facts import LogFacts
+from otel_jobsteps._core.recorder import StepRecorder
+from otel_jobsteps._core.translate import SpanTranslator
 from tests.unit.recorder_support import MS, FakeClock, written
 from tests.unit.test_translate import JOB_SPAN, RENDER, TRACE
 

@@ -7,18 +7,18 @@ from typing import Any
 import pytest
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor
-from otel_jobsteps._batch import EventRow
-from otel_jobsteps._commands import Command, LogRecorded, ProgressReported
-from otel_jobsteps._facts import LogFacts, SpanEvent
-from otel_jobsteps._recorder import StepRecorder
-from otel_jobsteps._translate import (
+from otel_jobsteps._core.batch import EventRow
+from otel_jobsteps._core.commands import Command, LogRecorded, ProgressReported
+from otel_jobsteps._core.facts import LogFacts, SpanEvent
+from otel_jobsteps._core.recorder import StepRecorder
+from otel_jobsteps._core.translate import (
     MAX_LOG_MESSAGE_CHARS,
     SpanTranslator,
     logs_settings,
     severity_name,
     severity_number,
 )
-from otel_jobsteps._vocabulary import LOG, STEP
+from otel_jobsteps._core.vocabulary import LOG, STEP
 from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.testing import InMemoryStore
 from tests.unit.recorder_support import MS, settle, written

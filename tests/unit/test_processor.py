@@ -28,8 +28,8 @@ from otel_jobsteps import (
     record_event,
     step,
 )
-from otel_jobsteps._batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
-from otel_jobsteps._watch import LogEmitted, SpanEnded, SpanStarted
+from otel_jobsteps._core.batch import Batch, CloseForeign, CloseStep, EventRow, JobLogRow
+from otel_jobsteps._live.watch import LogEmitted, SpanEnded, SpanStarted
 from otel_jobsteps.testing import InMemoryStore
 from tests.helpers import wait_until
 from tests.unit.recorder_support import written

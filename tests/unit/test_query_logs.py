@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from otel_jobsteps._formatting import LINE_CHARS, severity_word, shorten
-from otel_jobsteps._timeline import Style, render_log_line
+from otel_jobsteps._cli.formatting import LINE_CHARS, severity_word, shorten
+from otel_jobsteps._cli.timeline import Style, render_log_line
 from otel_jobsteps.query import LogLine
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)

@@ -23,8 +23,8 @@ from otel_jobsteps import (
     job_attempt,
     step,
 )
-from otel_jobsteps._vocabulary import LOG, STEP
-from otel_jobsteps._watch import LogEmitted
+from otel_jobsteps._core.vocabulary import LOG, STEP
+from otel_jobsteps._live.watch import LogEmitted
 from otel_jobsteps.testing import InMemoryStore
 from tests.unit.recorder_support import written
 from tests.unit.writer_support import HeldSide

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from otel_jobsteps._batch import CloseForeign, CloseStep, EventRow, JobLogRow, Progress
-from otel_jobsteps._commands import JobEnded, JobStarted, ProgressReported, StepEnded, StepStarted
-from otel_jobsteps._recorder import StepRecorder
+from otel_jobsteps._core.batch import CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from otel_jobsteps._core.commands import (
+    JobEnded,
+    JobStarted,
+    ProgressReported,
+    StepEnded,
+    StepStarted,
+)
+from otel_jobsteps._core.recorder import StepRecorder
 from otel_jobsteps.errors import ConfigurationError
 from tests.unit.recorder_support import MS, Driver, FakeClock, scope, settle, written
 

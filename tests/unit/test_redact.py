@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from otel_jobsteps._db import check_dsn, check_schema_name, redact
+from otel_jobsteps._pg.db import check_dsn, check_schema_name, redact
 from otel_jobsteps.errors import ConfigurationError
 
 SECRET = "s3cret-never-shown"

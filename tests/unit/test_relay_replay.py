@@ -9,10 +9,10 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
-from otel_jobsteps._fields import span_fields
-from otel_jobsteps._watch import ended_fields
-from otel_jobsteps._writer_process.outbox import Outbox
-from otel_jobsteps._writer_process.wire import ENDED, REPLAYED
+from otel_jobsteps._live.fields import span_fields
+from otel_jobsteps._live.watch import ended_fields
+from otel_jobsteps._live.writer_process.outbox import Outbox
+from otel_jobsteps._live.writer_process.wire import ENDED, REPLAYED
 
 
 def _told(messages: list[Any]) -> list[tuple[str, str]]:

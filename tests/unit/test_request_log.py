@@ -12,7 +12,7 @@ pytest.importorskip("starlette", reason="needs the web extra")
 
 from starlette.types import Receive, Scope, Send
 
-from otel_jobsteps._requestlog import STAGED_KEY, Answered, RequestLog
+from otel_jobsteps._http.requestlog import STAGED_KEY, Answered, RequestLog
 
 GRPC_LOGS = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from otel_jobsteps import ConfigurationError
-from otel_jobsteps._settings import Settings
+from otel_jobsteps._live.settings import Settings
 
 DSN = "postgresql://nobody@127.0.0.1:1/never"
 

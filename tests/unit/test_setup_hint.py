@@ -9,7 +9,7 @@ import importlib.metadata
 import pytest
 from packaging.requirements import Requirement
 
-from otel_jobsteps._setup import SETUP, exporter_entry_points, setup_hint
+from otel_jobsteps._live.setup import SETUP, exporter_entry_points, setup_hint
 
 BOTH_OTLP = {"otlp_proto_grpc", "otlp_proto_http", "console"}
 

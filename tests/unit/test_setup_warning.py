@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from otel_jobsteps import context
-from otel_jobsteps._feeds import exports_by_otlp
+from otel_jobsteps._live.feeds import exports_by_otlp
 
 CLOSED = "http://127.0.0.1:9/v1/traces"  # never exported to: no span is made here
 

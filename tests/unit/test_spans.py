@@ -13,8 +13,8 @@ import pytest
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from otel_jobsteps._events import plain_attributes
-from otel_jobsteps._spans import attribute_dict, events_added, newest_progress_event
+from otel_jobsteps._core.events import plain_attributes
+from otel_jobsteps._live.spans import attribute_dict, events_added, newest_progress_event
 
 
 def new_span(**attributes: Any) -> Any:

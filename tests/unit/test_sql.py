@@ -7,7 +7,7 @@ from dataclasses import fields
 
 import pytest
 
-from otel_jobsteps._batch import EventRow, JobLogRow
+from otel_jobsteps._core.batch import EventRow, JobLogRow
 from otel_jobsteps.sql import load_queries, migrations
 
 _POSITION = re.compile(r"\(?r->>?(\d+)\)?(?:::\w+)? AS (\w+)")

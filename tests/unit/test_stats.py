@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from otel_jobsteps._stats import Stats
+from otel_jobsteps._telemetry.stats import Stats
 from otel_jobsteps.errors import MAX_MESSAGE_CHARS
 
 

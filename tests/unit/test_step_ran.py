@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_jobsteps._commands import ProgressReported, StepEnded, StepRan, StepStarted
-from otel_jobsteps._recorder import StepRecorder
+from otel_jobsteps._core.commands import ProgressReported, StepEnded, StepRan, StepStarted
+from otel_jobsteps._core.recorder import StepRecorder
 from tests.unit.recorder_support import MS, SCOPES, FakeClock, command, script_commands, written
 
 # A step key the recorder cleans (NUL) is open under its cleaned name: its progress is not found.

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from otel_jobsteps._batch import EventRow
-from otel_jobsteps._detail import encode_detail
-from otel_jobsteps._store import rows_json
+from otel_jobsteps._core.batch import EventRow
+from otel_jobsteps._core.detail import encode_detail
+from otel_jobsteps._pg.store import rows_json
 
 DETAILS: list[Any] = [
     None,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-WRITE_PATH = ("psycopg", "opentelemetry.sdk", "otel_jobsteps.processor", "otel_jobsteps._store")
+WRITE_PATH = ("psycopg", "opentelemetry.sdk", "otel_jobsteps.processor", "otel_jobsteps._pg.store")
 
 
 @pytest.mark.parametrize("module", ["otel_jobsteps.context", "otel_jobsteps"])

@@ -16,8 +16,8 @@ from otel_jobsteps import (
     JOB_STEP_KEY,
     JOB_TYPE,
 )
-from otel_jobsteps._batch import EventRow
-from otel_jobsteps._commands import (
+from otel_jobsteps._core.batch import EventRow
+from otel_jobsteps._core.commands import (
     Command,
     EventRecorded,
     JobEnded,
@@ -25,9 +25,9 @@ from otel_jobsteps._commands import (
     StepEnded,
     StepStarted,
 )
-from otel_jobsteps._facts import SpanEvent, SpanFacts
-from otel_jobsteps._recorder import StepRecorder
-from otel_jobsteps._translate import SpanTranslator
+from otel_jobsteps._core.facts import SpanEvent, SpanFacts
+from otel_jobsteps._core.recorder import StepRecorder
+from otel_jobsteps._core.translate import SpanTranslator
 from tests.unit.recorder_support import MS, settle, written
 
 TRACE = 0xABC

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import otel_jobsteps
-from otel_jobsteps import _vocabulary as vocabulary
+from otel_jobsteps._core import vocabulary
 
 SQL_FILES = sorted(Path(otel_jobsteps.__file__).parent.glob("**/*.sql"))
 # A quoted word compared with, or written into, a column that holds the vocabulary.

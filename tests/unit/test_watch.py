@@ -10,10 +10,10 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
-from otel_jobsteps._commands import ProgressReported, StepEnded
-from otel_jobsteps._facts import SpanEvent, SpanFacts
-from otel_jobsteps._translate import SpanTranslator
-from otel_jobsteps._watch import SpanEnded, SpanStarted, SpanWatch, ended_fields
+from otel_jobsteps._core.commands import ProgressReported, StepEnded
+from otel_jobsteps._core.facts import SpanEvent, SpanFacts
+from otel_jobsteps._core.translate import SpanTranslator
+from otel_jobsteps._live.watch import SpanEnded, SpanStarted, SpanWatch, ended_fields
 
 
 class _Reader:

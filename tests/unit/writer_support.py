@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_jobsteps._batch import Batch
-from otel_jobsteps._settings import Settings
-from otel_jobsteps._stats import Stats
-from otel_jobsteps._writer_side import ThreadSide
+from otel_jobsteps._core.batch import Batch
+from otel_jobsteps._live.settings import Settings
+from otel_jobsteps._live.writer_side import ThreadSide
+from otel_jobsteps._telemetry.stats import Stats
 from otel_jobsteps.testing import InMemoryStore
 
 

@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.trace import set_span_in_context
 
 from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
-from otel_jobsteps._demo import record_seed_story
+from otel_jobsteps._cli.demo import record_seed_story
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.rendering import LONG_TOKEN, job_url
 from tests.faults.proxy import FaultProxy, Mode, Upstream

@@ -17,9 +17,9 @@ from psycopg.conninfo import make_conninfo
 from starlette.testclient import TestClient
 
 from otel_jobsteps import JOB_STEP_DETAIL, ConfigurationError, job_attempt, job_detail, step
-from otel_jobsteps._demo import record_seed_story
-from otel_jobsteps._listen import parse_listen
-from otel_jobsteps._loopback import loopback_hosts
+from otel_jobsteps._cli.demo import record_seed_story
+from otel_jobsteps._http.listen import parse_listen
+from otel_jobsteps._http.loopback import loopback_hosts
 from otel_jobsteps.cli import main
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.data import Reader

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from otel_jobsteps import ConfigurationError
-from otel_jobsteps._formatting import format_ago, format_duration
+from otel_jobsteps._cli.formatting import format_ago, format_duration
 from otel_jobsteps.query import AttemptSummary, JobLogEntry
 from otel_jobsteps.web.layout import (
     AXIS_WIDTH,

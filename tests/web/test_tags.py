@@ -21,7 +21,7 @@ from otel_jobsteps import (
     job_detail,
     list_jobs,
 )
-from otel_jobsteps._translate import MAX_TAG_NAME_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS
+from otel_jobsteps._core.translate import MAX_TAG_NAME_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS
 from otel_jobsteps.cli import main
 from otel_jobsteps.web.rendering import job_url
 from tests.helpers import TracingFactory, open_step

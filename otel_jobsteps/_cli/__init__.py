@@ -1,0 +1,2 @@
+"""The command line's helpers: the timeline renderer, times and durations as people read
+them (the web page's too), the demo, the install hint of a missing extra."""

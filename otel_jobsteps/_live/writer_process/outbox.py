@@ -1,0 +1,64 @@
+"""The relay's outbox: the watch's reader on the relay thread, span facts -> wire messages."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from ..._core.translate import body_text
+from ...attributes import JOB_EVENT_TYPE
+from ..watch import plain_dict
+from .wire import ENDED, LOG, PLAIN, PROGRESS, REPLAYED, STARTED, WHOLE
+
+__all__ = ["Outbox"]
+
+
+class Outbox:
+    """Span facts -> messages for the next frame; keeps the open spans' start facts (at most
+    ``max_open``, oldest out) to replay them to a writer process that replaces a dead one."""
+
+    def __init__(self, max_open: int) -> None:
+        self.messages: list[Any] = []
+        self._open: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
+        self._max_open = max_open
+        self._ending: list[int] = []  # ends among the messages: still open until sent
+
+    def started(self, fields: tuple[Any, ...]) -> None:
+        self.messages.append((STARTED, fields))
+        if JOB_EVENT_TYPE not in fields[6]:  # its attributes; an event is whole at its start
+            opened = self._open
+            opened[fields[1]] = fields
+            if len(opened) > self._max_open:
+                opened.popitem(last=False)
+
+    def whole(self, fields: tuple[Any, ...]) -> None:
+        self.messages.append((WHOLE, fields))
+
+    def ended(self, fields: tuple[Any, ...]) -> None:
+        self.messages.append((ENDED, fields))
+        self._ending.append(fields[1])
+
+    def take(self) -> list[Any]:
+        """The messages of the next frame; the spans they end are no longer open."""
+        messages, self.messages = self.messages, []
+        for span_id in self._ending:
+            self._open.pop(span_id, None)
+        self._ending.clear()
+        return messages
+
+    def replay(self) -> None:
+        """Tell a new writer process first what is still open, in start order."""
+        self.messages[:0] = [(REPLAYED, fields) for fields in self._open.values()]
+
+    def log(self, fields: tuple[Any, ...]) -> None:
+        body, attributes = fields[6], fields[7]
+        if type(body) is not str or type(attributes) is not dict:  # the usual record is both
+            if not (body is None or type(body) in PLAIN or type(body) is bytes):
+                body = body_text(body)  # a structure travels as its text: the message it is
+            fields = (*fields[:6], body, dict(attributes))
+        self.messages.append((LOG, fields))
+
+    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
+        self.messages.append((PROGRESS, span_id, plain_dict(attributes), time_ns))
+        return True

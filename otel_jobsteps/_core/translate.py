@@ -6,7 +6,6 @@ record progress or a log line; the scope of each open span is kept (bounded). No
 from __future__ import annotations
 
 import json
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -92,17 +91,19 @@ def severity_number(value: object) -> int:
 
 
 def logs_settings(
-    min_severity: str | int | None = None, max_per_step: int | None = None
+    min_severity: str | int | None,
+    max_per_step: int | None,
+    *,
+    environ: Mapping[str, str],
 ) -> tuple[int, int]:
-    """(minimum SeverityNumber, LOG rows per step): the arguments, else the environment's,
-    else INFO and 1000; a bad value raises ConfigurationError (both doors read them here)."""
+    """(minimum SeverityNumber, LOG rows per step): the arguments, else ``environ``'s (the door
+    passes its process's environment), else INFO and 1000; a bad value raises
+    ConfigurationError (both doors check them here)."""
     if min_severity is None:
-        min_severity = (
-            os.environ.get("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY") or DEFAULT_LOGS_MIN_SEVERITY
-        )
+        min_severity = environ.get("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY") or DEFAULT_LOGS_MIN_SEVERITY
     cap: object = max_per_step
     if cap is None:
-        raw = os.environ.get("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP") or str(DEFAULT_LOGS_MAX_PER_STEP)
+        raw = environ.get("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP") or str(DEFAULT_LOGS_MAX_PER_STEP)
         cap = int(raw) if raw.strip().isdigit() else raw
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise ConfigurationError(

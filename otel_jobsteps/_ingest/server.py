@@ -114,7 +114,7 @@ def serve_collect(
     host, port = parse_listen(listen, example="127.0.0.1:4318")
     check_free(host, port)
     grpc_bind = _grpc_bind(grpc_listen, port)
-    logs_min, logs_max = logs_settings(logs_min_severity, logs_max_per_step)
+    logs_min, logs_max = logs_settings(logs_min_severity, logs_max_per_step, environ=os.environ)
     settings = CollectSettings(
         dsn,
         schema=schema,

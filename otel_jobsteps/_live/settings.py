@@ -87,7 +87,7 @@ class Settings:
             if name not in values:
                 values[name] = _env_int(f"OTEL_JOBSTEPS_{name.upper()}", defaults[name])
         values["logs_min_severity"], values["logs_max_per_step"] = logs_settings(
-            values.get("logs_min_severity"), values.get("logs_max_per_step")
+            values.get("logs_min_severity"), values.get("logs_max_per_step"), environ=os.environ
         )
         settings = cls(dsn=dsn, writer=writer, **values)
         settings._check_positive()

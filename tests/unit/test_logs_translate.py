@@ -19,6 +19,7 @@ from otel_jobsteps._core.translate import (
     severity_number,
 )
 from otel_jobsteps._core.vocabulary import LOG, STEP
+from otel_jobsteps._live.settings import Settings
 from otel_jobsteps.errors import ConfigurationError
 from otel_jobsteps.testing import InMemoryStore
 from tests.unit.recorder_support import MS, settle, written
@@ -201,19 +202,25 @@ def test_big_attributes_are_cut_to_fit_the_detail_and_a_stack_trace_keeps_its_en
     assert line.attributes == small
 
 
-def test_logs_settings_from_arguments_then_the_environment(
+def test_logs_settings_from_arguments_then_the_environment_given() -> None:
+    assert logs_settings(None, None, environ={}) == (9, 1000)
+    environ = {"OTEL_JOBSTEPS_LOGS_MIN_SEVERITY": "warn", "OTEL_JOBSTEPS_LOGS_MAX_PER_STEP": "50"}
+    assert logs_settings(None, None, environ=environ) == (13, 50)
+    assert logs_settings("DEBUG", 7, environ=environ) == (5, 7)
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(ConfigurationError, match="OTEL_JOBSTEPS_LOGS_MAX_PER_STEP"):
+            logs_settings(None, None, environ={"OTEL_JOBSTEPS_LOGS_MAX_PER_STEP": bad})
+
+
+def test_each_door_reads_the_logs_settings_from_its_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY", raising=False)
-    monkeypatch.delenv("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", raising=False)
-    assert logs_settings() == (9, 1000)
     monkeypatch.setenv("OTEL_JOBSTEPS_LOGS_MIN_SEVERITY", "warn")
     monkeypatch.setenv("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", "50")
-    assert logs_settings() == (13, 50)
-    assert logs_settings("DEBUG", 7) == (5, 7)
-    for bad in ("0", "-3", "many"):
-        monkeypatch.setenv("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", bad)
-        with pytest.raises(ConfigurationError, match="OTEL_JOBSTEPS_LOGS_MAX_PER_STEP"):
-            logs_settings()
+    settings = Settings.from_environment(has_store=True)
+    assert (settings.logs_min_severity, settings.logs_max_per_step) == (13, 50)
+    monkeypatch.setenv("OTEL_JOBSTEPS_LOGS_MAX_PER_STEP", "many")
+    with pytest.raises(ConfigurationError, match="OTEL_JOBSTEPS_LOGS_MAX_PER_STEP"):
+        Settings.from_environment(has_store=True)
     with pytest.raises(ConfigurationError):
         JobStepsProcessor(store=InMemoryStore(), logs_min_severity="LOUD")

@@ -9,6 +9,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from .._core.adjacent import Adjacency
 from .._core.batch import Batch
 from .._core.commands import Command, JobStarted
 from .._core.facts import LogFacts, SpanFacts
@@ -94,6 +95,7 @@ class _Replay:
         self._logs_min_severity = logs_min_severity
         self.translators = translators if translators is not None else {}
         self._new = new
+        self._told: list[Command] = []  # what `commands` is telling
 
     def translator(self) -> SpanTranslator:
         return SpanTranslator(
@@ -106,30 +108,42 @@ class _Replay:
 
     def commands(self, order: Sequence[tuple[bool, SpanFacts | LogFacts]]) -> list[Command]:
         """A span whose end comes right after its start is told whole (a step: one StepRan),
-        as the processor's writer does with a start and end adjacent in its queue."""
-        translators = self.translators
-        commands: list[Command] = []
-        whole = False
-        for index, (is_start, item) in enumerate(order):
+        by the rule the processor's writer reads its queue with (`Adjacency`): here its own
+        end is the very same facts (a start marker is other facts, never told whole)."""
+        self._told = commands = []
+        adjacency: Adjacency[SpanFacts] = Adjacency(self, id)
+        for is_start, item in order:
             if isinstance(item, LogFacts):
-                found = translators.get(item.trace_id)
+                adjacency.release()
+                found = self.translators.get(item.trace_id)
                 if found is not None:
                     commands.extend(found.log(item))
-                continue
-            if whole:  # the end of the span told whole just before
-                whole = False
-                continue
-            translator = translators.get(item.trace_id)
-            if translator is None:
-                translator = translators[item.trace_id] = self.translator()
-            if not is_start:
+            elif is_start:
+                adjacency.hold(item, whole=True)
+            elif not adjacency.adjacent(item):
+                adjacency.release()
+                translator = self._translator_of(item)
                 if JOB_EVENT_TYPE not in item.attributes:  # an event span is whole at start
                     commands.extend(translator.ended(item))
-                continue
-            after = order[index + 1] if index + 1 < len(order) else None
-            whole = after is not None and not after[0] and after[1] is item
-            commands.extend(translator.whole(item) if whole else translator.started(item))
+        adjacency.release()
         return commands
+
+    # -- the verbs `Adjacency` tells a span by ------------------------------------------------
+
+    def started(self, span: SpanFacts) -> None:
+        self._told.extend(self._translator_of(span).started(span))
+
+    def whole(self, span: SpanFacts) -> None:
+        self._told.extend(self._translator_of(span).whole(span))
+
+    def ended(self, span: SpanFacts) -> None:
+        self._told.extend(self._translator_of(span).ended(span))
+
+    def _translator_of(self, span: SpanFacts) -> SpanTranslator:
+        translator = self.translators.get(span.trace_id)
+        if translator is None:
+            translator = self.translators[span.trace_id] = self.translator()
+        return translator
 
 
 def _mapped_nodes(

@@ -17,6 +17,7 @@ from .._core.facts import SpanFacts
 from .._core.translate import SpanTranslator
 from ..attributes import JOB_EVENT_TYPE, JOB_ID
 from .mapping import BULLMQ_JOB_ID, JobMapping, map_trace
+from .rows import SpanRow
 
 __all__ = [
     "EVENT",
@@ -51,7 +52,7 @@ class Staged:
     skeleton: Skeleton
     place: Attempt | None
     gone: bool = False  # its attempt is settled: only the row is kept
-    new: tuple[str, int, int, SpanFacts, bytes] | None = None
+    new: SpanRow | None = None
     step_key: str | None = None  # a step span's job.step.key (settled records find it)
 
 

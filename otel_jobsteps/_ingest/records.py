@@ -17,14 +17,13 @@ from .lines import Context, Late, Lines, ended_attempt, line_context
 from .logs import decode_log_record
 from .place import Attempt, Staged
 from .receipt import Receipt
+from .rows import LogRow
 from .session import Session
 from .state import JobState, load
 
-__all__ = ["LogRow", "RequestLogs"]
+__all__ = ["RequestLogs"]
 
 Job = tuple[str, str]  # domain, job id
-# A log record: its trace, signed span id, key, place in its request, facts, as received.
-LogRow = tuple[str, int, bytes, int, LogFacts, bytes]
 Places = dict[str, dict[int, Attempt | None]]  # per trace, per span id: its attempt
 _StagedLog = tuple[LogFacts, tuple[int, bytes]]  # a record and its tie (place in request, key)
 _Item = tuple[LogFacts, Attempt, tuple[int, bytes]]  # a record, its attempt, its tie
@@ -54,11 +53,11 @@ class RequestLogs:
                 self.moved.append((trace, span_id, key, seq, body, where))
         limit = session.settings.max_waiting_logs_per_trace
         for log in logs:
-            where = places.get(log[0], {}).get(log[1] & ID_MASK)
+            where = places.get(log.trace, {}).get(log.span_id & ID_MASK)
             if where is not None:
                 self.placed.append((log, where))
-            elif still.get(log[0], 0) < limit:
-                still[log[0]] = still.get(log[0], 0) + 1
+            elif still.get(log.trace, 0) < limit:
+                still[log.trace] = still.get(log.trace, 0) + 1
                 self.waiting.append(log)
             else:
                 self.rejected += 1
@@ -80,11 +79,11 @@ class RequestLogs:
         new = self._stage_rows(rows, settled)
         for log, where in self.placed:
             if log[:3] in new:
-                item = (log[4], where, (log[3], log[2]))
+                item = (log.facts, where, (log.seq, log.key))
                 if where in settled:
                     self._settled.append(item)
                 else:
-                    self._new[log[:3]] = log[4]
+                    self._new[log[:3]] = log.facts
                     if where[:2] in self.direct:
                         self._direct.append(item)
         if self.moved:
@@ -102,11 +101,11 @@ class RequestLogs:
         found = self._session.execute(
             "stage_logs",
             {
-                "trace_id": [log[0] for log, _ in rows],
-                "span_id": [log[1] for log, _ in rows],
-                "key": [log[2] for log, _ in rows],
-                "seq": [log[3] for log, _ in rows],
-                "body": [None if where in settled else log[5] for log, where in rows],
+                "trace_id": [log.trace for log, _ in rows],
+                "span_id": [log.span_id for log, _ in rows],
+                "key": [log.key for log, _ in rows],
+                "seq": [log.seq for log, _ in rows],
+                "body": [None if where in settled else log.wire for log, where in rows],
                 "domain": [p[0] for p in places],
                 "job_id": [p[1] for p in places],
                 "attempt": [p[2] for p in places],

@@ -28,14 +28,14 @@ from .derive import (
 from .ids import ID_MASK, signed
 from .place import JOB, Attempt, Skeleton, Staged, place, skeleton
 from .receipt import Receipt, Transaction
-from .records import LogRow, RequestLogs
+from .records import RequestLogs
+from .rows import LogRow, SpanRow
 from .session import Session
 from .state import JobState, dump, load
 
-__all__ = ["SpanRow", "receive"]
+__all__ = ["receive"]
 
 Key = tuple[str, int, int]  # trace, signed span id, phase
-SpanRow = tuple[str, int, int, SpanFacts, bytes]  # the key, facts, as received
 Job = tuple[str, str]  # domain, job id
 Moved = dict[Key, tuple[Attempt | None, Attempt | None]]  # staged spans placed anew: old, new
 
@@ -58,7 +58,7 @@ def receive(
 ) -> tuple[Receipt, Committed]:
     """Stage and derive (noted in ``transaction``); what it closed and finished that no
     earlier derivation had (the metrics count each step and attempt once)."""
-    traces = sorted({row[0] for row in rows} | {log[0] for log in logs})
+    traces = sorted({row.trace for row in rows} | {log.trace for log in logs})
     locked = session.execute(
         "lock_traces", {"schema": session.settings.schema, "trace_id": traces}
     ).fetchall()
@@ -124,7 +124,7 @@ def _placed(
     over, fresh = len(fresh) - len(kept), kept
     seeds = _seeds(staged, fresh) if partial else None
     for row in fresh:
-        shape = skeleton(row[3], session.settings.mappings)
+        shape = skeleton(row.facts, session.settings.mappings)
         staged[row[:3]] = Staged(shape, None, new=row, step_key=_key_of(row))
     moved, places = _place(staged, seeds)
     if partial and any(old is not None for old, _ in moved.values()):
@@ -137,7 +137,7 @@ def _request_skeletons(
 ) -> list[tuple[Any, ...]]:
     """The skeletons `request_skeletons` reads for the request's ``rows`` in ``traces``."""
     within = set(traces)
-    rows = [row for row in rows if row[0] in within]
+    rows = [row for row in rows if row.trace in within]
     ids = sorted({(r[0], r[1]) for r in rows} | {(r[0], signed(r[3].parent_span_id)) for r in rows})
     new = sorted({(r[0], r[1]) for r in rows})
     return session.execute(
@@ -155,7 +155,7 @@ def _request_skeletons(
 def _seeds(staged: dict[Key, Staged], fresh: list[SpanRow]) -> dict[str, dict[int, Attempt | None]]:
     """The places read that stand: of staged spans placed, all but the request's spans' own
     copies and their children (placed again, to see whether they move)."""
-    new = {(row[0], row[1] & ID_MASK) for row in fresh}
+    new = {(row.trace, row.span_id & ID_MASK) for row in fresh}
     seeds: dict[str, dict[int, Attempt | None]] = {}
     for (trace, span_id, _), span in staged.items():
         node = (trace, span_id & ID_MASK)
@@ -168,7 +168,7 @@ def _seeds(staged: dict[Key, Staged], fresh: list[SpanRow]) -> dict[str, dict[in
 def _key_of(row: SpanRow) -> str | None:
     """A new span's ``job.step.key`` as the recorder writes it (staged beside its skeleton:
     clean text PostgreSQL takes, cut as the step rows' key)."""
-    key = row[3].attributes.get(JOB_STEP_KEY)
+    key = row.facts.attributes.get(JOB_STEP_KEY)
     return None if key is None else step_key_text(key)
 
 
@@ -190,9 +190,11 @@ def _within_limit(session: Session, rows: list[SpanRow], counts: dict[str, int])
     if len(rows) <= min(room.values(), default=0):
         return rows  # every trace has room for all of them
     kept = []
-    for row in sorted(rows, key=lambda row: (row[0], row[3].start_ns, row[1:3])):
-        if room[row[0]] > 0:
-            room[row[0]] -= 1
+    for row in sorted(
+        rows, key=lambda row: (row.trace, row.facts.start_ns, row.span_id, row.phase)
+    ):
+        if room[row.trace] > 0:
+            room[row.trace] -= 1
             kept.append(row)
     kept.sort(key=lambda row: row[:3])
     if len(kept) < len(rows):
@@ -299,7 +301,7 @@ def _insert_spans(session: Session, new: list[Staged]) -> None:
             own = None if shape.own is None else Jsonb(list(shape.own))
             domain, job_id, attempt = span.place or (None, None, None)
             copy.write_row(
-                (row[0], row[1], row[2], row[4], signed(shape.parent), shape.kind, own,
+                (row.trace, row.span_id, row.phase, row.wire, signed(shape.parent), shape.kind, own,
                  domain, job_id, attempt, span.step_key)
             )  # fmt: skip
 
@@ -316,7 +318,7 @@ def _derive(
         return Committed(), derivations
     settings = session.settings
     placed = [
-        JobSpan(key[0], key[1], bool(key[2]), span.new[3], span.skeleton.kind, span.place)
+        JobSpan(key[0], key[1], bool(key[2]), span.new.facts, span.skeleton.kind, span.place)
         for key, span in staged.items()
         if span.new is not None and span.place and not span.gone
     ]
@@ -427,7 +429,7 @@ def _note_request(
     added = dict.fromkeys(traces, 0)
     for span in staged.values():
         if span.new and not span.gone:
-            added[span.new[0]] += 1
+            added[span.new.trace] += 1
     states = {job: dump(state) for job, state in line_states.items()}
     derived: list[Attempt] = []
     pending: list[bool] = []
@@ -503,5 +505,5 @@ def _job_spans(
     ).fetchall()
     for trace, span_id, phase, kind, domain, job_id, attempt, body in rows:
         known = staged.get((trace, span_id, phase))
-        facts = decode_span(body) if known is None or known.new is None else known.new[3]
+        facts = decode_span(body) if known is None or known.new is None else known.new.facts
         yield JobSpan(trace, span_id, bool(phase), facts, kind, (domain, job_id, attempt))

@@ -29,8 +29,8 @@ from .failures import REPEATS_REFUSED, Fault, Repeats, fault
 from .ids import signed
 from .pool import StorePool
 from .receipt import Receipt, Transaction
-from .records import LogRow
-from .request import SpanRow, receive
+from .request import receive
+from .rows import LogRow, SpanRow
 from .session import Session
 from .settings import CollectSettings
 
@@ -112,7 +112,9 @@ class Staging:
             raise StagingUnavailable("the database was unreachable a moment ago")
         rows: list[SpanRow] = sorted(
             (
-                (format(s.trace_id, "032x"), signed(s.span_id), 1 if s.end_ns else 0, s, body)
+                SpanRow(
+                    format(s.trace_id, "032x"), signed(s.span_id), 1 if s.end_ns else 0, s, body
+                )
                 for s, body in zip(spans, wire, strict=True)
             ),
             key=lambda row: row[:3],
@@ -134,7 +136,7 @@ class Staging:
             raise StagingUnavailable("the database was unreachable a moment ago")
         logs: list[LogRow] = sorted(
             (
-                (format(r.trace_id, "032x"), signed(r.span_id), key, seq, r, body)
+                LogRow(format(r.trace_id, "032x"), signed(r.span_id), key, seq, r, body)
                 for seq, (r, body, key) in enumerate(zip(records, wire, keys, strict=True))
             ),
             key=lambda row: row[:3],

@@ -10,19 +10,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from .._core.events import plain_attributes
-from .._core.facts import LogFacts, SpanFacts, resource_values
+from .._core.facts import resource_values
 from ..attributes import JOB_ID
-from .spans import attribute_dict, ended_events
+from .spans import attribute_dict
 
-__all__ = [
-    "ended_facts",
-    "log_facts",
-    "log_fields",
-    "sdk_log_record",
-    "severity_value",
-    "span_fields",
-    "started_facts",
-]
+__all__ = ["log_fields", "severity_value", "span_fields"]
 
 
 def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) -> tuple[Any, ...]:
@@ -52,22 +44,6 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
     )
 
 
-def started_facts(span: ReadableSpan) -> SpanFacts:
-    """A live span at its start, read on the writer's side."""
-    return SpanFacts(*span_fields(span, ended=False))
-
-
-def ended_facts(span: ReadableSpan) -> SpanFacts:
-    """A live span once it has ended."""
-    return SpanFacts(*span_fields(span, ended=True, events=ended_events(span)))
-
-
-def sdk_log_record(item: Any) -> Any:
-    """The log record inside what an SDK hands a processor: a ``ReadWriteLogRecord`` (1.39+)
-    or ``LogData`` (earlier) holds it as ``log_record``; a bare record is itself."""
-    return getattr(item, "log_record", item)
-
-
 def severity_value(severity: Any) -> int:
     """A SeverityNumber's number: the enum's documented ``_value_`` (``.value`` is a descriptor
     call, ten times slower on the job's thread); 0 for None."""
@@ -79,7 +55,7 @@ def severity_value(severity: Any) -> int:
 
 def log_fields(item: Any) -> tuple[Any, ...]:
     """An SDK log record's `LogFacts` fields, in order (read on the writer's side)."""
-    record = getattr(item, "log_record", item)  # sdk_log_record, inlined: once per record
+    record = getattr(item, "log_record", item)  # a ReadWriteLogRecord (1.39+) or LogData holds it
     event_name = getattr(record, "event_name", None)  # the SDK has it since 1.31
     return (
         record.trace_id or 0,
@@ -91,8 +67,3 @@ def log_fields(item: Any) -> tuple[Any, ...]:
         record.body,
         plain_attributes(record.attributes),
     )
-
-
-def log_facts(item: Any) -> LogFacts:
-    """A live log record (``ReadWriteLogRecord``, ``LogData`` or ``LogRecord``) as facts."""
-    return LogFacts(*log_fields(item))

@@ -354,21 +354,22 @@ def _running_jobs(prefix: str, steps: int) -> tuple[list[Span], list[list[Span]]
         trace_id = os.urandom(16)
         job_span_id = os.urandom(8)
         started = time.time_ns()
-        markers.append(_span(trace_id, job_span_id, b"", started, 0,
+        markers.append(otlp_span(trace_id, job_span_id, b"", started, 0,
                              job_attributes(f"{prefix}-{number}")))  # fmt: skip
         for step in range(steps):
             at = started + (step + 1) * 1000
-            rounds[step].append(_span(trace_id, os.urandom(8), job_span_id, at, at + 500,
+            rounds[step].append(otlp_span(trace_id, os.urandom(8), job_span_id, at, at + 500,
                                       {JOB_STEP_KEY: f"S{step}"}))  # fmt: skip
     return markers, rounds
 
 
-def _span(
+def otlp_span(
     trace_id: bytes, span_id: bytes, parent: bytes, start: int, end: int, names: dict[str, Any]
 ) -> Span:
+    """A span as an exporter sends it, with int and text attributes (the logs benchmark's too)."""
     attributes = [
         KeyValue(key=k, value=AnyValue(int_value=v) if isinstance(v, int) else
-                 AnyValue(string_value=v))
+                 AnyValue(string_value=str(v)))
         for k, v in names.items()
     ]  # fmt: skip
     return Span(
@@ -572,9 +573,9 @@ def _logged_attempts(prefix: str, rounds: int) -> tuple[bytes, list[bytes]]:
     for number in range(HISTORY_ATTEMPTS):
         trace_id, job_span, step_span = os.urandom(16), os.urandom(8), os.urandom(8)
         started = time.time_ns()
-        spans.append(_span(trace_id, job_span, b"", started, started + 10**10,
+        spans.append(otlp_span(trace_id, job_span, b"", started, started + 10**10,
                            job_attributes(f"{prefix}-{number}")))  # fmt: skip
-        spans.append(_span(trace_id, step_span, job_span, started + 1000, started + 9 * 10**9,
+        spans.append(otlp_span(trace_id, step_span, job_span, started + 1000, started + 9 * 10**9,
                            {JOB_STEP_KEY: "S0"}))  # fmt: skip
         for line in range(rounds):
             records[line].append(

@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
@@ -47,6 +47,7 @@ from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
 
 from .common import DOMAIN, Databases, Row, fmt_rate, fmt_ratio, job_attributes, median, verdict
+from .ingest import otlp_span
 
 TARGET_LINES_PER_S = 10_000
 TARGET_CAP_RATIO = 1.5  # a request past the cap with 200,000 records behind it, vs 1,500
@@ -205,7 +206,7 @@ class ChattyStep:
 
     def end_step(self) -> None:
         """The step span's ended copy (of its start marker), ending after its last record."""
-        step = _span(self.trace_id, self.step_span, self.job_span, self.first_ns - 1000,
+        step = otlp_span(self.trace_id, self.step_span, self.job_span, self.first_ns - 1000,
                      self.next_ns + 1000, {JOB_STEP_KEY: "CHAT"})  # fmt: skip
         body = ExportTraceServiceRequest(
             resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[step])])]
@@ -232,24 +233,6 @@ class ChattyStep:
         )
 
 
-def _span(trace_id: bytes, span_id: bytes, parent: bytes, start: int, end: int,
-          names: dict[str, object]) -> Span:  # fmt: skip
-    attributes = [
-        KeyValue(key=k, value=AnyValue(int_value=v) if isinstance(v, int) else
-                 AnyValue(string_value=str(v)))
-        for k, v in names.items()
-    ]  # fmt: skip
-    return Span(
-        trace_id=trace_id,
-        span_id=span_id,
-        parent_span_id=parent,
-        name="s",
-        start_time_unix_nano=start,
-        end_time_unix_nano=end,
-        attributes=attributes,
-    )
-
-
 def chatty_step(
     staging: Staging, dsn: str, job_id: str, behind: int, *, running: bool
 ) -> ChattyStep:
@@ -261,8 +244,8 @@ def chatty_step(
     started = time.time_ns()
     end = 0 if running else started + 10**12
     spans = [
-        _span(trace_id, job_span, b"", started, end, job_attributes(job_id)),
-        _span(trace_id, step_span, job_span, started + 1000, end and end - 1000,
+        otlp_span(trace_id, job_span, b"", started, end, job_attributes(job_id)),
+        otlp_span(trace_id, step_span, job_span, started + 1000, end and end - 1000,
               {JOB_STEP_KEY: "CHAT"}),
     ]  # fmt: skip
     body = ExportTraceServiceRequest(

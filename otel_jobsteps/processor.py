@@ -165,14 +165,14 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             record = getattr(log_data, "log_record", log_data)
             if record.span_id not in self._in_scope:
                 return  # outside any job scope (or no span context): nothing else happens
-            scope = getattr(log_data, "instrumentation_scope", None)
-            if is_own_logger(getattr(scope, "name", None)):
-                return  # our own record (a setup warning in a job's context): not the job's line
             severity = record.severity_number
             if (
                 severity is None or getattr(severity, "_value_", 0) < self._logs_min
             ) and not self._worth_reading(record):
                 return  # below the minimum severity, and not a progress event
+            scope = getattr(log_data, "instrumentation_scope", None)
+            if is_own_logger(getattr(scope, "name", None)):
+                return  # our own record (a setup warning in a job's context): not the job's line
             if self._queued() >= self._logs_queue_limit:
                 # A flood of lines must not take the room a step's start or end needs.
                 self._stats.problem("dropped_LogEmitted", "queue three quarters full")

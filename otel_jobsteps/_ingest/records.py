@@ -12,6 +12,7 @@ from .._core.attempts import Attempt as Held
 from .._core.commands import Scope
 from .._core.facts import LogFacts
 from .._core.translate import PROGRESS_EVENT, SpanTranslator, log_line
+from .counting import attempt_columns
 from .ids import ID_MASK
 from .lines import Context, Late, Lines, ended_attempt, line_context
 from .logs import decode_log_record
@@ -263,7 +264,7 @@ class RequestLogs:
                 ended.append(where)
         if not ended:
             return held, loaded
-        columns = _attempt_columns(sorted(ended))
+        columns = attempt_columns(sorted(ended))
         names = {
             (d, j, a): (t, e, final)
             for d, j, a, t, e, final in self._session.execute("attempt_names", columns)
@@ -306,11 +307,3 @@ def _live(state: JobState, facts: LogFacts) -> bool:
     """Whether the record's span is open in ``state`` and the record comes after all it
     applied: the live door's translator takes it as it would have then."""
     return state.holds_open(facts.trace_id, facts.span_id) and facts.time_ns >= state.frontier
-
-
-def _attempt_columns(attempts: list[Attempt]) -> dict[str, list[Any]]:
-    return {
-        "domain": [a[0] for a in attempts],
-        "job_id": [a[1] for a in attempts],
-        "attempt": [a[2] for a in attempts],
-    }

@@ -115,6 +115,8 @@ class Operator:
             plan = plan_bulk(self.dsn, parse_filter(body), options["max"], schema=self.schema)
         except ConfigurationError as error:
             raise _Answer(400, str(error)) from None
+        except (DatabaseUnavailableError, SchemaNotMigratedError) as error:
+            raise _Answer(503, str(error)) from None
         if options["dry_run"] is True:
             return 200, plan.to_dict()
         if plan.over:

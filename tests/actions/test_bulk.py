@@ -16,8 +16,9 @@ from rq import Queue
 from starlette.testclient import TestClient
 
 from otel_jobsteps.actions.bulk import BATCH_SIZE, parse_filter, plan_bulk, run_bulk
+from otel_jobsteps.web import create_app
 from otel_jobsteps.web.actions import Operator
-from tests.actions.support import AS_OPERATOR, action_rows, actions_file, cli
+from tests.actions.support import AS_OPERATOR, OPERATOR, READ, action_rows, actions_file, cli
 from tests.helpers import wait_until
 from tests.queues.support import WorkerProcess, log_rows, wait_for_log
 from tests.queues.test_rq import DOMAIN, JOBS
@@ -128,3 +129,14 @@ def test_api_bulk_runs_in_the_background_with_progress_and_a_stop(
     )
     assert final["acted"] % BATCH_SIZE == 0 or final["acted"] == 25
     assert (final["state"] == "finished") == (final["acted"] == 25)
+
+
+def test_a_bulk_whose_database_is_away_answers_503(module_dsn: str, operator: Operator) -> None:
+    away = Operator(OPERATOR, operator.config, "postgresql://postgres@127.0.0.1:1/none")
+    app = create_app(module_dsn, token=READ, operator=away)
+    with TestClient(app) as client:
+        answer = client.post(
+            "/api/actions/retry", headers=AS_OPERATOR, json={"domain": DOMAIN, "max": 5}
+        )
+    assert answer.status_code == 503
+    assert answer.json()["error"]  # the reason, one line

@@ -6,12 +6,14 @@ they mean."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from .events import EventLike
 
 __all__ = [
+    "NO_RESOURCE",
     "RESOURCE_ATTRIBUTES",
     "EventLike",
     "LogFacts",
@@ -34,6 +36,14 @@ def resource_values(resource: Mapping[str, Any]) -> dict[str, str]:
         for key, name in zip(RESOURCE_KEYS, RESOURCE_ATTRIBUTES, strict=True)
         if isinstance(value := resource.get(key), str)
     }
+
+
+# The resource of a span whose door did not say (shared: read-only).
+NO_RESOURCE: Mapping[str, Any] = MappingProxyType({})
+
+
+def _no_resource() -> Mapping[str, Any]:
+    return NO_RESOURCE
 
 
 class SpanEvent(NamedTuple):
@@ -61,6 +71,8 @@ class SpanFacts:
     events: Sequence[EventLike] = ()
     error: bool = False
     status_message: str | None = None
+    kind: int = 0  # OTLP's SpanKind number (dialects.base.KIND_*); 0 = unspecified
+    resource: Mapping[str, Any] = field(default_factory=_no_resource)  # the resource's attributes
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._core.dialects.base import number
 from .._core.facts import SpanFacts
 from .._core.vocabulary import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
 from ..attributes import (
@@ -139,7 +140,7 @@ def _map_bullmq(
     for child in children:
         if child.attributes.get(BULLMQ_OPERATION) in BULLMQ_RETRY_OPERATIONS:
             attributes.setdefault(JOB_OUTCOME, OUTCOME_RETRY)
-            next_attempt = _number(attempt)
+            next_attempt = number(attempt)
             detail = {} if next_attempt is None else {"next_attempt": next_attempt + 1}
             mapped[child.span_id] = replace(
                 child,
@@ -160,15 +161,7 @@ def _generic(mapping: JobMapping, attributes: Mapping[str, Any]) -> dict[str, An
         result.setdefault(JOB_TYPE, attributes[mapping.job_type])
     attempt = 1
     if mapping.attempt is not None:
-        number = _number(attributes.get(mapping.attempt))
-        attempt = 0 if number is None else number + mapping.attempt_offset  # 0: rejected
+        value = number(attributes.get(mapping.attempt))
+        attempt = 0 if value is None else value + mapping.attempt_offset  # 0: rejected
     result.setdefault(JOB_ATTEMPT, attempt)
     return result
-
-
-def _number(value: object) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 12:
-        return int(value)
-    return None

@@ -1,0 +1,116 @@
+"""Dialects: jobs and steps recognised in other instrumentations' spans (docs/dialects.md).
+
+Selected the same way in both doors (``JobStepsProcessor(dialects=...)``,
+``OTEL_JOBSTEPS_DIALECTS``, ``otel-jobsteps collect --dialects``): a comma list of names, ``all``
+or ``none``. One module per dialect, each exporting ``DIALECT``; the user's ``--mapping`` rules
+become dialects too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...attributes import JOB_ID
+from ...errors import ConfigurationError
+from ..facts import SpanFacts
+from .base import Dialect
+
+__all__ = ["DEFAULT_DIALECTS", "DIALECT_NAMES", "Dialect", "Dialects", "select_dialects"]
+
+# In the order tried: a span two dialects could claim goes to the more specific one (a Celery
+# run, a Sidekiq job and an Oban job are CONSUMER spans with messaging.* attributes too).
+DIALECT_NAMES = (
+    "bullmq",
+    "celery",
+    "temporal",
+    "hatchet",
+    "trigger",
+    "oban",
+    "sidekiq",
+    "dbos",
+    "genai",
+    "cicd",
+    "messaging",
+)
+
+# On unless chosen otherwise: every dialect whose job spans carry names only its own library
+# emits, so it can claim no one else's span. `messaging` is off: it makes every message any
+# consumer processes a job, which is a choice of the user's (volume, and rows written only when
+# the message's span ends), not a default.
+DEFAULT_DIALECTS = tuple(name for name in DIALECT_NAMES if name != "messaging")
+
+
+def _load(name: str) -> Dialect | None:
+    """The dialect of module ``name``; None while that module is not written yet."""
+    module_name = f"{__name__}.{name}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name == module_name:
+            return None
+        raise
+    dialect = module.DIALECT
+    if not isinstance(dialect, Dialect) or dialect.name != name:
+        raise TypeError(f"{module_name}.DIALECT is not the dialect {name!r}")
+    return dialect
+
+
+class Dialects:
+    """The selected dialects, in the order they are tried."""
+
+    __slots__ = ("_dialects", "names")
+
+    def __init__(self, dialects: Sequence[Dialect]) -> None:
+        self._dialects = tuple(dialects)
+        self.names: tuple[str, ...] = tuple(dialect.name for dialect in self._dialects)
+
+    def __repr__(self) -> str:
+        return f"Dialects({', '.join(self.names) or 'none'})"
+
+    def __bool__(self) -> bool:
+        return bool(self._dialects)
+
+    def may_start_job(self, name: str, kind: int, attributes: Mapping[str, Any]) -> Dialect | None:
+        """The first selected dialect that may make this span (at its start) a job, or None."""
+        for dialect in self._dialects:
+            if dialect.may_start_job(name, kind, attributes):
+                return dialect
+        return None
+
+    def recognise(self, unit: Sequence[SpanFacts]) -> list[SpanFacts]:
+        """``unit`` (a claimed span, then its descendants, all ended, in start order) with the
+        model's meaning given by the dialect that claims its root; unchanged if none does.
+
+        A unit in which the code names a job itself (a span with ``job.id``: our own queue
+        integration inside another instrumentation's span) is left as it is: a dialect never
+        makes a second job around the code's own."""
+        if not unit or any(JOB_ID in span.attributes for span in unit[1:]):
+            return list(unit)
+        root = unit[0]
+        dialect = self.may_start_job(root.name, root.kind, root.attributes)
+        return list(unit) if dialect is None else dialect.recognise(unit)
+
+
+def select_dialects(text: str | Sequence[str] | None) -> Dialects:
+    """The dialects named: ``"all"``, ``"none"``, a comma list (or a sequence) of names; None
+    or blank text (an empty environment variable): the default set. An unknown name is a
+    `ConfigurationError` naming the known ones."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        names: Sequence[str] = DEFAULT_DIALECTS
+    else:
+        parts = text.split(",") if isinstance(text, str) else text
+        wanted = {part.strip() for part in parts} - {""}
+        if wanted == {"all"}:
+            wanted = set(DIALECT_NAMES)
+        elif wanted == {"none"}:
+            wanted = set()
+        unknown = sorted(wanted - set(DIALECT_NAMES))
+        if unknown:
+            raise ConfigurationError(
+                f"unknown dialect {', '.join(map(repr, unknown))}: use all, none or a comma "
+                f"list of {', '.join(DIALECT_NAMES)}"
+            )
+        names = [name for name in DIALECT_NAMES if name in wanted]
+    return Dialects([dialect for name in names if (dialect := _load(name)) is not None])

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         job_detail,
         list_jobs,
     )
+    from .sampling import RecordJobsSampler
     from .schema import migrate
 
 # Loaded at first use, so job code importing the sugar does not load the write path (psycopg).
@@ -44,6 +45,7 @@ _LAZY = {
             *("AttemptSummary", "EventRecord", "JobDetail", "JobLogEntry", "JobSummary"),
             *("StepRecord", "job_detail", "list_jobs"),
         ),
+        "sampling": ("RecordJobsSampler",),
         "schema": ("migrate",),
     }.items()
     for name in names
@@ -77,6 +79,7 @@ __all__ = [
     "JobStepsProcessor",
     "JobSummary",
     "PruneResult",
+    "RecordJobsSampler",
     "SchemaNotMigratedError",
     "StepRecord",
     "SweptStep",

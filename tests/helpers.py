@@ -7,6 +7,8 @@ import helpers from here, never from a conftest or from another test module.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -149,3 +151,23 @@ def writer_processes() -> list[int]:
         if parent == os.getpid() and b"otel_jobsteps._live.writer_process" in command:
             found.append(int(entry.name))
     return found
+
+
+def run_instrumented(script: Path, **otel: str) -> subprocess.CompletedProcess[str]:
+    """``script`` under ``opentelemetry-instrument``, with none of this process's ``OTEL_*``
+    variables but ``otel``; fails the test if it does not exit 0."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONWARN"))}
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "opentelemetry-instrument"),
+            sys.executable,
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env={**env, **otel},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done

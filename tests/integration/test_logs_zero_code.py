@@ -9,9 +9,7 @@ reaches stderr although the only handler exports it.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 import uuid
 from pathlib import Path
@@ -20,12 +18,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import rows, wait_until
+from tests.helpers import rows, run_instrumented, wait_until
 from tests.ingest.collector import CollectorFactory
 
 pytest.importorskip("opentelemetry.distro", reason="needs opentelemetry-distro (instrument extra)")
 
-INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 SCRIPT = """
 import logging
 from otel_jobsteps import job_attempt, step
@@ -43,23 +40,13 @@ def _run_instrumented(tmp_path: Path, job_id: str, **otel: str) -> subprocess.Co
     """The script under ``opentelemetry-instrument`` with ``logging`` exported and ``otel``."""
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(SCRIPT.format(job_id=job_id)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONWARN"))}
-    env.update(
+    return run_instrumented(
+        script,
         OTEL_SERVICE_NAME="zero-code-logs",
         OTEL_METRICS_EXPORTER="none",
         OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED="true",
         **otel,
     )
-    done = subprocess.run(
-        [str(INSTRUMENT), sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 def _log_rows(conn: psycopg.Connection[Any], job_id: str) -> list[tuple[Any, ...]]:

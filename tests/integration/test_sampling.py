@@ -1,0 +1,157 @@
+"""RecordJobsSampler on a real SDK and PostgreSQL: at a 5 % trace ratio every job and step is in
+the tables, the exporter gets exactly the sampled traces, and spans outside jobs are dropped.
+
+Trace ids come from a seeded generator, so which traces the ratio samples is known in advance
+and the counts are the same on every run.
+"""
+
+from __future__ import annotations
+
+import random
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Tracer
+
+from otel_jobsteps import JobStepsProcessor, RecordJobsSampler, job_attempt, step
+from otel_jobsteps.sampling import ENTRY_POINT
+from tests.helpers import rows, run_instrumented
+
+JOBS, STEPS = 200, 4  # 800 steps
+RATIO = 0.05
+
+
+class SeededIds(IdGenerator):
+    """Random ids from a fixed seed: the same traces on every run."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+
+    def generate_span_id(self) -> int:
+        return self._random.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._random.getrandbits(128) or 1
+
+
+def _sampled_by_ratio(trace_id: int) -> bool:
+    """What TraceIdRatioBased(RATIO) decides for a root span of ``trace_id``."""
+    return trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < TraceIdRatioBased(RATIO).bound
+
+
+def _sampled_provider(dsn: str) -> tuple[Tracer, JobStepsProcessor, InMemorySpanExporter]:
+    """A provider with the sampler at RATIO, seeded ids, the processor and an exporter."""
+    exporter = InMemorySpanExporter()
+    processor = JobStepsProcessor(dsn)
+    provider = TracerProvider(
+        sampler=RecordJobsSampler(ParentBased(TraceIdRatioBased(RATIO))), id_generator=SeededIds(7)
+    )
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("tests.sampling"), processor, exporter
+
+
+def test_every_job_and_step_is_recorded_while_the_exporter_gets_the_sampled_traces(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor, exporter = _sampled_provider(dsn)
+    trace_ids = []
+    try:
+        for number in range(JOBS):
+            with job_attempt("render", f"s{number}", "thumbnail", tracer=tracer) as job:
+                trace_ids.append(job.get_span_context().trace_id)
+                for key in range(STEPS):
+                    with step(f"STEP{key}", tracer=tracer):
+                        with tracer.start_as_current_span("query") as plain:
+                            # A plain span in a job is recorded too (the processor sees it).
+                            assert plain.is_recording()
+        assert processor.force_flush(30_000)
+    finally:
+        processor.shutdown()
+
+    assert rows(
+        conn,
+        "SELECT count(*), count(DISTINCT job_id) FROM job_event WHERE type = 'STEP'"
+        " AND step_status = 'COMPLETED'",
+    ) == [(JOBS * STEPS, JOBS)]
+    assert rows(conn, "SELECT count(*) FROM job_log WHERE status = 'COMPLETED'") == [(JOBS,)]
+    sampled = {trace_id for trace_id in trace_ids if _sampled_by_ratio(trace_id)}
+    assert 0.02 * JOBS <= len(sampled) <= 0.10 * JOBS  # about 5 %: 5 of 200 with this seed
+    exported = exporter.get_finished_spans()
+    assert {span.context.trace_id for span in exported} == sampled
+    # Each sampled trace whole: its job span, its steps and the plain spans in them.
+    assert len(exported) == len(sampled) * (1 + 2 * STEPS)
+
+
+def test_spans_outside_jobs_keep_the_roots_decision(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    tracer, processor, exporter = _sampled_provider(dsn)
+    recording = []
+    try:
+        for _ in range(100):
+            with tracer.start_as_current_span("request") as request:
+                with tracer.start_as_current_span("query") as query:
+                    sampled = _sampled_by_ratio(request.get_span_context().trace_id)
+                    recording.append((request.is_recording(), query.is_recording(), sampled))
+        assert processor.force_flush(30_000)
+    finally:
+        processor.shutdown()
+
+    # Recorded exactly when sampled: a dropped request and its children stay non-recording.
+    assert all(request == query == sampled for request, query, sampled in recording)
+    assert any(sampled for _, _, sampled in recording)
+    assert len(exporter.get_finished_spans()) == 2 * sum(s for _, _, s in recording)
+    assert rows(conn, "SELECT count(*) FROM job_event") == [(0,)]
+
+
+SCRIPT = """
+from opentelemetry import trace
+from otel_jobsteps import job_attempt, step
+
+print("sampler:", trace.get_tracer_provider().sampler.get_description())
+with job_attempt("render", "{job_id}", "thumbnail"):
+    with step("RENDER"):
+        pass
+    with step("SAVE"):
+        pass
+"""
+
+
+def test_zero_code_the_environment_names_the_sampler(
+    dsn: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """``OTEL_TRACES_SAMPLER`` names the entry point, resolved by the SDK's configurator:
+    at ratio 0 the console exporter prints no span and the steps are still rows."""
+    pytest.importorskip("opentelemetry.distro", reason="needs opentelemetry-distro")
+    job_id = uuid.uuid4().hex[:8]
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(SCRIPT.format(job_id=job_id)))
+    done = run_instrumented(
+        script,
+        OTEL_JOBSTEPS_DSN=dsn,
+        OTEL_TRACES_SAMPLER=ENTRY_POINT,
+        OTEL_TRACES_SAMPLER_ARG="0",
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+    )
+
+    assert "sampler: RecordJobsSampler{ParentBased{root:TraceIdRatioBased{0.0}" in done.stdout
+    assert '"trace_id"' not in done.stdout  # the console exporter got no span
+    assert rows(
+        conn,
+        "SELECT step_key, step_status FROM job_event WHERE job_id = %s AND type = 'STEP'"
+        " ORDER BY created_at, id",
+        job_id,
+    ) == [("RENDER", "COMPLETED"), ("SAVE", "COMPLETED")]
+    assert rows(conn, "SELECT status FROM job_log WHERE job_id = %s", job_id) == [("COMPLETED",)]

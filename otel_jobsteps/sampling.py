@@ -10,7 +10,9 @@ scope is recorded (RECORD_ONLY) with its attributes, so exporters still see only
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import (
@@ -24,6 +26,8 @@ from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
+from ._core.dialects import Dialects, select_dialects
+from ._core.dialects.base import KIND_INTERNAL
 from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 from .errors import ConfigurationError, printable
 
@@ -33,22 +37,30 @@ ENTRY_POINT = "otel_jobsteps_parentbased_traceidratio"
 """The `opentelemetry_traces_sampler` entry point's name, for ``OTEL_TRACES_SAMPLER``."""
 
 
+_NO_ATTRIBUTES: Mapping[str, Any] = {}
+
+
 class RecordJobsSampler(Sampler):
     """The root sampler's decision, except that a span of a job scope it drops is recorded,
     unsampled, with its attributes: the processor sees every job and step, exporters do not.
 
     A span is of a job scope when it names a job (``job.id``, ``job.step.key``,
-    ``job.event.type``), when a dialect may claim it as a job, or when its parent is a
-    recording span that is not sampled (one this sampler kept: a step or a plain span in a
-    job). Every other span keeps the root's result as it is.
+    ``job.event.type``), when one of ``dialects`` may claim it as a job (as the processor's
+    option: a comma list, ``all`` or ``none``; None reads ``OTEL_JOBSTEPS_DIALECTS``, unset:
+    the default set), or when its parent is a recording span that is not sampled (one this
+    sampler kept: a step or a plain span in a job). Every other span keeps the root's result.
     """
 
-    def __init__(self, root: Sampler) -> None:
+    def __init__(self, root: Sampler, *, dialects: str | Sequence[str] | None = None) -> None:
         if not isinstance(root, Sampler):
             raise ConfigurationError(
                 f"RecordJobsSampler needs an OpenTelemetry Sampler, got {type(root).__name__}"
             )
         self._root = root
+        if dialects is None:
+            dialects = os.environ.get("OTEL_JOBSTEPS_DIALECTS")
+        selected = select_dialects(dialects)
+        self._dialects: Dialects | None = selected if selected else None  # none: no call
 
     def should_sample(
         self,
@@ -63,7 +75,7 @@ class RecordJobsSampler(Sampler):
         result = self._root.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )
-        if result.decision is not Decision.DROP or not _of_job_scope(
+        if result.decision is not Decision.DROP or not self._of_job_scope(
             parent_context, name, kind, attributes
         ):
             return result
@@ -74,19 +86,27 @@ class RecordJobsSampler(Sampler):
     def get_description(self) -> str:
         return f"RecordJobsSampler{{{self._root.get_description()}}}"
 
-
-def _of_job_scope(
-    parent_context: Context | None, name: str, kind: SpanKind | None, attributes: Attributes
-) -> bool:
-    """Whether the processor would record this span: cheapest test first."""
-    if attributes and (
-        JOB_ID in attributes or JOB_STEP_KEY in attributes or JOB_EVENT_TYPE in attributes
-    ):
-        return True
-    parent = get_current_span(parent_context)
-    # DIALECTS: the one call into otel_jobsteps._core.dialects goes here once it is on main,
-    # `or may_start_job(name, kind, attributes)`.
-    return parent.is_recording() and not parent.get_span_context().trace_flags.sampled
+    def _of_job_scope(
+        self,
+        parent_context: Context | None,
+        name: str,
+        kind: SpanKind | None,
+        attributes: Attributes,
+    ) -> bool:
+        """Whether the processor would record this span: cheapest test first."""
+        if attributes and (
+            JOB_ID in attributes or JOB_STEP_KEY in attributes or JOB_EVENT_TYPE in attributes
+        ):
+            return True
+        parent = get_current_span(parent_context)
+        if parent.is_recording() and not parent.get_span_context().trace_flags.sampled:
+            return True
+        if self._dialects is None:
+            return False
+        # The SDK's SpanKind is OTLP's number minus one; no kind is INTERNAL, as the SDK has it.
+        otlp_kind = KIND_INTERNAL if kind is None else kind.value + 1
+        claimed = self._dialects.may_start_job(name, otlp_kind, attributes or _NO_ATTRIBUTES)
+        return claimed is not None
 
 
 def parentbased_traceidratio(argument: str | None) -> RecordJobsSampler:

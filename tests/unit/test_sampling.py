@@ -4,6 +4,7 @@ resolution of its entry point (``OTEL_TRACES_SAMPLER``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
 
 from otel_jobsteps import (
     JOB_EVENT_TYPE,
@@ -29,6 +30,9 @@ from otel_jobsteps import (
     ConfigurationError,
     RecordJobsSampler,
 )
+from otel_jobsteps._core import dialects
+from otel_jobsteps._core.dialects import Dialect
+from otel_jobsteps._core.dialects.base import KIND_CONSUMER
 from otel_jobsteps.sampling import ENTRY_POINT, parentbased_traceidratio
 
 TRACE_ID = 0x5B8AA5A2D2C872E8321CF37308D69DF2
@@ -156,3 +160,35 @@ def test_the_sdk_reports_a_bad_ratio_and_names_the_rule(
         assert _import_sampler(ENTRY_POINT) is None
 
     assert "must be a ratio from 0 to 1 (e.g. 0.05), got 'five percent'" in caplog.text
+
+
+def _celery_like(name: str, kind: int, attributes: Mapping[str, Any]) -> bool:
+    return name.startswith("run/") and kind == KIND_CONSUMER
+
+
+@pytest.fixture
+def celery_dialect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in `celery` dialect (its module may not be written yet) that claims CONSUMER
+    spans named ``run/...``: what the sampler asks of a dialect is only `may_start_job`."""
+    dialect = Dialect("celery", "tests", _celery_like, list)
+    monkeypatch.setattr(dialects, "_load", lambda name: dialect if name == "celery" else None)
+
+
+@pytest.mark.usefixtures("celery_dialect")
+def test_a_span_a_dialect_may_claim_as_a_job_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    def decide(sampler: Sampler, kind: SpanKind) -> Decision:
+        return sampler.should_sample(None, TRACE_ID, "run/add", kind, {"celery.x": 1}).decision
+
+    monkeypatch.setenv("OTEL_JOBSTEPS_DIALECTS", "celery")
+    from_environment = RecordJobsSampler(ALWAYS_OFF)
+
+    assert decide(from_environment, SpanKind.CONSUMER) is Decision.RECORD_ONLY
+    assert decide(from_environment, SpanKind.PRODUCER) is Decision.DROP  # kind as OTLP's number
+    assert decide(RecordJobsSampler(ALWAYS_OFF, dialects="none"), SpanKind.CONSUMER) is (
+        Decision.DROP
+    )
+
+
+def test_an_unknown_dialect_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="unknown dialect 'celry'"):
+        RecordJobsSampler(ALWAYS_OFF, dialects="celry")

@@ -16,6 +16,7 @@ from ...attributes import JOB_ID
 from ...errors import ConfigurationError
 from ..facts import SpanFacts
 from .base import Dialect
+from .mapping import JobMapping, mapping_dialect
 
 __all__ = ["DEFAULT_DIALECTS", "DIALECT_NAMES", "Dialect", "Dialects", "select_dialects"]
 
@@ -91,6 +92,10 @@ class Dialects:
         root = unit[0]
         dialect = self.may_start_job(root.name, root.kind, root.attributes)
         return list(unit) if dialect is None else dialect.recognise(unit)
+
+    def with_mappings(self, mappings: Sequence[JobMapping]) -> Dialects:
+        """These dialects with the user's ``--mapping`` rules tried first (they are explicit)."""
+        return Dialects([*map(mapping_dialect, mappings), *self._dialects])
 
 
 def select_dialects(text: str | Sequence[str] | None) -> Dialects:

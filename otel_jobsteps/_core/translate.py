@@ -46,6 +46,7 @@ __all__ = [
     "SpanTranslator",
     "body_text",
     "is_job_identity",
+    "is_step",
     "late_attributes",
     "log_line",
     "logs_settings",
@@ -336,7 +337,7 @@ class SpanTranslator:
             return []  # outside any job scope
         scope = parent.scope
         key = attributes.get(attr.JOB_STEP_KEY)
-        if key is None:
+        if key is None or attr.JOB_ID in attributes:  # an invalid job span is no step either
             # Not a step; its children are in the scope, and in the step it lies in if any.
             step_id = span.parent_span_id if parent.key is not None else parent.step_id
             self._remember(span_id, _OpenSpan(scope, None, step_id=step_id))
@@ -426,20 +427,13 @@ class SpanTranslator:
         nothing in between (live: adjacent in the writer's queue); a step's as one StepRan."""
         span = self._in_range(span)
         attributes = span.attributes
-        key = attributes.get(attr.JOB_STEP_KEY)
         parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
-        if (
-            key is None
-            or parent is None
-            or attr.JOB_ID in attributes
-            or attr.JOB_EVENT_TYPE in attributes
-            or span.span_id in self._open
-        ):
+        if parent is None or not is_step(attributes) or span.span_id in self._open:
             return self.started(span) + self.ended(span)
         return [
             StepRan(
                 parent.scope,
-                _step_key(key),
+                _step_key(attributes[attr.JOB_STEP_KEY]),
                 span.span_id,
                 span.start_ns,
                 span.end_ns or span.start_ns,
@@ -569,6 +563,16 @@ _IDENTITY = frozenset(
     (attr.JOB_DOMAIN, attr.JOB_ID, attr.JOB_ATTEMPT, attr.JOB_TYPE, attr.JOB_EXECUTION,
      attr.JOB_TIME_LIMIT)
 )  # fmt: skip
+
+
+def is_step(attributes: Mapping[str, Any]) -> bool:
+    """Whether a span in a job scope is a step: it names a step key, and neither a job nor an
+    event (the one test of the translation, and of the processor's polls)."""
+    return (
+        attr.JOB_STEP_KEY in attributes
+        and attr.JOB_ID not in attributes
+        and attr.JOB_EVENT_TYPE not in attributes
+    )
 
 
 def is_job_identity(name: str) -> bool:

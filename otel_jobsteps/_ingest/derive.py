@@ -9,10 +9,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from .._core.adjacent import Adjacency
 from .._core.batch import Batch
 from .._core.commands import Command, JobStarted
 from .._core.facts import LogFacts, SpanFacts
+from .._core.interpreter import Interpreter, PerTrace
 from .._core.recorder import DEFAULT_LOGS_MAX_PER_STEP, DEFAULT_MAX_OPEN_ATTEMPTS, StepRecorder
 from .._core.translate import (
     DEFAULT_LOGS_MIN_SEVERITY,
@@ -21,7 +21,7 @@ from .._core.translate import (
     is_job_identity,
     late_attributes,
 )
-from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
+from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID
 from .ids import ID_MASK, signed
 from .mapping import BULLMQ_OPERATION, JobMapping, map_trace
 from .order import in_span_order, latest_copies, with_logs
@@ -78,11 +78,23 @@ def settled_start(attempt: Attempt, trace: str, span_id: int, start_ns: int) -> 
     return SpanFacts(int(trace, 16), span_id & ID_MASK, 0, "settled attempt", start, 0, names)
 
 
+class _Told:
+    """The interpreter's commands for one job, in order: applied after, with what they note."""
+
+    def __init__(self) -> None:
+        self.commands: list[Command] = []
+
+    def handle(self, command: Command) -> None:
+        self.commands.append(command)
+
+    def resume(self, command: Command) -> None:
+        self.commands.append(command)  # never asked: collect resumes from its derivation state
+
+
 class _Replay:
-    """One job's translators, one per trace (span ids are unique within a trace only): the
-    ordered spans and records -> commands. Job attributes changed after a job span's start
-    are counted for the ended copies in ``new`` only (None: all), once however often a job is
-    derived again."""
+    """One job's translations, one per trace, and the interpreter that tells them its ordered
+    spans and records. Job attributes changed after a job span's start are counted for the
+    ended copies in ``new`` only (None: all), once however often a job is derived again."""
 
     def __init__(
         self,
@@ -93,9 +105,8 @@ class _Replay:
     ) -> None:
         self._problem = problem
         self._logs_min_severity = logs_min_severity
-        self.translators = translators if translators is not None else {}
+        self.translators = PerTrace(self.translator, translators)
         self._new = new
-        self._told: list[Command] = []  # what `commands` is telling
 
     def translator(self) -> SpanTranslator:
         return SpanTranslator(
@@ -107,43 +118,20 @@ class _Replay:
             late_attributes(self._problem, span)
 
     def commands(self, order: Sequence[tuple[bool, SpanFacts | LogFacts]]) -> list[Command]:
-        """A span whose end comes right after its start is told whole (a step: one StepRan),
-        by the rule the processor's writer reads its queue with (`Adjacency`): here its own
-        end is the very same facts (a start marker is other facts, never told whole)."""
-        self._told = commands = []
-        adjacency: Adjacency[SpanFacts] = Adjacency(self, id)
+        """The commands of ``order`` (`_core.order`). A start is its ended copy, which may be
+        the very next item (then the two are one reading), unless it is a start as its marker
+        had it (`_started_as`: not ended)."""
+        told = _Told()
+        interpreter = Interpreter(self.translators, told)
         for is_start, item in order:
             if isinstance(item, LogFacts):
-                adjacency.release()
-                found = self.translators.get(item.trace_id)
-                if found is not None:
-                    commands.extend(found.log(item))
+                interpreter.log(item)
             elif is_start:
-                adjacency.hold(item, whole=True)
-            elif not adjacency.adjacent(item):
-                adjacency.release()
-                translator = self._translator_of(item)
-                if JOB_EVENT_TYPE not in item.attributes:  # an event span is whole at start
-                    commands.extend(translator.ended(item))
-        adjacency.release()
-        return commands
-
-    # -- the verbs `Adjacency` tells a span by ------------------------------------------------
-
-    def started(self, span: SpanFacts) -> None:
-        self._told.extend(self._translator_of(span).started(span))
-
-    def whole(self, span: SpanFacts) -> None:
-        self._told.extend(self._translator_of(span).whole(span))
-
-    def ended(self, span: SpanFacts) -> None:
-        self._told.extend(self._translator_of(span).ended(span))
-
-    def _translator_of(self, span: SpanFacts) -> SpanTranslator:
-        translator = self.translators.get(span.trace_id)
-        if translator is None:
-            translator = self.translators[span.trace_id] = self.translator()
-        return translator
+                interpreter.start(item, ended=item.end_ns != 0)
+            else:
+                interpreter.end(item)
+        interpreter.settle()
+        return told.commands
 
 
 def _mapped_nodes(
@@ -203,7 +191,7 @@ def _started_as(
         if len(kept) + len(at_start) != len(at_end) or any(
             k not in at_end or at_end[k] != v for k, v in at_start.items()
         ):
-            found[node] = replace(ended, attributes={**kept, **at_start})
+            found[node] = replace(ended, end_ns=0, attributes={**kept, **at_start})
     return found
 
 
@@ -301,7 +289,7 @@ def derive_jobs(
                 times, markers_of.get(job, {}), ended_of.get(job, {}), firsts_of.get(job, {})
             )
             held_open = None if held is None else held.get(job, [])
-            found.states[job] = capture(replays[job].translators, held_open, state)
+            found.states[job] = capture(replays[job].translators.held, held_open, state)
     return found
 
 
@@ -404,7 +392,7 @@ def resume_jobs(
     noted: dict[Job, tuple[JobState, dict[int, SpanTranslator]]] = {}
     for job, state in states.items():
         replay = _Replay(problem, logs_min_severity)  # every span here is new
-        replay.translators = restore(state, recorder, replay.translator)
+        replay.translators.held = restore(state, recorder, replay.translator)
         found.firsts.update(state.firsts)
         _apply(replay.commands(_ordered(gathered.by_job[job], ())), recorder, found)
         markers = {a: set(m) for a, m in state.markers.items()}
@@ -417,7 +405,7 @@ def resume_jobs(
         times.last_log = state.last_log
         found.pending |= set(markers)
         found.pending |= {a for a in known.get(job, ()) if a not in ended}
-        noted[job] = (_state(times, markers, ended, {}), replay.translators)
+        noted[job] = (_state(times, markers, ended, {}), replay.translators.held)
     held = held_by_job(recorder)
     firsts = _of_job(found.firsts)
     for job, (state, translators) in noted.items():

@@ -1,4 +1,4 @@
-"""Facts -> the translation's commands -> the recorder: where a span becomes row operations.
+"""Door one's fields -> facts -> the one interpreter (`_core.interpreter`) -> the recorder.
 
 Used by the writer thread and by the writer process alike, so it imports neither the
 processor, the store nor psycopg.
@@ -12,63 +12,48 @@ from typing import Any, Protocol
 
 from .._core.batch import Batch
 from .._core.facts import LogFacts, SpanFacts
+from .._core.interpreter import Interpreter, OneTranslator
 from .._core.recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
 from .._core.translate import DEFAULT_LOGS_MIN_SEVERITY, SpanTranslator
 from .._telemetry.stats import Stats
-from .watch import fields_facts
+from .watch import ended_facts
 
-__all__ = ["FactsHandler", "FactsSource", "Interpretation", "build_interpretation"]
+__all__ = ["FactsHandler", "FactsSource", "LiveFacts", "build_interpretation"]
 
 
-class Interpretation:
-    """Facts -> the translation's commands -> the recorder; progress is shed while backlogged."""
+class LiveFacts:
+    """The fields a source read (the watch of live spans, or the writer process's pipe) as facts
+    for ``interpreter``; running steps' progress is shed while the writer is backlogged."""
 
-    def __init__(
-        self,
-        recorder: StepRecorder,
-        translator: SpanTranslator,
-        *,
-        count: Callable[[str, int], None],
-        problem: Callable[[str, object], None],
-    ) -> None:
-        self.recorder = recorder
-        self.translator = translator
-        self._record = recorder.handle
-        self._count = count
-        self._problem = problem
+    def __init__(self, interpreter: Interpreter, translator: SpanTranslator, stats: Stats) -> None:
+        self.interpreter = interpreter
+        self.translator = translator  # the one translation of every trace (its open spans)
+        self._stats = stats
         self.backlogged: Callable[[], bool] = lambda: False  # the writer's, once it exists
 
-    def started(self, facts: SpanFacts) -> None:
-        for command in self.translator.started(facts):
-            self._record(command)
+    def started(self, fields: tuple[Any, ...], ended: bool, whole: bool) -> None:
+        self.interpreter.start(SpanFacts(*fields), ended=ended, whole=whole)
 
-    def resumed(self, facts: SpanFacts) -> None:
-        """A span a dead writer process had seen start: its rows may exist already."""
-        for command in self.translator.started(facts):
-            self.recorder.resume(command)
+    def ended(self, fields: tuple[Any, ...]) -> None:
+        self.interpreter.end(ended_facts(fields))
 
-    def whole(self, facts: SpanFacts) -> None:
-        for command in self.translator.whole(facts):
-            self._record(command)
+    def resumed(self, fields: tuple[Any, ...]) -> None:
+        """A span a dead writer process had seen start (its start's fields)."""
+        self.interpreter.resume(SpanFacts(*fields))
 
-    def ended(self, facts: SpanFacts) -> None:
-        for command in self.translator.ended(facts):
-            self._record(command)
-
-    def log(self, facts: LogFacts) -> None:
+    def log(self, fields: tuple[Any, ...]) -> None:
         """A log record's progress or log line (never shed: nothing reads it again)."""
-        for command in self.translator.log(facts):
-            self._record(command)
+        self.interpreter.log(LogFacts(*fields))
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
+    def progress(
+        self, trace_id: int, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0
+    ) -> bool:
         """Record a running step's progress; False when shed (the writer is backlogged)."""
         if self.backlogged():
-            self._problem("dropped_ProgressReported", "backlog: progress not read")
+            self._stats.problem("dropped_ProgressReported", "backlog: progress not read")
             return False
-        progress = self.translator.progress(span_id, attributes, time_ns)
-        if progress is not None:
-            self._count("commands", 1)
-            self._record(progress)
+        if self.interpreter.progress(trace_id, span_id, attributes, time_ns):
+            self._stats.add("commands", 1)
         return True
 
 
@@ -80,8 +65,8 @@ def build_interpretation(
     clock: Callable[[], float] = time.monotonic,
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
     logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
-) -> Interpretation:
-    """The translation and the recorder for live spans, counting into ``stats``."""
+) -> tuple[LiveFacts, StepRecorder]:
+    """The interpreter of live spans, its translation and recorder, counting into ``stats``."""
     recorder = StepRecorder(
         debounce_ms=debounce_ms,
         clock=clock,
@@ -96,11 +81,12 @@ def build_interpretation(
         max_open_spans=max_open_spans,
         logs_min_severity=logs_min_severity,
     )
-    return Interpretation(recorder, translator, count=stats.add, problem=stats.problem)
+    interpreter = Interpreter(OneTranslator(translator), recorder)
+    return LiveFacts(interpreter, translator, stats), recorder
 
 
 class FactsSource(Protocol):
-    """What reads the writer's items as fields for the handler: the watch of live spans, or
+    """What reads the writer's items as fields for `LiveFacts`: the watch of live spans, or
     the writer process's pipe."""
 
     backlogged: Callable[[], bool]
@@ -110,43 +96,29 @@ class FactsSource(Protocol):
     def next_poll(self) -> float | None: ...
     def poll_due(self, now: float) -> None: ...
     def poll_all(self) -> None: ...
-    def settle(self) -> None: ...
 
 
 class FactsHandler:
-    """The writer's handler: its items read by ``source`` as fields, here made facts for the
-    interpretation; the recorder's batch, timers and open steps asked once, here."""
+    """The writer's handler: its items read by ``source`` and told to the interpreter of
+    ``facts``, whose rows ``recorder`` holds; the batch, timers and open steps asked here."""
 
-    def __init__(
-        self, interpretation: Interpretation, source: Callable[[FactsHandler], FactsSource]
-    ) -> None:
-        self.interpretation = interpretation
-        self.recorder = recorder = interpretation.recorder
-        self.progress = interpretation.progress
-        self.source = source(self)
-        self.handle = self.source.handle
-        self.pending_operations = recorder.pending_operations
+    def __init__(self, source: FactsSource, facts: LiveFacts, recorder: StepRecorder) -> None:
+        self.source = source
+        self.facts = facts
+        self.recorder = recorder
+
+    def handle(self, item: Any) -> None:
+        self.source.handle(item)
+
+    def pending_operations(self) -> int:
+        return self.recorder.pending_operations()
+
+    def open_spans(self) -> int:
+        return self.facts.translator.open_spans()
 
     def shed_progress_when(self, backlogged: Callable[[], bool]) -> None:
         """The writer's backlog test: polling and recording progress both stop while it holds."""
-        self.source.backlogged = self.interpretation.backlogged = backlogged
-
-    # -- the source's fields, as facts --------------------------------------------------------
-
-    def started(self, fields: tuple[Any, ...]) -> None:
-        self.interpretation.started(SpanFacts(*fields))
-
-    def whole(self, fields: tuple[Any, ...]) -> None:
-        self.interpretation.whole(fields_facts(fields))
-
-    def ended(self, fields: tuple[Any, ...]) -> None:
-        self.interpretation.ended(fields_facts(fields))
-
-    def resumed(self, fields: tuple[Any, ...]) -> None:
-        self.interpretation.resumed(fields_facts(fields))
-
-    def log(self, fields: tuple[Any, ...]) -> None:
-        self.interpretation.log(LogFacts(*fields))
+        self.source.backlogged = self.facts.backlogged = backlogged
 
     # -- the writer's interface ---------------------------------------------------------------
 
@@ -160,17 +132,19 @@ class FactsHandler:
     def fire_due(self, now: float | None = None) -> None:
         now = self.source.clock() if now is None else now
         self.source.poll_due(now)
+        self.facts.interpreter.settle()
         self.recorder.fire_due(now)
 
     def flush_timers(self) -> None:
         """A flush: every progress added before it is read now, and every window written."""
         self.source.poll_all()
+        self.facts.interpreter.settle()
         self.recorder.flush_timers()
 
     def take_batch(self) -> Batch | None:
-        self.source.settle()
+        self.facts.interpreter.settle()
         return self.recorder.take_batch()
 
     def open_steps(self) -> list[tuple[str, str, int, str]]:
-        self.source.settle()
+        self.facts.interpreter.settle()
         return self.recorder.open_steps()

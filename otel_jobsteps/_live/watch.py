@@ -1,21 +1,20 @@
 """Door one's facts: the items the hooks queued, read as fields on the writer's side.
 
-A span is read at its start, at its end, or once whole when both are adjacent in the queue;
-running steps are polled in turn (at most ``POLL_BUDGET`` a poll) for their newest progress."""
+A span is read at its start (saying whether it had ended by then) and at its end; running steps
+are polled in turn (at most ``POLL_BUDGET`` a poll) for their newest progress. The reader tells
+them to the one interpreter (`_core.interpreter`), here or in the writer process."""
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
-from .._core.adjacent import Adjacency
 from .._core.events import events_read, plain_attributes
 from .._core.facts import SpanEvent, SpanFacts
-from ..attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
+from .._core.translate import is_step
 from .fields import log_fields, span_fields
 from .spans import ended_events, events_added, newest_progress_event
 
@@ -27,8 +26,8 @@ __all__ = [
     "SpanReader",
     "SpanStarted",
     "SpanWatch",
+    "ended_facts",
     "ended_fields",
-    "fields_facts",
     "plain_dict",
     "progress_poll_s",
 ]
@@ -83,10 +82,8 @@ def ended_fields(span: ReadableSpan) -> tuple[Any, ...]:
     return span_fields(span, ended=True, events=events)
 
 
-def fields_facts(fields: tuple[Any, ...]) -> SpanFacts:
-    """The facts of a span's fields, as at its start (7) or ended (10, plain events)."""
-    if len(fields) == 7:
-        return SpanFacts(*fields)
+def ended_facts(fields: tuple[Any, ...]) -> SpanFacts:
+    """The facts of an ended span's fields (`ended_fields`: plain events)."""
     trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status = fields
     decoded = [SpanEvent(*event) for event in events]
     return SpanFacts(
@@ -107,15 +104,16 @@ class LogEmitted(NamedTuple):
 
 
 class SpanReader(Protocol):
-    """What reads door one's items, in queue order, as fields (`_live.fields.span_fields`): a span's
-    start, whole, end; a running step's newest progress; a log
-    record (`_live.fields.log_fields`)."""
+    """What reads door one's items, in queue order, as fields (`_live.fields.span_fields`): a
+    span's start (``ended``: it had ended when read; ``whole``: its start values are its end's),
+    its end; a running step's newest progress; a log record (`_live.fields.log_fields`)."""
 
-    def started(self, fields: tuple[Any, ...]) -> None: ...
-    def whole(self, fields: tuple[Any, ...]) -> None: ...
+    def started(self, fields: tuple[Any, ...], ended: bool, whole: bool) -> None: ...
     def ended(self, fields: tuple[Any, ...]) -> None: ...
     def log(self, fields: tuple[Any, ...]) -> None: ...
-    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
+    def progress(
+        self, trace_id: int, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0
+    ) -> bool:
         """Pass on a running step's newest progress (its event's time); False if it was shed
         (read it again)."""
         ...
@@ -130,13 +128,6 @@ class _WatchedStep:
         self.span = span
         self.added = 0  # events_added() when last polled
         self.newest: object = None  # the progress event last passed on
-
-
-def _is_step(attributes: Mapping[str, Any]) -> bool:
-    """A span the translation will take for a step (the job span and events never are)."""
-    return (
-        JOB_STEP_KEY in attributes and JOB_ID not in attributes and JOB_EVENT_TYPE not in attributes
-    )
 
 
 class SpanWatch:
@@ -159,45 +150,31 @@ class SpanWatch:
         self._rotation: deque[int] = deque()
         self._max_steps, self._poll_interval, self._next_poll = max_steps, poll_interval_s, 0.0
         self._poll_budget = poll_budget
-        # A start that waits one item for its end: read as one with it unless it is a job
-        # span copied at its start (its end is compared with its start).
-        self._adjacency = Adjacency(reader, itemgetter(1))
         # True while the writer holds as many operations as it may: progress is shed first.
         self.backlogged: Callable[[], bool] = lambda: False
 
     def handle(self, item: SpanStarted | SpanEnded | LogEmitted) -> None:
-        adjacency = self._adjacency
-        if adjacency.held is not None:  # (tested here: one call less per item on the hot path)
-            if type(item) is SpanEnded and adjacency.adjacent(item.fields):
-                return
-            try:
-                adjacency.release()
-            except Exception as error:  # noqa: BLE001 - it must not take this item down with it
-                self._problem("internal_error", error)
         if isinstance(item, SpanEnded):
             self._end(item.fields)
             return
-        if isinstance(item, LogEmitted):  # after the start held back: its span may be that one
+        if isinstance(item, LogEmitted):
             self.reader.log(log_fields(item.record))
             return
         span = item.span  # read before ``fields``: on_end sets those first, then drops the span
         if span is None or span.end_time is not None:
-            # Ended already: its end is most likely the next item, and the two are read as one.
+            # Ended already: its end is most likely the next item (the two may be one reading).
             fields = item.fields if span is None else span_fields(span, ended=False)
-            adjacency.hold(_start_part(fields, item.attributes), whole=item.attributes is None)
+            start = _start_part(fields, item.attributes)
+            self.reader.started(start, True, item.attributes is None)
         else:
             self._start(span, item.attributes)
-
-    def settle(self) -> None:
-        """Pass on a start held back to meet its end: whatever comes next must see it."""
-        self._adjacency.release()
 
     def _start(self, span: ReadableSpan, attributes: Mapping[str, Any] | None) -> None:
         fields = span_fields(span, ended=False)
         if attributes is not None:
             fields = _start_part(fields, attributes)
-        self.reader.started(fields)
-        if _is_step(fields[6]):
+        self.reader.started(fields, False, False)
+        if is_step(fields[6]):
             steps = self._steps
             if not steps:
                 self._next_poll = self.clock() + self._poll_interval
@@ -227,7 +204,10 @@ class SpanWatch:
             watched.added = added  # only exceptions were added
             return
         attributes = plain_attributes(event.attributes)
-        if self.reader.progress(span.context.span_id, attributes, event.timestamp or 0):
+        context = span.context
+        if self.reader.progress(
+            context.trace_id, context.span_id, attributes, event.timestamp or 0
+        ):
             watched.added, watched.newest = added, event
 
     def offer_progress_again(self) -> None:
@@ -241,7 +221,6 @@ class SpanWatch:
 
     def poll_due(self, now: float) -> None:
         """Look at the next running steps in turn if their time has come."""
-        self.settle()
         if self._steps and now >= self._next_poll:
             self._next_poll = now + self._poll_interval
             self._visit(self._poll_budget)
@@ -249,7 +228,6 @@ class SpanWatch:
     def poll_all(self) -> None:
         """Every running step's newest progress, now (a flush must see all of it): the steps
         themselves, not the rotation, which also holds the ids of the steps ended since."""
-        self.settle()
         if self._steps:
             self._look_at(list(self._steps.values()))
 

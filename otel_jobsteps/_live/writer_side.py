@@ -15,7 +15,7 @@ from .._pg.store import StepStore
 from .._telemetry.metrics import Committed
 from .._telemetry.stats import Stats
 from ..schema import check_writable_tables, migrate
-from .interpretation import FactsHandler, FactsSource, build_interpretation
+from .interpretation import FactsHandler, FactsSource, LiveFacts, build_interpretation
 from .settings import Settings
 from .watch import SpanReader, SpanWatch, progress_poll_s
 from .writer import RowStore, Writer
@@ -54,27 +54,16 @@ def build_store(settings: Settings) -> StepStore:
     )
 
 
-def _watch(settings: Settings, stats: Stats, clock: Clock) -> Callable[[SpanReader], SpanWatch]:
-    """What makes the watch of live spans for a reader (the writer's handler, or the relay's)."""
-    return partial(
-        SpanWatch,
-        poll_interval_s=progress_poll_s(settings.debounce_ms),
-        clock=clock,
-        problem=stats.problem,
-        max_steps=settings.max_open_spans,
-    )
-
-
 def build_handler(
     settings: Settings,
     stats: Stats,
     *,
     clock: Clock = time.monotonic,
-    source: Callable[[FactsHandler], FactsSource] | None = None,
+    source: Callable[[LiveFacts], FactsSource] | None = None,
 ) -> FactsHandler:
-    """The writer's handler: items read as facts by ``source`` (default: the watch of live
-    spans) -> interpretation -> recorder."""
-    interpretation = build_interpretation(
+    """The writer's handler: items read as fields by ``source`` (default: the watch of live
+    spans) -> the interpreter's facts -> the recorder."""
+    facts, recorder = build_interpretation(
         stats,
         debounce_ms=settings.debounce_ms,
         max_open_spans=settings.max_open_spans,
@@ -82,7 +71,19 @@ def build_handler(
         logs_min_severity=settings.logs_min_severity,
         logs_max_per_step=settings.logs_max_per_step,
     )
-    return FactsHandler(interpretation, source or _watch(settings, stats, clock))
+    read = source(facts) if source is not None else watch(settings, stats, facts, clock=clock)
+    return FactsHandler(read, facts, recorder)
+
+
+def watch(settings: Settings, stats: Stats, reader: SpanReader, *, clock: Clock) -> SpanWatch:
+    """The watch of live spans for ``reader`` (the writer's facts, or the relay's outbox)."""
+    return SpanWatch(
+        reader,
+        poll_interval_s=progress_poll_s(settings.debounce_ms),
+        clock=clock,
+        problem=stats.problem,
+        max_steps=settings.max_open_spans,
+    )
 
 
 def build_writer(
@@ -115,7 +116,7 @@ def snapshot(stats: Stats, writer: Writer, handler: FactsHandler) -> dict[str, A
     data = stats.snapshot()
     data["queued"] = writer.queue_length()
     data["open_attempts"] = handler.recorder.open_attempts()
-    data["open_spans"] = handler.interpretation.translator.open_spans()
+    data["open_spans"] = handler.open_spans()
     return data
 
 
@@ -177,7 +178,7 @@ class ProcessSide:
     ) -> None:
         self.counters = counters
         self.relay = Relay(
-            _watch(settings, counters, clock),
+            partial(watch, settings, counters, clock=clock),
             settings,
             counters,
             max_queue_size=settings.max_queue_size,

@@ -26,7 +26,7 @@ def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_
     event = tracer.start_span("event", attributes={JOB_EVENT_TYPE: "STALLED"})
     fetch = tracer.start_span("FETCH", attributes={JOB_STEP_KEY: "FETCH"})
     for span in (job, event, fetch):
-        outbox.started(span_fields(span, ended=False))
+        outbox.started(span_fields(span, ended=False), False, False)
     outbox.take()
     fetch.end()
     outbox.ended(ended_fields(fetch))
@@ -38,7 +38,7 @@ def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_
     assert _told(outbox.take()) == [(REPLAYED, "job")]
 
     for name in ("A", "B", "C"):
-        outbox.started(span_fields(tracer.start_span(name), ended=False))
+        outbox.started(span_fields(tracer.start_span(name), ended=False), False, False)
     outbox.take()
     outbox.replay()
     assert _told(outbox.take()) == [

@@ -23,10 +23,7 @@ class _Reader:
         self.taking = True
         self.offered: list[Mapping[str, Any]] = []
 
-    def started(self, fields: tuple[Any, ...]) -> None:
-        pass
-
-    def whole(self, fields: tuple[Any, ...]) -> None:
+    def started(self, fields: tuple[Any, ...], ended: bool, whole: bool) -> None:
         pass
 
     def ended(self, fields: tuple[Any, ...]) -> None:
@@ -35,7 +32,9 @@ class _Reader:
     def log(self, record: Any) -> None:
         pass
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
+    def progress(
+        self, trace_id: int, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0
+    ) -> bool:
         self.offered.append(dict(attributes))
         return self.taking
 

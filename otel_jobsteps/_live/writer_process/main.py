@@ -20,7 +20,7 @@ from typing import Any
 from ..._telemetry.log import logger
 from ..._telemetry.metrics import Committed
 from ..._telemetry.stats import Stats
-from ..interpretation import FactsHandler
+from ..interpretation import FactsHandler, LiveFacts
 from ..settings import Settings
 from ..writer import Writer
 from ..writer_side import build_handler, build_store, build_writer, snapshot
@@ -35,7 +35,6 @@ from .wire import (
     STARTED,
     STATS,
     WARNING,
-    WHOLE,
     read_frames,
     write_frame,
 )
@@ -48,7 +47,6 @@ _FULL_QUEUE_PAUSE_S = 0.01
 _KINDS = {
     STARTED: "SpanStarted",
     REPLAYED: "SpanStarted",
-    WHOLE: "SpanEnded",
     ENDED: "SpanEnded",
     PROGRESS: "ProgressReported",
     LOG: "LogEmitted",
@@ -62,21 +60,21 @@ class _Received:
     backlogged: Callable[[], bool] = staticmethod(lambda: False)  # the relay polls, not this
     clock: Callable[[], float] = staticmethod(time.monotonic)
 
-    def __init__(self, reader: FactsHandler) -> None:
-        self._progress = reader.progress
-        self._read = {
-            STARTED: reader.started,
-            WHOLE: reader.whole,
-            ENDED: reader.ended,
-            REPLAYED: reader.resumed,
-            LOG: reader.log,
-        }
+    def __init__(self, facts: LiveFacts) -> None:
+        self._facts = facts
 
     def handle(self, message: tuple[Any, ...]) -> None:
-        if message[0] == PROGRESS:
-            self._progress(*message[1:])
-        else:
-            self._read[message[0]](message[1])
+        kind, facts = message[0], self._facts
+        if kind == STARTED:
+            facts.started(message[1], message[2], message[3])
+        elif kind == ENDED:
+            facts.ended(message[1])
+        elif kind == PROGRESS:
+            facts.progress(*message[1:])
+        elif kind == LOG:
+            facts.log(message[1])
+        elif kind == REPLAYED:
+            facts.resumed(message[1])
 
     def next_poll(self) -> float | None:
         return None  # running steps are polled by the relay's watch
@@ -85,9 +83,6 @@ class _Received:
         pass
 
     def poll_all(self) -> None:
-        pass
-
-    def settle(self) -> None:
         pass
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from ..._core.translate import body_text
 from ...attributes import JOB_EVENT_TYPE
 from ..watch import plain_dict
-from .wire import ENDED, LOG, PLAIN, PROGRESS, REPLAYED, STARTED, WHOLE
+from .wire import ENDED, LOG, PLAIN, PROGRESS, REPLAYED, STARTED
 
 __all__ = ["Outbox"]
 
@@ -24,16 +24,13 @@ class Outbox:
         self._max_open = max_open
         self._ending: list[int] = []  # ends among the messages: still open until sent
 
-    def started(self, fields: tuple[Any, ...]) -> None:
-        self.messages.append((STARTED, fields))
+    def started(self, fields: tuple[Any, ...], ended: bool, whole: bool) -> None:
+        self.messages.append((STARTED, fields, ended, whole))
         if JOB_EVENT_TYPE not in fields[6]:  # its attributes; an event is whole at its start
             opened = self._open
             opened[fields[1]] = fields
             if len(opened) > self._max_open:
                 opened.popitem(last=False)
-
-    def whole(self, fields: tuple[Any, ...]) -> None:
-        self.messages.append((WHOLE, fields))
 
     def ended(self, fields: tuple[Any, ...]) -> None:
         self.messages.append((ENDED, fields))
@@ -59,6 +56,8 @@ class Outbox:
             fields = (*fields[:6], body, dict(attributes))
         self.messages.append((LOG, fields))
 
-    def progress(self, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0) -> bool:
-        self.messages.append((PROGRESS, span_id, plain_dict(attributes), time_ns))
+    def progress(
+        self, trace_id: int, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0
+    ) -> bool:
+        self.messages.append((PROGRESS, trace_id, span_id, plain_dict(attributes), time_ns))
         return True

@@ -2,10 +2,11 @@
 
 A frame is a 4-byte big-endian length, then a `marshal`-encoded list of messages.
 Relay -> writer process:
-  ``(STARTED|WHOLE|ENDED, fields)`` a span started, whole, ended (its `SpanFacts` fields; of its
-  events only those the translation reads); ``(REPLAYED, fields)`` a span still open when a new
-  writer process starts (told again, so its later end closes its row);
-  ``(PROGRESS, span_id, attributes, time_ns)`` a running step's newest progress;
+  ``(STARTED, fields, ended, whole)`` a span started (its `SpanFacts` fields; ``ended``: it had
+  ended when read, ``whole``: its start and end are one reading); ``(ENDED, fields)`` it ended
+  (of its events only those the translation reads); ``(REPLAYED, fields)`` a span still open
+  when a new writer process starts (told again, so its later end closes its row);
+  ``(PROGRESS, trace_id, span_id, attributes, time_ns)`` a running step's newest progress;
   ``(LOG, fields)`` a log record (its `LogFacts` fields); ``(FLUSH, n)`` flush number n.
 Writer process -> relay:
   ``(FLUSHED, n, ok, stats)`` flush n done (committed if ok); ``(STATS, stats)`` its counters;
@@ -34,14 +35,12 @@ __all__ = [
     "STARTED",
     "STATS",
     "WARNING",
-    "WHOLE",
     "read_frames",
     "write_frame",
 ]
 
 # Relay -> writer process.
 STARTED: Final = "s"
-WHOLE: Final = "w"
 ENDED: Final = "e"
 REPLAYED: Final = "r"
 PROGRESS: Final = "p"

@@ -13,6 +13,7 @@ from .._core.batch import Batch
 from .._core.commands import Command, JobStarted
 from .._core.facts import LogFacts, SpanFacts
 from .._core.interpreter import Interpreter, PerTrace
+from .._core.order import in_span_order, latest_copies, with_logs
 from .._core.recorder import DEFAULT_LOGS_MAX_PER_STEP, DEFAULT_MAX_OPEN_ATTEMPTS, StepRecorder
 from .._core.translate import (
     DEFAULT_LOGS_MIN_SEVERITY,
@@ -24,7 +25,6 @@ from .._core.translate import (
 from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID
 from .ids import ID_MASK, signed
 from .mapping import BULLMQ_OPERATION, JobMapping, map_trace
-from .order import in_span_order, latest_copies, with_logs
 from .place import JOB, Attempt
 from .state import JobState, capture, held_by_job, restore
 

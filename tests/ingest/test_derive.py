@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from otel_jobsteps._core.commands import EventRecorded, JobEnded, JobStarted, StepEnded, StepRan
 from otel_jobsteps._core.facts import SpanEvent, SpanFacts
+from otel_jobsteps._core.order import in_span_order, scheduled_order
 from otel_jobsteps._ingest.decode import BadRequest, decode_json
 from otel_jobsteps._ingest.derive import job_commands
 from otel_jobsteps._ingest.mapping import JobMapping, map_trace
-from otel_jobsteps._ingest.order import in_span_order, scheduled_order
 from otel_jobsteps._ingest.place import place, skeleton
 from otel_jobsteps.errors import ConfigurationError
 

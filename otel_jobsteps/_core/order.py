@@ -30,8 +30,8 @@ from itertools import accumulate
 from operator import itemgetter
 from typing import Any
 
-from .._core.facts import LogFacts, SpanFacts
 from ..attributes import JOB_STEP_KEY
+from .facts import LogFacts, SpanFacts
 
 __all__ = ["in_span_order", "latest_copies", "scheduled_order", "with_logs"]
 

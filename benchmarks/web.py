@@ -8,9 +8,10 @@ pages that read log lines, and the jobs list with a logging fleet's 200,000 line
 rows, are measured after they are added. The statements of ``sql/web.sql`` (and read.sql's
 list_tagged_jobs and job_log_lines) are then explained on the same
 table (EXPLAIN ANALYZE, custom and generic plans, as benchmarks.explain does for the read side);
-any Seq Scan on job_event or job_log fails. Last, `sweep` closes the filled table's never-closed
-steps (2 % of its jobs, 20,000 at 5 M rows, spread over the whole heap) and 500 live steps
-start: /running is measured again as a fleet with that many steps running.
+any Seq Scan on job_event or job_log fails. The retry tax over 30 days is read as migrations
+0017 and 0019 answer it, side by side (retry_tax.py). Last, `sweep` closes the filled table's
+never-closed steps (2 % of its jobs, 20,000 at 5 M rows, spread over the whole heap) and 500
+live steps start: /running is measured again as a fleet with that many steps running.
 
     python -m benchmarks.web [--dsn DSN] [--rows 5000000] [--database DSN_OF_FILLED_DB]
 """
@@ -30,7 +31,7 @@ from starlette.testclient import TestClient
 from otel_jobsteps import sweep
 from otel_jobsteps.web import create_app
 
-from . import explain, metrics
+from . import explain, metrics, retry_tax
 from .bigtable import fill
 from .common import Databases, Row, format_table, server, verdict
 
@@ -335,6 +336,7 @@ def measure_all(dsn: str, big_rows: int, *, quick: bool, verbose: bool) -> list[
     repeat = 3 if quick else 15
     add_long_jobs(dsn)
     rows = measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
+    rows += retry_tax.measure(dsn, 3 if quick else 7)  # before and after its summary (0019)
     rows += metrics.scrape_rows(dsn, repeat)  # /metrics with the opt-in index, side by side
     sweep_and_start_live_steps(dsn)
     # the log lines' pages last: beside "jobs page, first page, after sweep" in the same state

@@ -44,8 +44,12 @@ class Needs:
     writes: bool
 
 
+# job_failed_step: the retry tax's summary (migration 0019), read by /steps.
 SERVE_RIGHTS = Needs(
-    "serve", ("job_event", "job_log", "job_attempt", "job_step_duration"), ("SELECT",), False
+    "serve",
+    ("job_event", "job_log", "job_attempt", "job_step_duration", "job_failed_step"),
+    ("SELECT",),
+    False,
 )
 # Every table a request or the settling pass reads or writes; it deletes what it re-derives.
 COLLECT_RIGHTS = Needs(

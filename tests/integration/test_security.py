@@ -81,6 +81,34 @@ def test_the_writer_needs_only_select_insert_update(
 HOSTILE_SCHEMA = 'job"s; DROP TABLE public.job_event; --'
 
 
+def test_the_writers_role_keeps_the_retry_tax_summary_without_a_right_on_it(
+    writer_role: str, conn: psycopg.Connection[Any]
+) -> None:
+    """job_log's trigger writes job_failed_step as its owner (SECURITY DEFINER, 0019)."""
+    processor = JobStepsProcessor(writer_role)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    with pytest.raises(OSError, match="disk full"):  # noqa: PT012 - step and job fail together
+        with job_attempt("render", "1", "thumbnail", 0, tracer=tracer):
+            with step("FETCH", tracer=tracer):
+                pass
+            with step("SAVE", tracer=tracer):
+                raise OSError("disk full")
+    assert processor.force_flush(10_000)
+    stats = processor.stats()
+    provider.shutdown()
+
+    assert "write_failed" not in stats, stats
+    assert rows(
+        conn, "SELECT step_key, failed_attempts FROM job_failed_step ORDER BY step_key"
+    ) == [("FETCH", 0), ("SAVE", 1)]
+    assert rows(conn, "SELECT step_key, failed_attempts FROM job_retry_tax ORDER BY 1") == [
+        ("FETCH", 0),
+        ("SAVE", 1),
+    ]
+
+
 def test_a_hostile_schema_name_is_only_ever_an_identifier(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:

@@ -114,7 +114,7 @@ def role(dsn: str, server_dsn: str) -> Iterator[str]:
         grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}"
         conn.execute(sql.SQL(grant).format(tables, sql.Identifier(name)))
         conn.execute(
-            sql.SQL("GRANT SELECT ON job_attempt, job_step_duration TO {}").format(
+            sql.SQL("GRANT SELECT ON job_attempt, job_step_duration, job_failed_step TO {}").format(
                 sql.Identifier(name)
             )
         )
@@ -138,6 +138,7 @@ def _change(dsn: str, verb: str, right: str, table: str, role: str) -> None:
     [
         pytest.param(_serve, "SELECT", "job_log", id="serve-job_log"),
         pytest.param(_serve, "SELECT", "job_attempt", id="serve-job_attempt"),
+        pytest.param(_serve, "SELECT", "job_failed_step", id="serve-job_failed_step"),
         pytest.param(_collect, "DELETE", "job_log", id="collect-job_log"),
         pytest.param(_collect, "INSERT", "otlp_log", id="collect-otlp_log"),
         pytest.param(_collect, "UPDATE", "otlp_job", id="collect-otlp_job"),

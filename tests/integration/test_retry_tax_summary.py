@@ -1,0 +1,172 @@
+"""The retry tax's summary (migration 0019): job_retry_tax read from job_failed_step gives what
+migration 0017's function, reading every failed attempt's step rows, gives, on random histories
+changed as the doors, sweep and prune change them; an upgrade from 0018 fills it from the rows
+kept."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from benchmarks.retry_tax import BEFORE, function_0017, same_rows
+from otel_jobsteps import migrate
+from otel_jobsteps.maintenance import prune
+from otel_jobsteps.schema import migrations
+from tests.helpers import rows
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+KEYS = ("FETCH", "RENDER", "SAVE")
+
+
+def _step(
+    rng: random.Random, at: datetime, last: bool
+) -> tuple[str, datetime, datetime | None, str]:
+    """A STEP row's key, start, end (None: still open, the attempt's last only) and status."""
+    ended = at + timedelta(milliseconds=rng.randrange(1, 90_000))
+    if last and rng.random() < 0.1:
+        return rng.choice(KEYS), at, None, "RUNNING"
+    return rng.choice(KEYS), at, ended, rng.choice(("COMPLETED", "COMPLETED", "FAILED"))
+
+
+def write_history(conn: psycopg.Connection[Any], seed: int, jobs: int = 80) -> None:
+    """Random attempts over the last 40 days: steps (some repeated, some open), then a final row
+    (FAILED, COMPLETED or none; a NULL job type or detail step at times), each attempt in one
+    transaction, its final row written before its steps in one in five."""
+    rng = random.Random(seed)
+    for job in range(jobs):
+        at = NOW - timedelta(days=40) + timedelta(minutes=rng.randrange(0, 40 * 24 * 60))
+        job_type = rng.choice(("thumbnail", "invoice"))
+        for attempt in range(1, rng.randrange(2, 6)):
+            at += timedelta(seconds=rng.randrange(0, 600))  # the backoff
+            count = rng.randrange(5)
+            steps = [_step(rng, at + timedelta(seconds=10 * n), n == count - 1)
+                     for n in range(count)]  # fmt: skip
+            end = max([at, *(e or s for _, s, e, _ in steps)]) + timedelta(seconds=1)
+            status = rng.choice(("FAILED", "FAILED", "COMPLETED", "COMPLETED", None))
+            failing = rng.choice((*KEYS, None, ""))
+            detail = None if failing == "" else Jsonb({"step": failing})
+            final = (
+                "INSERT INTO job_log (domain, job_id, job_type, attempt, status, detail,"
+                " created_at) VALUES ('d', %s, %s, %s, %s, %s, %s)",
+                (f"j{job}", rng.choice((job_type, job_type, None)), attempt, status, detail, end),
+            )
+            first = rng.random() < 0.2
+            with conn.transaction():
+                if status and first:
+                    conn.execute(*final)
+                for key, started, ended, step_status in steps:
+                    conn.execute(
+                        "INSERT INTO job_event (domain, job_id, job_type, attempt, type,"
+                        " step_key, step_status, created_at, ended_at)"
+                        " VALUES ('d', %s, %s, %s, 'STEP', %s, %s, %s, %s)",
+                        (f"j{job}", job_type, attempt, key, step_status, started, ended),
+                    )
+                if status and not first:
+                    conn.execute(*final)
+            at = end
+
+
+def change_history(conn: psycopg.Connection[Any], seed: int) -> None:
+    """What the doors and maintenance do to written rows: a final row made FAILED abandoned and
+    dated earlier (collect's abandon of a settled attempt), an attempt's rows forgotten and
+    derived again (collect), a step closed with its attempt's final row changed in the same
+    statement (sweep), and prune's deletions of the oldest attempts."""
+    rng = random.Random(seed)
+    ids = [i for (i,) in rows(conn, "SELECT id FROM job_log ORDER BY id")]
+    for log_id in rng.sample(ids, 10):
+        conn.execute(
+            "UPDATE job_log SET status = 'FAILED', reason = 'abandoned',"
+            " created_at = created_at - interval '30 s',"
+            " detail = jsonb_build_object('step', 'SAVE') WHERE id = %s",
+            (log_id,),
+        )
+    for log_id in rng.sample(ids, 10):
+        with conn.transaction():
+            found = conn.execute(
+                "DELETE FROM job_log WHERE id = %s RETURNING domain, job_id, attempt, status,"
+                " created_at",
+                (log_id,),
+            ).fetchone()
+            if found is None:
+                continue
+            domain, job_id, attempt, status, created_at = found
+            conn.execute(
+                "INSERT INTO job_log (domain, job_id, attempt, status, created_at)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (domain, job_id, attempt, "FAILED" if status == "COMPLETED" else status,
+                 created_at),
+            )  # fmt: skip
+            conn.execute(
+                "UPDATE job_event SET ended_at = created_at + interval '2 s'"
+                " WHERE domain = %s AND job_id = %s AND attempt = %s AND type = 'STEP'",
+                (domain, job_id, attempt),
+            )
+    conn.execute(
+        "WITH closed AS (UPDATE job_event SET ended_at = created_at + interval '5 s',"
+        " step_status = 'FAILED', message = 'abandoned' WHERE type = 'STEP' AND ended_at IS NULL"
+        " RETURNING domain, job_id, attempt)"
+        " UPDATE job_log AS l SET created_at = l.created_at + interval '1 s' FROM closed AS c"
+        " WHERE (l.domain, l.job_id, l.attempt) = (c.domain, c.job_id, c.attempt)"
+    )
+    prune(conn, timedelta(days=35), batch_size=7)
+
+
+def windows() -> list[datetime | None]:
+    return [None, *(NOW - timedelta(days=d) for d in (45, 38, 30, 20, 7, 1))]
+
+
+def answers(conn: psycopg.Connection[Any], function: str) -> list[list[tuple[Any, ...]]]:
+    """``function``'s rows for each window, in order."""
+    query = sql.SQL("SELECT * FROM {}(%s) ORDER BY 1, 2").format(
+        sql.Identifier(*function.split("."))
+    )
+    return [conn.execute(query, (since,)).fetchall() for since in windows()]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_summary_answers_what_reading_every_step_row_answered(
+    conn: psycopg.Connection[Any], seed: int
+) -> None:
+    conn.execute(function_0017())
+    write_history(conn, seed)
+    before = answers(conn, BEFORE)
+    assert any(len(found) > 3 for found in before)  # failures in several types and steps
+    assert same_rows(answers(conn, "job_retry_tax"), before)
+
+    change_history(conn, seed)
+    changed = answers(conn, BEFORE)
+    assert changed != before
+    assert same_rows(answers(conn, "job_retry_tax"), changed)
+    assert rows(conn, "SELECT count(*) FROM job_failed_step WHERE failed_attempts = 1") == rows(
+        conn, "SELECT count(*) FROM job_log WHERE status = 'FAILED'"
+    )
+
+
+def test_an_upgrade_from_0018_fills_the_summary_from_the_rows_kept(empty_dsn: str) -> None:
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        with conn.transaction():  # what migrate applied up to 0018
+            conn.execute(
+                "CREATE TABLE otel_jobsteps_migration (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            for version, name, text in migrations():
+                if version < 19:
+                    conn.execute(text)
+                    conn.execute(
+                        "INSERT INTO otel_jobsteps_migration (version, name) VALUES (%s, %s)",
+                        (version, name),
+                    )
+        write_history(conn, seed=4)
+        before = answers(conn, "job_retry_tax")  # 0017's function
+        assert any(before)
+
+        assert migrate(conn) == [19]
+
+        assert same_rows(answers(conn, "job_retry_tax"), before)
+        assert same_rows([rows(conn, "SELECT * FROM job_retry_tax ORDER BY 1, 2")], before[:1])

@@ -3,7 +3,8 @@
 Measures, side by side in one run, what the processor adds to a job's span, how many steps per
 second reach PostgreSQL, how long a step end takes to become a row, how throughput holds on a big
 table, how many writes progress debouncing saves, memory while the database is down, a fleet
-of worker processes, what the step metrics cost the writer and what log records cost; one
+of worker processes, what the step metrics cost the writer and what log records cost, and
+CPU per step or span beside its floor (--baseline PATH: beside another checkout's); one
 table, each row with its ratio and its target. Without --dsn an embedded PostgreSQL is started
 (and deleted after). --quick: the same measurements, smaller, in minutes. A missed target is
 reported (FAIL in its row) and the exit code stays 0; --strict exits 1 on a miss. A benchmark
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import (
+    cpu,
     debounce,
     explain,
     fleet,
@@ -56,6 +58,7 @@ SECTIONS = (
     "ingest",
     "metrics",
     "logs",
+    "cpu",
 )
 CRASHED = "CRASHED"
 DEFAULT_BIG_ROWS = 5_000_000
@@ -163,6 +166,9 @@ def main() -> int:
     parser.add_argument("--big-rows", type=int, help="job_event rows for the scale test")
     parser.add_argument("--markdown", type=Path, help="write this run's section to a page")
     parser.add_argument("--verbose", action="store_true", help="print every EXPLAIN plan")
+    parser.add_argument(
+        "--baseline", type=Path, help="cpu: measure another checkout's package beside this one"
+    )
     args = parser.parse_args()
     chosen = set(args.only.split(",")) if args.only else set(SECTIONS)
     unknown = chosen - set(SECTIONS)
@@ -210,6 +216,12 @@ def main() -> int:
                 _section("step metrics", lambda: metrics.run(dbs, quick=args.quick), rows)
             if "logs" in chosen:
                 _section("log records", lambda: logs.run(dbs, quick=args.quick), rows)
+            if "cpu" in chosen:
+                _section(
+                    "CPU per unit beside its floor",
+                    lambda: cpu.run(server_dsn, quick=args.quick, baseline=args.baseline),
+                    rows,
+                )
         finally:
             dbs.close()
         if "memory" in chosen:

@@ -9,8 +9,9 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -246,6 +247,46 @@ def count_closed_steps(dsn: str, prefix: str) -> tuple[int, int]:
             (DOMAIN, prefix + "-%"),
         ).fetchone()
     return (steps[0] if steps else 0), (logs[0] if logs else 0)
+
+
+# -- CPU time from /proc ------------------------------------------------------------------------
+
+
+def stat_cpu(path: str) -> tuple[str, int, float]:
+    """(command name, parent pid, CPU seconds: user + system) of the process or thread whose
+    ``/proc/.../stat`` is ``path``; clock ticks (10 ms) are its resolution."""
+    with open(path, encoding="ascii", errors="replace") as file:
+        name, _, rest = file.read().partition(" (")[2].rpartition(") ")
+    fields = rest.split()
+    return name, int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def processes() -> Iterator[tuple[int, str, int, float]]:
+    """(pid, command name, parent pid, CPU seconds) of every process on this machine."""
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, parent, seconds = stat_cpu(str(path))
+        except OSError:  # gone meanwhile
+            continue
+        yield int(path.parent.name), name, parent, seconds
+
+
+def pid_cpu_s(pids: Iterable[int]) -> float:
+    """CPU seconds so far of the processes ``pids`` (0 for one that is gone)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += stat_cpu(f"/proc/{pid}/stat")[2]
+        except OSError:
+            continue
+    return total
+
+
+def own_cpu_s() -> float:
+    """CPU seconds so far of this process (exact) and of its child processes (writer
+    processes, clock ticks)."""
+    me = os.getpid()
+    return time.process_time() + sum(s for _, _, parent, s in processes() if parent == me)
 
 
 # -- results ------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ each record an INFO line in a step's context, counted as LOG rows afterwards.
 
 from __future__ import annotations
 
-import glob
 import http.client
 import os
 import signal
@@ -61,6 +60,7 @@ from .common import (
     free_port,
     job_attributes,
     median,
+    processes,
     run_jobs,
     verdict,
 )
@@ -84,17 +84,20 @@ LOG_JOBS_PER_REQUEST = 10
 TARGET_LOGS_S = 10_000  # issue 23's end-to-end figure for log lines into rows
 
 
-def encoded_requests(prefix: str, requests: int, spans_per_request: int) -> list[bytes]:
-    """Protobuf ``ExportTraceServiceRequest`` bodies of whole jobs, job ids ``prefix-N``."""
+def encoded_requests(
+    prefix: str, requests: int, spans_per_request: int, *, steps: int = STEPS_PER_JOB
+) -> list[bytes]:
+    """Protobuf ``ExportTraceServiceRequest`` bodies of whole jobs of ``steps`` step spans,
+    job ids ``prefix-N``."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("bench")
-    jobs_per_request = spans_per_request // SPANS_PER_JOB
+    jobs_per_request = spans_per_request // (steps + 1)
     bodies = []
     for number in range(requests):
         exporter.clear()
-        run_jobs(tracer, f"{prefix}-{number}", jobs_per_request, steps=STEPS_PER_JOB)
+        run_jobs(tracer, f"{prefix}-{number}", jobs_per_request, steps=steps)
         bodies.append(encode_spans(exporter.get_finished_spans()).SerializeToString())
     provider.shutdown()
     return bodies
@@ -291,18 +294,10 @@ def _cpu_s(pid: int) -> tuple[float, float]:
     """CPU seconds so far of the process ``pid`` with its children, and of every PostgreSQL
     process on this machine (user and system time, from /proc)."""
     ours = postgres = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat, encoding="ascii", errors="replace") as file:
-                name, _, rest = file.read().partition(" (")[2].rpartition(") ")
-        except OSError:  # gone meanwhile
-            continue
-        fields = rest.split()
-        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    for each, name, parent, seconds in processes():
         if name.startswith("postgres"):
             postgres += seconds
-        elif int(stat.split("/")[2]) == pid or int(fields[1]) == pid:  # itself, a worker
+        elif pid in (each, parent):  # itself, a worker
             ours += seconds
     return ours, postgres
 

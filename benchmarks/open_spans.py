@@ -15,9 +15,7 @@ the job's process (a large live structure makes full collections longer) are sho
 from __future__ import annotations
 
 import gc
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -32,6 +30,7 @@ from .common import (
     fmt_ratio,
     job_attributes,
     median,
+    own_cpu_s,
     run_jobs,
     verdict,
 )
@@ -75,24 +74,6 @@ def _hold(provider: TracerProvider, processor: JobStepsProcessor, held: int) -> 
     return spans
 
 
-def _cpu_s() -> float:
-    """CPU seconds of this process and of its writer processes so far."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = time.process_time()
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
-            mine = (
-                stat and b"otel_jobsteps._live.writer_process" in (entry / "cmdline").read_bytes()
-            )
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split() if mine else []
-        if fields and int(fields[1]) == os.getpid():
-            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return total
-
-
 def _evictions(processor: JobStepsProcessor) -> int:
     """Spans and attempts the processor has forgotten at its bounds so far."""
     stats = processor.stats()
@@ -112,10 +93,10 @@ def once(dsn: str, writer: str, held: int, jobs: int, gc_clock: _GcClock) -> dic
         gc.collect()
         gc_clock.seconds, gc_clock.full, gc_clock.running = 0.0, 0, True
         evicted = _evictions(processor)
-        started, cpu = time.perf_counter(), _cpu_s()
+        started, cpu = time.perf_counter(), own_cpu_s()
         run_jobs(tracer, prefix, jobs, steps=2, events=1)
         flushed = processor.force_flush(FLUSH_MS)
-        elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu
+        elapsed, cpu = time.perf_counter() - started, own_cpu_s() - cpu
         gc_clock.running = False
         evicted = _evictions(processor) - evicted
         steps, logs = count_closed_steps(dsn, prefix)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -34,7 +33,7 @@ from opentelemetry.trace import set_span_in_context
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor
 
-from .common import STEP_KEYS, Databases, job_attributes, run_jobs, server
+from .common import STEP_KEYS, Databases, job_attributes, run_jobs, server, stat_cpu
 from .throughput import ours_once
 
 AREAS = (
@@ -80,9 +79,7 @@ def hot(dsn: str, seconds: float) -> None:
 
 def _thread_cpu_s(native_id: int) -> float:
     """CPU seconds (user + system) of one thread of this process, from /proc."""
-    with open(f"/proc/self/task/{native_id}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu(f"/proc/self/task/{native_id}/stat")[2]
 
 
 class _CollectorClock:

@@ -57,7 +57,8 @@ def test_version_3_names_and_the_attempt_from_the_span_name() -> None:
 
 def test_the_partial_copy_and_a_span_without_a_run_are_no_job() -> None:
     partial = {**ATTEMPT, **CONTEXT, "$span.partial": True}
-    assert select_dialects("all").may_start_job("Attempt 2", KIND_INTERNAL, partial) is None
-    assert select_dialects("all").may_start_job("Attempt 2", KIND_CONSUMER, partial) is None
+    trigger = select_dialects("trigger")
+    assert trigger.may_start_job("Attempt 2", KIND_INTERNAL, partial) is None
+    assert trigger.may_start_job("Attempt 2", KIND_CONSUMER, partial) is None
     lone = [span(1, 0, "Attempt 1", 0, 9, ATTEMPT, kind=KIND_CONSUMER)]
     assert recognised(lone) == lone

@@ -33,7 +33,7 @@ from psycopg import sql
 from otel_jobsteps import migrate
 
 from . import explain
-from .bigtable import wait_for_backends_gone
+from .bigtable import summary_filled_after, wait_for_backends_gone
 from .common import (
     VERIFY_APPLICATION,
     WRITER_APPLICATION,
@@ -189,18 +189,23 @@ def fill(dsn: str, rows: int) -> dict[str, float]:
             }
             for day, (lower, child) in enumerate(_children(conn)[:DAYS])
         ]
-        for values in days:
-            child = str(values["child"])
-            with conn.transaction(), indexes_built_after(conn, child):
-                conn.execute(sql.SQL(FILL_CHILD_EVENTS).format(child=sql.Identifier(child)), values)
-            print(f"  {child}: {per_day:,} rows, {time.perf_counter() - started:.0f} s", flush=True)
-        with conn.transaction(), indexes_built_after(conn, "job_log"):
+        with summary_filled_after(conn):
             for values in days:
-                conn.execute(FILL_DAY_LOGS, values)
-            current = {"rows": per_day, "start": lower_of_today(conn), "spacing": spacing / 1000}
-            conn.execute(FILL_CURRENT_LOGS, current)
-        with conn.transaction(), indexes_built_after(conn, "job_event"):
-            conn.execute(FILL_CURRENT, current)
+                child = str(values["child"])
+                with conn.transaction(), indexes_built_after(conn, child):
+                    conn.execute(
+                        sql.SQL(FILL_CHILD_EVENTS).format(child=sql.Identifier(child)), values
+                    )
+                took = time.perf_counter() - started
+                print(f"  {child}: {per_day:,} rows, {took:.0f} s", flush=True)
+            with conn.transaction(), indexes_built_after(conn, "job_log"):
+                for values in days:
+                    conn.execute(FILL_DAY_LOGS, values)
+                today = lower_of_today(conn)
+                current = {"rows": per_day, "start": today, "spacing": spacing / 1000}
+                conn.execute(FILL_CURRENT_LOGS, current)
+            with conn.transaction(), indexes_built_after(conn, "job_event"):
+                conn.execute(FILL_CURRENT, current)
         timings["fill_s"] = time.perf_counter() - started
         started = time.perf_counter()
         # As autovacuum would: the children too (a VACUUM of a parent does not recurse).

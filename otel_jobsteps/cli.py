@@ -26,6 +26,7 @@ from . import __version__
 from ._cli.extras import install_hint
 from ._cli.formatting import format_difference, format_duration, format_time
 from ._cli.timeline import Style, render_detail, render_jobs, render_log_line
+from ._core.dialects import select_dialects
 from ._core.vocabulary import MAX_ATTEMPT
 from ._pg.db import Record, borrowed_connection, check_dsn, session
 from ._pg.step_stats import (
@@ -59,6 +60,7 @@ __all__ = ["activity_line", "main", "parse_duration"]
 
 PROG = "otel-jobsteps"
 _Found = TypeVar("_Found", bound=Record)
+DIALECTS_ENV = "OTEL_JOBSTEPS_DIALECTS"
 EXIT_NOT_FOUND = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -573,6 +575,29 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    try:  # decoding OTLP is the collect extra's
+        from ._cli.explain import explain, read_spans
+        from ._ingest import JobMapping
+    except ImportError as error:
+        raise ConfigurationError(
+            f"explain needs the collect extra ({error.name} is missing): {install_hint('collect')}"
+        ) from None
+    chosen = args.dialects if args.dialects is not None else os.environ.get(DIALECTS_ENV)
+    dialects = select_dialects(chosen).with_mappings([JobMapping.parse(t) for t in args.mapping])
+    if args.file == "-":
+        spans = read_spans(sys.stdin.buffer, "<stdin>")
+    else:
+        try:
+            with open(args.file, "rb") as file:
+                spans = read_spans(file, args.file)
+        except OSError as error:
+            raise ConfigurationError(f"cannot read {args.file}: {describe(error)}") from None
+    for line in explain(spans, dialects):
+        print(line)
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -957,6 +982,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for server in (web, collect):
         _access_log_option(server)
+    explainer = command(
+        "explain",
+        _explain,
+        "what each span of an OTLP/JSON file becomes: the dialect that claimed it and the job, "
+        "attempt and step it lands in, or why it is in no job",
+    )
+    explainer.add_argument(
+        "file",
+        metavar="FILE",
+        help="OTLP/JSON, one ExportTraceServiceRequest per line (the Collector's file "
+        "exporter); - for stdin",
+    )
+    explainer.add_argument(
+        "--dialects",
+        metavar="LIST",
+        help=f"all, none or a comma list of dialects (${DIALECTS_ENV}, else the default set)",
+    )
+    explainer.add_argument(
+        "--mapping",
+        action="append",
+        default=[],
+        metavar="id=ATTR,domain=ATTR[,type=ATTR][,attempt=ATTR[+N]]",
+        help="job spans of another queue library, as collect's --mapping",
+    )
     ops = command("ops", _ops, "print a file for operators shipped with the package")
     files = ops.add_subparsers(dest="ops_file", required=True, metavar="FILE")
     files.add_parser("alerts", help="Prometheus alerting rules for the exported metrics (YAML)")

@@ -4,7 +4,6 @@ resolution of its entry point (``OTEL_TRACES_SAMPLER``)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -30,9 +29,6 @@ from otel_jobsteps import (
     ConfigurationError,
     RecordJobsSampler,
 )
-from otel_jobsteps._core import dialects
-from otel_jobsteps._core.dialects import Dialect
-from otel_jobsteps._core.dialects.base import KIND_CONSUMER
 from otel_jobsteps.sampling import ENTRY_POINT, parentbased_traceidratio
 
 TRACE_ID = 0x5B8AA5A2D2C872E8321CF37308D69DF2
@@ -162,20 +158,9 @@ def test_the_sdk_reports_a_bad_ratio_and_names_the_rule(
     assert "must be a ratio from 0 to 1 (e.g. 0.05), got 'five percent'" in caplog.text
 
 
-def _celery_like(name: str, kind: int, attributes: Mapping[str, Any]) -> bool:
-    return name.startswith("run/") and kind == KIND_CONSUMER
-
-
-@pytest.fixture
-def celery_dialect(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in `celery` dialect (its module may not be written yet) that claims CONSUMER
-    spans named ``run/...``: what the sampler asks of a dialect is only `may_start_job`."""
-    dialect = Dialect("celery", "tests", _celery_like, list)
-    monkeypatch.setattr(dialects, "_load", lambda name: dialect if name == "celery" else None)
-
-
-@pytest.mark.usefixtures("celery_dialect")
 def test_a_span_a_dialect_may_claim_as_a_job_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The celery dialect claims a CONSUMER span named ``run/...`` at its start."""
+
     def decide(sampler: Sampler, kind: SpanKind) -> Decision:
         return sampler.should_sample(None, TRACE_ID, "run/add", kind, {"celery.x": 1}).decision
 

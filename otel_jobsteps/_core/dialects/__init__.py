@@ -8,14 +8,26 @@ become dialects too.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...attributes import JOB_ID
 from ...errors import ConfigurationError
 from ..facts import SpanFacts
-from .base import Dialect
+from . import (
+    bullmq,
+    celery,
+    cicd,
+    dbos,
+    genai,
+    hatchet,
+    messaging,
+    oban,
+    sidekiq,
+    temporal,
+    trigger,
+)
+from .base import KIND_CONSUMER, Dialect
 from .mapping import JobMapping, mapping_dialect
 
 __all__ = ["DEFAULT_DIALECTS", "DIALECT_NAMES", "Dialect", "Dialects", "select_dialects"]
@@ -42,30 +54,27 @@ DIALECT_NAMES = (
 # the message's span ends), not a default.
 DEFAULT_DIALECTS = tuple(name for name in DIALECT_NAMES if name != "messaging")
 
-
-def _load(name: str) -> Dialect | None:
-    """The dialect of module ``name``; None while that module is not written yet."""
-    module_name = f"{__name__}.{name}"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name == module_name:
-            return None
-        raise
-    dialect = module.DIALECT
-    if not isinstance(dialect, Dialect) or dialect.name != name:
-        raise TypeError(f"{module_name}.DIALECT is not the dialect {name!r}")
-    return dialect
+_DIALECTS = {
+    module.DIALECT.name: module.DIALECT
+    for module in (bullmq, celery, cicd, dbos, genai, hatchet, messaging, oban, sidekiq, temporal,
+                   trigger)
+}  # fmt: skip
 
 
 class Dialects:
     """The selected dialects, in the order they are tried."""
 
-    __slots__ = ("_dialects", "names")
+    __slots__ = ("_any_kind", "_by_kind", "_dialects", "names")
 
     def __init__(self, dialects: Sequence[Dialect]) -> None:
         self._dialects = tuple(dialects)
         self.names: tuple[str, ...] = tuple(dialect.name for dialect in self._dialects)
+        # Per span kind, only the dialects that may claim it: most spans ask one or two.
+        self._any_kind = tuple((d.may_start_job, d) for d in self._dialects)
+        self._by_kind = {
+            kind: tuple((d.may_start_job, d) for d in self._dialects if _may_claim(d, kind))
+            for kind in range(KIND_CONSUMER + 1)
+        }
 
     def __repr__(self) -> str:
         return f"Dialects({', '.join(self.names) or 'none'})"
@@ -75,8 +84,8 @@ class Dialects:
 
     def may_start_job(self, name: str, kind: int, attributes: Mapping[str, Any]) -> Dialect | None:
         """The first selected dialect that may make this span (at its start) a job, or None."""
-        for dialect in self._dialects:
-            if dialect.may_start_job(name, kind, attributes):
+        for may_start_job, dialect in self._by_kind.get(kind, self._any_kind):
+            if may_start_job(name, kind, attributes):
                 return dialect
         return None
 
@@ -96,6 +105,10 @@ class Dialects:
     def with_mappings(self, mappings: Sequence[JobMapping]) -> Dialects:
         """These dialects with the user's ``--mapping`` rules tried first (they are explicit)."""
         return Dialects([*map(mapping_dialect, mappings), *self._dialects])
+
+
+def _may_claim(dialect: Dialect, kind: int) -> bool:
+    return dialect.kinds is None or kind in dialect.kinds
 
 
 def select_dialects(text: str | Sequence[str] | None) -> Dialects:
@@ -118,4 +131,4 @@ def select_dialects(text: str | Sequence[str] | None) -> Dialects:
                 f"list of {', '.join(DIALECT_NAMES)}"
             )
         names = [name for name in DIALECT_NAMES if name in wanted]
-    return Dialects([dialect for name in names if (dialect := _load(name)) is not None])
+    return Dialects([_DIALECTS[name] for name in names])

@@ -42,6 +42,8 @@ class Dialect:
     # the same spans with job.* attributes added (untouched spans returned as they are). A root
     # that is not a job after all comes back unchanged.
     recognise: Callable[[Sequence[SpanFacts]], list[SpanFacts]]
+    # The span kinds may_start_job can say yes to (None: any): the others never ask it.
+    kinds: frozenset[int] | None = None
 
 
 def with_defaults(span: SpanFacts, values: Mapping[str, Any], **changes: Any) -> SpanFacts:

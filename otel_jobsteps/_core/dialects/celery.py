@@ -137,4 +137,5 @@ DIALECT = Dialect(
     "opentelemetry/instrumentation/celery/__init__.py, utils.py",
     may_start_job=_may_start_job,
     recognise=_recognise,
+    kinds=frozenset({KIND_CONSUMER}),
 )

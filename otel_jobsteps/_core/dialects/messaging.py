@@ -90,4 +90,5 @@ DIALECT = Dialect(
     "opentelemetry-instrumentation-pika 0.66b1: opentelemetry/instrumentation/pika/utils.py",
     may_start_job=_may_start_job,
     recognise=_recognise,
+    kinds=frozenset({KIND_CONSUMER}),
 )

@@ -67,4 +67,5 @@ DIALECT = Dialect(
     ),
     may_start_job=_may_start_job,
     recognise=_recognise,
+    kinds=frozenset({KIND_CONSUMER}),
 )

@@ -94,13 +94,16 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+    IF TG_OP = 'INSERT' THEN
         PERFORM job_failed_step_refresh(ARRAY[NEW.domain], ARRAY[NEW.job_id],
                                         ARRAY[NEW.attempt]);
-    END IF;
-    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+    ELSIF TG_OP = 'DELETE' THEN
         PERFORM job_failed_step_refresh(ARRAY[OLD.domain], ARRAY[OLD.job_id],
                                         ARRAY[OLD.attempt]);
+    ELSE  -- both sides in one call (the same attempt, unless its key changed)
+        PERFORM job_failed_step_refresh(ARRAY[OLD.domain, NEW.domain],
+                                        ARRAY[OLD.job_id, NEW.job_id],
+                                        ARRAY[OLD.attempt, NEW.attempt]);
     END IF;
     RETURN NULL;
 END;

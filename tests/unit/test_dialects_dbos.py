@@ -59,3 +59,12 @@ def test_semconv_names_and_a_child_workflow() -> None:
 def test_at_its_start_a_dbos_span_names_nothing() -> None:
     """DBOS sets its attributes after starting the span: only an ended one can be claimed."""
     assert select_dialects("dbos").may_start_job("checkout", 1, {}) is None
+
+
+def test_the_codes_job_attributes_win() -> None:
+    unit = [
+        span(1, 0, "checkout", 0, 100, {**WORKFLOW, "job.type": "Checkout"}),
+        span(2, 1, "reserve_stock", 10, 30, {**STEP, "job.step.key": "RESERVE"}),
+    ]
+    (job, step) = recognised(unit)
+    assert (job.attributes["job.type"], step.attributes["job.step.key"]) == ("Checkout", "RESERVE")

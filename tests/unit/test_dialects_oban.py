@@ -64,3 +64,8 @@ def test_the_last_attempt_fails_as_an_error_and_older_names_are_read() -> None:
     assert [(log.status, log.reason) for log in rows(spans)[1]] == [("FAILED", "error")]
     (job, *_) = recognised(run(older, error=False))
     assert "job.outcome" not in job.attributes
+
+
+def test_the_codes_job_attributes_win() -> None:
+    (job, *_) = recognised(run({**JOB, "job.outcome": "target_deleted"}, error=True))
+    assert job.attributes["job.outcome"] == "target_deleted"

@@ -62,3 +62,10 @@ def test_the_partial_copy_and_a_span_without_a_run_are_no_job() -> None:
     assert trigger.may_start_job("Attempt 2", KIND_CONSUMER, partial) is None
     lone = [span(1, 0, "Attempt 1", 0, 9, ATTEMPT, kind=KIND_CONSUMER)]
     assert recognised(lone) == lone
+
+
+def test_the_codes_job_attributes_win() -> None:
+    mine = {**ATTEMPT, **CONTEXT, "job.domain": "images", "job.type": "resize"}
+    (job,) = recognised([span(1, 0, "Attempt 2", 0, 9, mine, kind=KIND_CONSUMER)])
+    assert (job.attributes["job.domain"], job.attributes["job.type"]) == ("images", "resize")
+    assert job.attributes["job.id"] == "run_cm4x9"

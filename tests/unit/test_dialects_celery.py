@@ -17,6 +17,7 @@ from typing import Any
 from otel_jobsteps._core.dialects.base import KIND_CONSUMER, KIND_INTERNAL, KIND_PRODUCER
 from otel_jobsteps._core.dialects.celery import DIALECT
 from otel_jobsteps._core.facts import SpanEvent, SpanFacts
+from tests.unit.dialect_support import recognised, rows, span
 
 JOB = ("job.domain", "job.id", "job.type", "job.attempt", "job.time_limit", "job.outcome")
 
@@ -120,3 +121,24 @@ def test_without_a_routing_key_the_domain_is_celery_and_without_limits_none() ->
     run.attributes = {k: v for k, v in run.attributes.items() if k != "messaging.destination"}
     (job,) = DIALECT.recognise([run])
     assert (job.attributes["job.domain"], job.attributes.get("job.time_limit")) == ("celery", None)
+
+
+def test_the_rows_of_a_retried_run_and_of_a_time_limited_one() -> None:
+    reason = "Retry in 5s: OSError('disk full')"
+    retried = [
+        span(1, 0, "run/app.thumbnail", 0, 100, {**_run("RETRY").attributes,
+             "celery.retry.reason": reason}, kind=KIND_CONSUMER),
+        span(2, 1, "render", 10, 40, {"job.step.key": "RENDER"}),
+        span(3, 1, "apply_async/app.thumbnail", 50, 55, {"messaging.message.id": "t-1"},
+             kind=KIND_PRODUCER),
+    ]  # fmt: skip
+    events, logs = rows(recognised(retried, "celery"))
+    assert [(row.type, row.step_key, row.step_status) for row in events] == [
+        ("STEP", "RENDER", "COMPLETED"), ("RETRY_SCHEDULED", None, None),
+    ]  # fmt: skip
+    assert [(log.attempt, log.status, log.reason) for log in logs] == [(1, "FAILED", "retry")]
+    limit = SpanEvent("exception", 90, {"exception.type": "billiard.exceptions.TimeLimitExceeded"})
+    limited = [span(1, 0, "run/app.thumbnail", 0, 100, _run("FAILURE", 2).attributes,
+                    kind=KIND_CONSUMER, error=True, events=[limit])]  # fmt: skip
+    _, logs = rows(recognised(limited, "celery"))
+    assert [(log.attempt, log.status, log.reason) for log in logs] == [(3, "FAILED", "time_limit")]

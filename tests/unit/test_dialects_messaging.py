@@ -20,6 +20,7 @@ from otel_jobsteps._core.dialects import select_dialects
 from otel_jobsteps._core.dialects.base import KIND_CONSUMER, KIND_INTERNAL, KIND_PRODUCER
 from otel_jobsteps._core.dialects.messaging import DIALECT
 from otel_jobsteps._core.facts import SpanFacts
+from tests.unit.dialect_support import recognised, rows, span
 
 PIKA = {
     "messaging.system": "rabbitmq",
@@ -105,3 +106,15 @@ def test_a_celery_run_goes_to_celery_before_messaging() -> None:
     found = select_dialects("celery,messaging").may_start_job(run.name, run.kind, {})
     assert found is not None
     assert found.name == "celery"
+
+
+def test_the_rows_of_a_pika_delivery_with_a_failing_step() -> None:
+    unit = [
+        span(1, 0, "thumbnails receive", 0, 100, PIKA, kind=KIND_CONSUMER, error=True),
+        span(2, 1, "upload", 10, 90, {"job.step.key": "UPLOAD"}, error=True),
+    ]
+    events, logs = rows(recognised(unit, "messaging"))
+    assert [(row.job_id, row.step_key, row.step_status) for row in events] == [
+        ("m-1", "UPLOAD", "FAILED")
+    ]
+    assert [(log.domain, log.attempt, log.status) for log in logs] == [("thumbnails", 1, "FAILED")]

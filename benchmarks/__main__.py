@@ -33,6 +33,7 @@ from . import (
     metrics,
     open_spans,
     open_steps,
+    sampling,
     throughput,
     web,
 )
@@ -59,6 +60,7 @@ SECTIONS = (
     "metrics",
     "logs",
     "cpu",
+    "sampling",
 )
 CRASHED = "CRASHED"
 DEFAULT_BIG_ROWS = 5_000_000
@@ -222,6 +224,8 @@ def main() -> int:
                     lambda: cpu.run(server_dsn, quick=args.quick, baseline=args.baseline),
                     rows,
                 )
+            if "sampling" in chosen:
+                _section("sampling", lambda: sampling.run(dbs, quick=args.quick), rows)
         finally:
             dbs.close()
         if "memory" in chosen:

@@ -296,6 +296,14 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def medians(samples: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    """The median of each case's samples of each kind (wall, cpu, ...)."""
+    return {
+        name: {kind: median(values) for kind, values in by_kind.items()}
+        for name, by_kind in samples.items()
+    }
+
+
 @dataclass
 class Row:
     """One line of the result table."""

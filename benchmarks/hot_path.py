@@ -27,7 +27,7 @@ from opentelemetry.trace import set_span_in_context
 
 from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor
 
-from .common import STEP_KEYS, Databases, Row, fmt_ratio, job_attributes, median, server, verdict
+from .common import STEP_KEYS, Databases, Row, fmt_ratio, job_attributes, medians, server, verdict
 
 
 class DiscardingExporter(SpanExporter):
@@ -99,10 +99,7 @@ def measure(dsn: str, *, repetitions: int, steps: int) -> dict[str, dict[str, fl
     finally:
         for provider in providers.values():
             provider.shutdown()
-    return {
-        name: {kind: median(values) for kind, values in by_kind.items()}
-        for name, by_kind in samples.items()
-    }
+    return medians(samples)
 
 
 def rows(result: dict[str, dict[str, float]], repetitions: int, steps: int) -> list[Row]:

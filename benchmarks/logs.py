@@ -46,7 +46,17 @@ from otel_jobsteps._ingest.logs import decode_logs_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
 
-from .common import DOMAIN, Databases, Row, fmt_rate, fmt_ratio, job_attributes, median, verdict
+from .common import (
+    DOMAIN,
+    Databases,
+    Row,
+    fmt_rate,
+    fmt_ratio,
+    job_attributes,
+    median,
+    medians,
+    verdict,
+)
 from .ingest import otlp_span
 
 TARGET_LINES_PER_S = 10_000
@@ -123,10 +133,7 @@ def measure_job_thread(dsn: str, *, repetitions: int, records: int) -> dict[str,
         for tracers, logs in variants.values():
             logs.shutdown()
             tracers.shutdown()
-    return {
-        name: {kind: median(values) for kind, values in by_kind.items()}
-        for name, by_kind in samples.items()
-    }
+    return medians(samples)
 
 
 def measure_end_to_end(dsn: str, *, jobs: int, lines_per_step: int, writer: str) -> float:

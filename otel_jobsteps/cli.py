@@ -26,7 +26,7 @@ from . import __version__
 from ._cli.extras import install_hint
 from ._cli.formatting import format_difference, format_duration, format_time
 from ._cli.timeline import Style, render_detail, render_jobs, render_log_line
-from ._core.dialects import select_dialects
+from ._core.dialects import DEFAULT_DIALECTS, select_dialects
 from ._core.vocabulary import MAX_ATTEMPT
 from ._pg.db import Record, borrowed_connection, check_dsn, session
 from ._pg.step_stats import (
@@ -575,6 +575,14 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dialects(args: argparse.Namespace) -> int:
+    """Each dialect in the order tried: whether it is on by default, and its source."""
+    for dialect in select_dialects("all").dialects:
+        default = "default" if dialect.name in DEFAULT_DIALECTS else "opt-in"
+        print(f"{dialect.name:<10} {default:<8} {dialect.source}")
+    return 0
+
+
 def _explain(args: argparse.Namespace) -> int:
     try:  # decoding OTLP is the collect extra's
         from ._cli.explain import explain, read_spans
@@ -982,6 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for server in (web, collect):
         _access_log_option(server)
+    command("dialects", _dialects, "the dialects in the order tried: default or opt-in, source")
     explainer = command(
         "explain",
         _explain,

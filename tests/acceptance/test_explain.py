@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Tracer
 
+from otel_jobsteps._core.dialects import DIALECT_NAMES
 from tests.acceptance.test_cli import TIMEOUT_S, _command, _environment, one_error_line
 from tests.ingest.requests import as_otlp_json, proto_spans, request_of
 
@@ -195,3 +196,14 @@ def test_a_missing_file_and_an_unknown_dialect_are_one_line_and_exit_2(tmp_path:
     assert "unknown dialect 'rabbit'" in one_error_line(
         _explain(str(empty), "--dialects", "rabbit")
     )
+
+
+def test_dialects_lists_each_in_the_order_tried_with_its_default_and_source() -> None:
+    result = subprocess.run(
+        [_command(), "dialects"], capture_output=True, text=True, env=_environment(None),
+        timeout=TIMEOUT_S, check=False,
+    )  # fmt: skip
+    rows = [line.split(maxsplit=2) for line in _lines(result)]
+    assert tuple(row[0] for row in rows) == DIALECT_NAMES
+    assert [row[0] for row in rows if row[1] == "opt-in"] == ["messaging"]
+    assert rows[1][2].startswith("opentelemetry-instrumentation-celery 0.66b2")

@@ -64,15 +64,15 @@ _DIALECTS = {
 class Dialects:
     """The selected dialects, in the order they are tried."""
 
-    __slots__ = ("_any_kind", "_by_kind", "_dialects", "names")
+    __slots__ = ("_any_kind", "_by_kind", "dialects", "names")
 
     def __init__(self, dialects: Sequence[Dialect]) -> None:
-        self._dialects = tuple(dialects)
-        self.names: tuple[str, ...] = tuple(dialect.name for dialect in self._dialects)
+        self.dialects = tuple(dialects)
+        self.names: tuple[str, ...] = tuple(dialect.name for dialect in self.dialects)
         # Per span kind, only the dialects that may claim it: most spans ask one or two.
-        self._any_kind = tuple((d.may_start_job, d) for d in self._dialects)
+        self._any_kind = tuple((d.may_start_job, d) for d in self.dialects)
         self._by_kind = {
-            kind: tuple((d.may_start_job, d) for d in self._dialects if _may_claim(d, kind))
+            kind: tuple((d.may_start_job, d) for d in self.dialects if _may_claim(d, kind))
             for kind in range(KIND_CONSUMER + 1)
         }
 
@@ -80,7 +80,7 @@ class Dialects:
         return f"Dialects({', '.join(self.names) or 'none'})"
 
     def __bool__(self) -> bool:
-        return bool(self._dialects)
+        return bool(self.dialects)
 
     def may_start_job(self, name: str, kind: int, attributes: Mapping[str, Any]) -> Dialect | None:
         """The first selected dialect that may make this span (at its start) a job, or None."""
@@ -104,7 +104,7 @@ class Dialects:
 
     def with_mappings(self, mappings: Sequence[JobMapping]) -> Dialects:
         """These dialects with the user's ``--mapping`` rules tried first (they are explicit)."""
-        return Dialects([*map(mapping_dialect, mappings), *self._dialects])
+        return Dialects([*map(mapping_dialect, mappings), *self.dialects])
 
 
 def _may_claim(dialect: Dialect, kind: int) -> bool:

@@ -54,15 +54,19 @@ def by_name(spans: Sequence[SpanFacts]) -> dict[str, Mapping[str, Any]]:
     return {each.name: each.attributes for each in spans}
 
 
-def rows(spans: Sequence[SpanFacts]) -> tuple[list[EventRow], list[JobLogRow]]:
+def rows(
+    spans: Sequence[SpanFacts], problems: list[str] | None = None
+) -> tuple[list[EventRow], list[JobLogRow]]:
     """The ``job_event`` and ``job_log`` rows of recognised spans, told to the translation as
-    the core tells a held unit: each start and end in the order they happened."""
+    the core tells a held unit: each start and end in the order they happened. A problem the
+    translation counts fails the test, or is added to ``problems`` if given."""
     moments = sorted(
         [((each.start_ns, 1, index), each, False) for index, each in enumerate(spans)]
         + [((each.end_ns, 0, -index), each, True) for index, each in enumerate(spans)],
         key=lambda moment: moment[0],
     )
-    translator = SpanTranslator(problem=_no_problem, received=False)
+    problem = _no_problem if problems is None else lambda kind, _: problems.append(kind)
+    translator = SpanTranslator(problem=problem, received=False)
     recorder = StepRecorder(debounce_ms=0)
     for _, facts, ended in moments:
         if ended:

@@ -26,7 +26,7 @@ from typing import Any
 
 from ...attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
 from ..facts import SpanFacts
-from .base import Dialect, with_defaults
+from .base import KIND_INTERNAL, Dialect, with_defaults
 from .units import nest
 
 __all__ = ["DIALECT"]
@@ -78,4 +78,5 @@ DIALECT = Dialect(
     source="dbos 3.4.0 (PyPI): dbos/_tracer.py, dbos/_context.py, dbos/_core.py",
     may_start_job=_may_start_job,
     recognise=_recognise,
+    kinds=frozenset({KIND_INTERNAL}),  # DBOS starts its spans with the tracer's default kind
 )

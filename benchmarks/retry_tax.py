@@ -1,7 +1,8 @@
-"""Issue 40: the retry tax over 30 days of the big table, before and after its summary.
+"""Issue 40: the retry tax over the big table's failures, before and after its summary.
 
 On a filled database (bigtable.py: 5 M job_event rows, one job in 17 FAILED, 57,647 failed
-attempts at 5 M rows, all inside the window), reads ``job_retry_tax(since)`` as migration 0019
+attempts at 5 M rows), over a window from the oldest final row (the issue's "30 days of 5 M
+rows": every failure inside it), reads ``job_retry_tax(since)`` as migration 0019
 answers it (the summary job_failed_step, kept by job_log's triggers) and as migration 0017
 answered it (every failed attempt's step rows probed at each call; its function is created
 again from the migration's text as a temporary function), in turns, so both see the same
@@ -17,7 +18,6 @@ import argparse
 import math
 import statistics
 import time
-from datetime import timedelta
 from importlib import resources
 from typing import Any, LiteralString, cast
 
@@ -26,7 +26,6 @@ import psycopg
 from .common import Row, format_table, verdict
 
 TARGET_MS = 500.0
-WINDOW = timedelta(days=30)
 # 0017's function, created again under this name for the session (pg_temp).
 BEFORE = "pg_temp.job_retry_tax_0017"
 AFTER = "job_retry_tax"
@@ -65,8 +64,8 @@ def measure(dsn: str, repeat: int) -> list[Row]:
     """Both reads in turns on the filled database at ``dsn``; rows for the result table."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(cast(LiteralString, function_0017()))
-        (latest,) = conn.execute("SELECT max(created_at) FROM job_log").fetchone() or (None,)
-        since = latest - WINDOW
+        # A window holding every failure kept: the fill's are older than 30 days from now.
+        (since,) = conn.execute("SELECT min(created_at) FROM job_log").fetchone() or (None,)
         failed, summary_rows, size = conn.execute(
             "SELECT (SELECT count(*) FROM job_log WHERE status = 'FAILED' AND created_at >= %s),"
             " count(*), pg_size_pretty(pg_total_relation_size('job_failed_step'))"
@@ -83,7 +82,7 @@ def measure(dsn: str, repeat: int) -> list[Row]:
     if not same_rows(answers[BEFORE], answers[AFTER]):
         raise RuntimeError(f"the two reads differ: {answers[BEFORE]} != {answers[AFTER]}")
     before, after = (statistics.median(times[f]) for f in (BEFORE, AFTER))
-    label = f"job_retry_tax, 30 days, {failed:,} failed attempts"
+    label = f"job_retry_tax, every failure kept ({failed:,} failed attempts)"
     return [
         Row(
             "40",

@@ -155,18 +155,19 @@ RETURNS TABLE (
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
     WITH retried AS (
-        -- the completion that followed each failure in the window, once per completion
+        -- the completion that followed each failure in the window (its first completed later
+        -- attempt), once per completion; a join, so that few retried completions are hashed
         SELECT DISTINCT c.domain, c.job_id, c.attempt, c.job_type, c.created_at
-        FROM job_failed_step AS f
-        CROSS JOIN LATERAL (
-            SELECT n.domain, n.job_id, n.attempt, n.job_type, n.created_at
-            FROM job_log AS n
-            WHERE n.domain = f.domain AND n.job_id = f.job_id AND n.attempt > f.attempt
-              AND n.status = 'COMPLETED' AND n.attempt > 1  -- job_log_retried_completion
-            ORDER BY n.attempt
-            LIMIT 1
+        FROM (
+            SELECT DISTINCT ON (f.domain, f.job_id, f.attempt)
+                   n.domain, n.job_id, n.attempt, n.job_type, n.created_at
+            FROM job_failed_step AS f
+            JOIN job_log AS n
+              ON n.domain = f.domain AND n.job_id = f.job_id AND n.attempt > f.attempt
+             AND n.status = 'COMPLETED' AND n.attempt > 1  -- job_log_retried_completion
+            WHERE f.failed_attempts = 1 AND f.ended_at >= COALESCE(ended_since, '-infinity')
+            ORDER BY f.domain, f.job_id, f.attempt, n.attempt
         ) AS c
-        WHERE f.failed_attempts = 1 AND f.ended_at >= COALESCE(ended_since, '-infinity')
     ), to_success AS (
         SELECT r.job_type,
                percentile_cont(0.5) WITHIN GROUP (ORDER BY r.seconds) AS p50,

@@ -27,11 +27,15 @@ from ..errors import ConfigurationError, printable
 __all__ = ["explain", "read_spans"]
 
 _ALL = select_dialects("all")
+_SPANS = frozenset({"resourceSpans", "resource_spans"})
+# A file exporter may write every signal to one file: their lines hold no span, and are skipped.
+_OTHER_SIGNALS = frozenset({"resourceLogs", "resource_logs", "resourceMetrics", "resource_metrics"})
 
 
 def read_spans(lines: Iterable[bytes], source: str) -> list[SpanFacts]:
-    """The spans of ``lines`` (one OTLP/JSON trace request per line; blank lines skipped), with
-    their kind and resource; a line that is not one is a `ConfigurationError` naming it."""
+    """The spans of ``lines`` (one OTLP/JSON export request per line; blank lines and other
+    signals' requests skipped), with their kind and resource; a line that is not one is a
+    `ConfigurationError` naming it."""
     spans: list[SpanFacts] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -39,11 +43,12 @@ def read_spans(lines: Iterable[bytes], source: str) -> list[SpanFacts]:
         request = ExportTraceServiceRequest()
         try:
             document = json.loads(line)
-            if not isinstance(document, dict) or not (
-                "resourceSpans" in document or "resource_spans" in document
-            ):
-                raise BadRequest("no resourceSpans: not a trace request")
-            parse_json(line, request)
+            if not isinstance(document, dict):
+                raise BadRequest("not an object")
+            if not _SPANS.isdisjoint(document):
+                parse_json(line, request)
+            elif _OTHER_SIGNALS.isdisjoint(document):
+                raise BadRequest("no resourceSpans: not an OTLP export request")
         except (ValueError, RecursionError) as error:
             reason = printable(str(error))[:200]
             raise ConfigurationError(f"{source}:{number}: not OTLP/JSON: {reason}") from None

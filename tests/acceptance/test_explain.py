@@ -176,7 +176,7 @@ def test_stdin_and_the_environments_selection(traces: Path) -> None:
     ("content", "says"),
     [
         pytest.param(b"not json\n", "traces.jsonl:1: not OTLP/JSON: Expecting value", id="text"),
-        pytest.param(b'{"resourceLogs": []}\n', "no resourceSpans", id="logs"),
+        pytest.param(b'{"spans": []}\n', "no resourceSpans", id="no-request"),
         pytest.param(b'{"resourceSpans": 3}\n', "not OTLP/JSON", id="wrong-shape"),
         pytest.param(b"\n[]\n", "traces.jsonl:2: not OTLP/JSON", id="array"),
     ],
@@ -187,6 +187,13 @@ def test_input_that_is_not_otlp_json_is_one_line_and_exit_2(
     path = tmp_path / "traces.jsonl"
     path.write_bytes(content)
     assert says in one_error_line(_explain(str(path)))
+
+
+def test_other_signals_lines_are_skipped(tmp_path: Path, traces: Path) -> None:
+    path = tmp_path / "signals.jsonl"
+    other = b'{"resourceLogs": []}\n{"resourceMetrics": []}\n'
+    path.write_bytes(other + traces.read_bytes())
+    assert list(_lines(_explain(str(path)))) == list(_lines(_explain(str(traces))))
 
 
 def test_a_missing_file_and_an_unknown_dialect_are_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import gc
 import threading
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -39,19 +40,27 @@ from .throughput import ours_once
 AREAS = (
     ("/otel_jobsteps/processor", "ours: processor hooks"),
     ("/otel_jobsteps/_live/spans", "ours: processor hooks"),
-    ("/otel_jobsteps/_core/recorder", "ours: recorder"),
-    ("/otel_jobsteps/_core/batch", "ours: recorder"),
+    ("/otel_jobsteps/_live/watch", "ours: span watch (queue items -> facts)"),
+    ("/otel_jobsteps/_live/fields", "ours: span watch (queue items -> facts)"),
+    ("/otel_jobsteps/_live/interpretation", "ours: span watch (queue items -> facts)"),
+    ("/otel_jobsteps/_core/translate", "ours: translate (facts -> commands)"),
+    ("/otel_jobsteps/_core/attempts", "ours: translate (facts -> commands)"),
+    ("/otel_jobsteps/_core/recorder", "ours: recorder (commands -> rows)"),
+    ("/otel_jobsteps/_core/steps", "ours: recorder (commands -> rows)"),
+    ("/otel_jobsteps/_core/adjacent", "ours: recorder (commands -> rows)"),
+    ("/otel_jobsteps/_core/batch", "ours: recorder (commands -> rows)"),
     ("/otel_jobsteps/_core/detail", "ours: detail encoding"),
     ("/otel_jobsteps/_live/writer", "ours: writer loop"),
     ("/otel_jobsteps/_live/background", "ours: writer loop"),
     ("/otel_jobsteps/_pg/store", "ours: store (parameters)"),
-    ("/otel_jobsteps/_telemetry/stats", "ours: stats"),
+    ("/otel_jobsteps/_telemetry/", "ours: stats and metrics"),
     ("/otel_jobsteps/", "ours: other"),
     ("/psycopg", "psycopg"),
     ("/opentelemetry/", "OTel SDK/API"),
     ("/benchmarks/", "benchmark driver"),
 )
 OTHER = "stdlib/builtins"
+ROOT = Path(__file__).resolve().parent.parent  # this checkout: stripped from frames' paths
 
 
 def hot(dsn: str, seconds: float) -> None:
@@ -164,7 +173,7 @@ def _sample_area(frames: list[str]) -> str:
 def _short(frame: str) -> str:
     """``func (/long/path/site-packages/pkg/mod.py:12)`` -> ``func (pkg/mod.py:12)``."""
     name, _, where = frame.partition(" (")
-    for marker in ("site-packages/", "/work/main/"):
+    for marker in ("site-packages/", f"{ROOT}/"):
         if marker in where:
             where = where.split(marker, 1)[1]
     return f"{name} ({where}" if where else name

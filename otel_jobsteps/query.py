@@ -377,13 +377,21 @@ class AttemptDiff(Record):
     a: AttemptSide
     b: AttemptSide
     steps: tuple[StepPair, ...]
-    first_divergence: str | None
     as_of: datetime
 
     @property
     def divergence_index(self) -> int | None:
         """The place in ``steps`` of the first pair whose statuses differ."""
-        return _divergence(self.steps)
+        return next((i for i, p in enumerate(self.steps) if p.a_status != p.b_status), None)
+
+    @property
+    def first_divergence(self) -> str | None:
+        index = self.divergence_index
+        return None if index is None else self.steps[index].key
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields and ``first_divergence``, as `Record.to_dict`."""
+        return {**Record.to_dict(self), "first_divergence": self.first_divergence}
 
 
 def attempt_diff(
@@ -433,14 +441,7 @@ def attempt_diff(
         for n in (a, b)
     ]
     pairs = tuple(_align_steps(steps[a], steps[b]))
-    index = _divergence(pairs)
-    diverged = None if index is None else pairs[index].key
-    as_of = found[0]["as_of"]
-    return AttemptDiff(domain, str(job_id), sides[0], sides[1], pairs, diverged, as_of)
-
-
-def _divergence(pairs: tuple[StepPair, ...]) -> int | None:
-    return next((i for i, p in enumerate(pairs) if p.a_status != p.b_status), None)
+    return AttemptDiff(domain, str(job_id), sides[0], sides[1], pairs, found[0]["as_of"])
 
 
 def _side(

@@ -17,7 +17,3 @@ NOT_FOUND: Outcome = "not_found"  # the queue no longer knows the job
 class Answer:
     outcome: Outcome
     answer: str  # one line: what the queue did or why not
-
-    @property
-    def done(self) -> bool:
-        return self.outcome == DONE

@@ -52,6 +52,15 @@ class RequestFailed(StagingUnavailable):
     timeout): answered 503 as well, while collect goes on with the other requests."""
 
 
+class _Tries:
+    """The transactions one request may still take: the halves `_isolated` makes share it."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
 class _Failed(Exception):
     def __init__(self, error: psycopg.Error, fault: Fault) -> None:
         self.error = error
@@ -154,7 +163,7 @@ class Staging:
         try:
             with self._pool.store() as store:
                 self._count_uncertain(store)
-                return self._isolated(store, rows, logs, [_MAX_TRIES])
+                return self._isolated(store, rows, logs, _Tries(_MAX_TRIES))
         except _Failed as failed:  # this request only: no pause, the others go on
             self.stats.add("statement_retry_answers")
             # A right revoked, a table altered: logged, and the exporter keeps the spans.
@@ -165,13 +174,13 @@ class Staging:
             raise self._unavailable(error) from None
 
     def _isolated(
-        self, store: StepStore, rows: list[SpanRow], logs: list[LogRow], tries: list[int]
+        self, store: StepStore, rows: list[SpanRow], logs: list[LogRow], tries: _Tries
     ) -> Receipt:
         """`_try`, and where a statement fails for what this request holds (`failures`), the
         request in halves, down to the spans (records) that still fail, which are refused and
-        counted; at most ``tries[0]`` transactions in all (the rest of a part that fails then is
+        counted; at most ``tries.left`` transactions in all (the rest of a part that fails then is
         refused). `_Failed` when the request is to be answered retryable."""
-        tries[0] -= 1
+        tries.left -= 1
         try:
             receipt = self._try(store, rows, logs)
         except psycopg.Error as error:
@@ -183,7 +192,7 @@ class Staging:
                 kind is Fault.CONTENTION and self._repeats.failed(keys) < REPEATS_REFUSED
             ):
                 raise _Failed(error, kind) from None
-            if len(keys) > 1 and tries[0] > 1:  # a request holds spans, or records
+            if len(keys) > 1 and tries.left > 1:  # a request holds spans, or records
                 half_rows, half_logs = (len(rows) + 1) // 2, (len(logs) + 1) // 2
                 return _total(
                     self._isolated(store, rows[:half_rows], logs[:half_logs], tries),

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
-import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,12 +20,24 @@ from typing import Any, NoReturn, TypeVar
 import psycopg
 
 from . import __version__
+from ._cli.arguments import (
+    dsn_option,
+    duration_argument,
+    factor_argument,
+    int_between,
+    is_utf8,
+    parse_duration,
+    print_json,
+    schema_option,
+    seconds_between,
+    utf8,
+)
 from ._cli.extras import install_hint
 from ._cli.formatting import format_difference, format_duration, format_time
 from ._cli.timeline import Style, render_detail, render_jobs, render_log_line
 from ._core.dialects import DEFAULT_DIALECTS, select_dialects
 from ._core.vocabulary import MAX_ATTEMPT
-from ._pg.db import Record, borrowed_connection, check_dsn, session
+from ._pg.db import Record, borrowed_connection, session
 from ._pg.step_stats import (
     RetryTax,
     StepStat,
@@ -64,10 +73,6 @@ DIALECTS_ENV = "OTEL_JOBSTEPS_DIALECTS"
 EXIT_NOT_FOUND = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
-_DURATION_PART = re.compile(r"([0-9]+)([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-# Far enough back for any cut-off, near enough that now() minus it stays a valid timestamp.
-MAX_DURATION = timedelta(days=36500)
 MIN_INTERVAL_S = 0.05  # tail polls the database this often at most
 MAX_INTERVAL_S = 3600.0
 MAX_LIMIT = 1_000_000
@@ -75,123 +80,11 @@ MAX_BATCH_SIZE = 100_000
 FORWARDED_ENV = "OTEL_JOBSTEPS_FORWARDED_ALLOW_IPS"
 
 
-def parse_duration(text: str) -> timedelta:
-    """``90s``, ``15m``, ``1h``, ``2d``, ``1w`` or combinations like ``1h30m``; up to 36500d."""
-    compact = text.strip().lower()
-    parts = _DURATION_PART.findall(compact)
-    if not parts or "".join(n + u for n, u in parts) != compact:
-        raise ValueError(f"invalid duration {text!r}: use forms like 90s, 15m, 1h, 2d or 1h30m")
-    too_long = f"invalid duration {text!r}: at most {MAX_DURATION.days}d"
-    if any(len(n) > 12 for n, _ in parts):  # int() of thousands of digits is slow, then refused
-        raise ValueError(too_long)
-    seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
-    if seconds <= 0:
-        raise ValueError(f"invalid duration {text!r}: it must be longer than zero")
-    if seconds > MAX_DURATION.total_seconds():
-        raise ValueError(too_long)
-    return timedelta(seconds=seconds)
-
-
-def _duration_argument(text: str) -> timedelta:
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _factor_argument(text: str) -> float:
-    """A number above zero (no nan, no inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
-    return value
-
-
 def _tag_argument(text: str) -> tuple[str, str]:
     try:
         return parse_tag(text)
     except ConfigurationError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def int_between(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a decimal integer from ``low`` to ``high``, else one clear line."""
-
-    def parse(text: str) -> int:
-        digits = text.strip()
-        if not re.fullmatch(r"[0-9]{1,19}", digits) or not low <= int(digits) <= high:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer from {low} to {high}, got {text!r}"
-            )
-        return int(digits)
-
-    return parse
-
-
-def seconds_between(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: seconds from ``low`` to ``high`` (no nan, no inf)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not low <= value <= high:  # False for nan
-            raise argparse.ArgumentTypeError(
-                f"expected a number of seconds at least {low:g} and at most {high:g}, got {text!r}"
-            )
-        return value
-
-    return parse
-
-
-def _is_utf8(text: str) -> bool:
-    """False for text made of undecodable bytes: Python passes argv and environment bytes that
-    are not UTF-8 on as lone surrogates, which nothing downstream can encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _utf8(text: str, what: str) -> str:
-    if not _is_utf8(text):
-        raise ConfigurationError(f"{what} is not valid UTF-8")
-    return text
-
-
-def _dsn(args: argparse.Namespace, *, read: bool = False) -> str:
-    """The primary's DSN; ``read``: a replica's first (--read-dsn, $OTEL_JOBSTEPS_READ_DSN).
-    Options beat the environment: an explicit --dsn beats $OTEL_JOBSTEPS_READ_DSN."""
-    dsn: str | None = (
-        (args.read_dsn if read else None)
-        or args.dsn
-        or (os.environ.get("OTEL_JOBSTEPS_READ_DSN") if read else None)
-        or os.environ.get("OTEL_JOBSTEPS_DSN")
-    )
-    if not dsn:
-        raise ConfigurationError("no database: pass --dsn or set OTEL_JOBSTEPS_DSN")
-    return check_dsn(_utf8(dsn, "the DSN"))
-
-
-def _schema(args: argparse.Namespace) -> str:
-    schema = str(args.schema or os.environ.get("OTEL_JOBSTEPS_SCHEMA") or "public")
-    return _utf8(schema, "the schema name")
-
-
-def _json_escape(char: str) -> str:
-    return json.dumps(char)[1:-1]  # \uXXXX, a surrogate pair beyond the BMP
-
-
-def _print_json(value: Any) -> None:
-    # Every character a terminal could act on gets its \u escape (json does only C0 controls):
-    # the same values for a parser, inert on a terminal.
-    text = json.dumps(value, indent=2, ensure_ascii=False)
-    print("\n".join(printable(line, _json_escape) for line in text.split("\n")))
 
 
 def _plural(count: int, word: str, plural: str | None = None) -> str:
@@ -202,11 +95,11 @@ def _plural(count: int, word: str, plural: str | None = None) -> str:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    schema = _schema(args)
+    schema = schema_option(args)
     if args.interval is not None and not args.partitioned:
         raise ConfigurationError("--interval goes with --partitioned")
     interval = (args.interval or timedelta(days=1)) if args.partitioned else None
-    applied = migrate(_dsn(args), schema=schema, partition_interval=interval)
+    applied = migrate(dsn_option(args), schema=schema, partition_interval=interval)
     if applied:
         versions = ", ".join(f"{version:04d}" for version in applied)
         print(f"schema {schema!r}: applied migration {versions}")
@@ -224,15 +117,15 @@ def _show(args: argparse.Namespace) -> int:
     if args.diff is not None:
         a, b = args.diff
         diff = attempt_diff(
-            _dsn(args, read=True), args.domain, args.job_id, a, b, schema=_schema(args)
+            dsn_option(args, read=True), args.domain, args.job_id, a, b, schema=schema_option(args)
         )
         return _print_found(args, diff, f"attempt {a} or {b} of job", _diff_text)
     detail = job_detail(
-        _dsn(args, read=True),
+        dsn_option(args, read=True),
         args.domain,
         args.job_id,
         args.attempt,
-        schema=_schema(args),
+        schema=schema_option(args),
         before_attempt=args.before_attempt,
     )
     which = f"attempt {args.attempt} of job" if args.attempt is not None else "job"
@@ -250,7 +143,7 @@ def _print_found(
         print(f"{PROG}: no {which} {where}", file=sys.stderr)
         return EXIT_NOT_FOUND
     if args.json:
-        _print_json(found.to_dict())
+        print_json(found.to_dict())
     else:
         print(text(found))
     return 0
@@ -300,17 +193,17 @@ def _run_name(key: str, occurrence: int) -> str:
 
 def _jobs(args: argparse.Namespace) -> int:
     jobs = list_jobs(
-        _dsn(args, read=True),
+        dsn_option(args, read=True),
         domain=args.domain,
         job_type=args.type,
         status=args.status,
         since=args.since,
         limit=args.limit,
-        schema=_schema(args),
+        schema=schema_option(args),
         tag=args.tag,
     )
     if args.json:
-        _print_json([job.to_dict() for job in jobs])
+        print_json([job.to_dict() for job in jobs])
     else:
         print(render_jobs(jobs, Style.for_stream(sys.stdout)))
     return 0
@@ -329,11 +222,11 @@ def _seconds(value: float | None) -> str:
 
 
 def _steps(args: argparse.Namespace) -> int:
-    schema = _schema(args)
+    schema = schema_option(args)
     thresholds = parse_thresholds(args.p95_factor, args.failure_points, args.min_samples)
     if args.retry_tax and args.by_version:
         raise ConfigurationError("--retry-tax and --by-version are two tables: pick one")
-    with session(_dsn(args, read=True), schema=schema, snapshot=True) as conn:
+    with session(dsn_option(args, read=True), schema=schema, snapshot=True) as conn:
         since_at = window_start(conn, args.since)
         if args.retry_tax:
             tax = read_retry_tax(conn, schema, since_at)
@@ -346,7 +239,7 @@ def _steps(args: argparse.Namespace) -> int:
             stats = read_step_stats(conn, schema, since_at)
             found, table = stats, partial(_step_table, stats)
     if args.json:
-        _print_json([row.to_dict() for row in found])
+        print_json([row.to_dict() for row in found])
     elif not found:
         what = "failed attempts" if args.retry_tax else "steps closed"
         what += " of attempts with a service.version" if args.by_version else ""
@@ -421,8 +314,8 @@ def _tail(args: argparse.Namespace) -> int:
     style = Style.for_stream(sys.stdout)
     scope = f" of domain {args.domain!r}" if args.domain else ""
     try:
-        with borrowed_connection(_dsn(args, read=True)) as conn:
-            follower = ActivityFollower(conn, domain=args.domain, schema=_schema(args))
+        with borrowed_connection(dsn_option(args, read=True)) as conn:
+            follower = ActivityFollower(conn, domain=args.domain, schema=schema_option(args))
             print(
                 f"following job_event{scope} every {args.interval:g}s "
                 f"({_plural(follower.open_steps, 'open step')}); Ctrl-C to stop",
@@ -437,7 +330,9 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    swept = sweep(_dsn(args), args.older_than, dry_run=args.dry_run, schema=_schema(args))
+    swept = sweep(
+        dsn_option(args), args.older_than, dry_run=args.dry_run, schema=schema_option(args)
+    )
     silence = format_duration(args.older_than)
     if not swept:
         print(f"no open step has been silent for {silence}")
@@ -457,11 +352,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     result = prune(
-        _dsn(args),
+        dsn_option(args),
         args.older_than,
         dry_run=args.dry_run,
         batch_size=args.batch_size,
-        schema=_schema(args),
+        schema=schema_option(args),
     )
     logs = _plural(result.job_logs, "job_log row")
     events = _plural(result.job_events, "job_event row")
@@ -481,9 +376,9 @@ def _prune(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ._cli.demo import run_demo  # the SDK and the embedded server load only for the demo
 
-    dsn = _dsn(args) if args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN") else None
+    dsn = dsn_option(args) if args.dsn or os.environ.get("OTEL_JOBSTEPS_DSN") else None
     consent = (lambda _: True) if args.migrate else _ask if sys.stdin.isatty() else None
-    run_demo(dsn, schema=_schema(args), consent=consent)
+    run_demo(dsn, schema=schema_option(args), consent=consent)
     return 0
 
 
@@ -505,14 +400,16 @@ def _serve(args: argparse.Namespace) -> int:
         ) from None
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
-        _utf8(token, TOKEN_ENV)
+        utf8(token, TOKEN_ENV)
         check_token(token, "--token" if args.token is not None else TOKEN_ENV)
-    dsn = _dsn(args)
-    operator = operator_from_options(args.operator_token, args.actions, dsn, _schema(args), token)
+    dsn = dsn_option(args)
+    operator = operator_from_options(
+        args.operator_token, args.actions, dsn, schema_option(args), token
+    )
     serve(
         dsn,
         listen=args.listen,
-        schema=_schema(args),
+        schema=schema_option(args),
         trace_url=args.trace_url,
         token=token,
         no_auth=args.no_auth,
@@ -556,10 +453,10 @@ def _collect(args: argparse.Namespace) -> int:
     if args.settle_open_after < args.settle_after:
         raise ConfigurationError("--settle-open-after must be at least --settle-after")
     serve_collect(
-        _dsn(args),
+        dsn_option(args),
         listen=args.listen,
         grpc_listen=args.grpc_listen,
-        schema=_schema(args),
+        schema=schema_option(args),
         settle_after_s=args.settle_after.total_seconds(),
         settle_open_after_s=args.settle_open_after.total_seconds(),
         mappings=[JobMapping.parse(text) for text in args.mapping],
@@ -640,7 +537,7 @@ def _read_option(parser: argparse.ArgumentParser) -> None:
 def _cutoff_options(parser: argparse.ArgumentParser, older_help: str, dry_help: str) -> None:
     parser.add_argument(
         "--older-than",
-        type=_duration_argument,
+        type=duration_argument,
         required=True,
         metavar="DURATION",
         help=older_help,
@@ -723,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrator.add_argument(
         "--interval",
-        type=_duration_argument,
+        type=duration_argument,
         metavar="DURATION",
         help="with --partitioned: the time one partition covers (1d); fixed once installed",
     )
@@ -758,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--type", help="job type")
     jobs.add_argument("--status", type=str.upper, choices=STATUSES)
     jobs.add_argument(
-        "--since", type=_duration_argument, help="active within this long, e.g. 1h or 2d"
+        "--since", type=duration_argument, help="active within this long, e.g. 1h or 2d"
     )
     jobs.add_argument(
         "--tag",
@@ -773,8 +670,8 @@ def build_parser() -> argparse.ArgumentParser:
     steps = command("steps", _steps, "closed step durations per job type and step over a window")
     steps.add_argument(
         "--since",
-        type=_duration_argument,
-        default=_duration_argument("24h"),
+        type=duration_argument,
+        default=duration_argument("24h"),
         metavar="DURATION",
         help="steps closed (with --retry-tax: attempts failed) within this long (24h)",
     )
@@ -854,7 +751,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with a DSN: apply the migrations it lacks without asking (it asks on a terminal)",
     )
 
-    add_action_commands(command, _dsn, _schema)
+    add_action_commands(command)
 
     web = command(
         "serve", _serve, "the recorded jobs as web pages and JSON (read-only, or --operator-token)"
@@ -876,15 +773,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_operator_options(web)
     web.add_argument(
         "--silent-after",
-        type=_duration_argument,
-        default=_duration_argument("5m"),
+        type=duration_argument,
+        default=duration_argument("5m"),
         metavar="DURATION",
         help="an open step with no start or heartbeat for this long counts as silent in "
         "/metrics (5m)",
     )
     web.add_argument(
         "--overdue-factor",
-        type=_factor_argument,
+        type=factor_argument,
         default=3.0,
         metavar="FACTOR",
         help="a running step is overdue past FACTOR x its p99 of the last 7 days (at least 20 "
@@ -935,15 +832,15 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         collect.add_argument(
             flag,
-            type=_duration_argument,
-            default=_duration_argument(default),
+            type=duration_argument,
+            default=duration_argument(default),
             metavar="DURATION",
             help=f"how long after its last span arrived to keep {what} ({default})",
         )
     collect.add_argument(
         "--body-timeout",
-        type=_duration_argument,
-        default=_duration_argument("10s"),
+        type=duration_argument,
+        default=duration_argument("10s"),
         metavar="DURATION",
         help="longest an HTTP request body may take to arrive; slower ones get 408 (10s)",
     )
@@ -1043,7 +940,7 @@ def _undecodable(args: argparse.Namespace) -> str | None:
     """The name of the first argument that is not valid UTF-8, if any."""
     for name, value in vars(args).items():
         texts = value if isinstance(value, list) else [value]
-        if any(isinstance(text, str) and not _is_utf8(text) for text in texts):
+        if any(isinstance(text, str) and not is_utf8(text) for text in texts):
             return name
     return None
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .._cli.arguments import parse_duration
 from .._core.limits import after_prefix
 from .._core.vocabulary import STATUSES
 from .._pg.db import Target, borrowed_connection
@@ -54,8 +55,6 @@ class JobFilter:
 
 def parse_filter(pairs: Mapping[str, Any]) -> JobFilter:
     """A filter from ``{key: text}`` (`FILTER_KEYS`); one ConfigurationError line per mistake."""
-    from ..cli import parse_duration  # the CLI's duration syntax (cli imports this package)
-
     unknown = sorted(set(pairs) - set(FILTER_KEYS))
     if unknown:
         raise ConfigurationError(f"unknown filter {unknown[0]!r} ({', '.join(FILTER_KEYS)})")

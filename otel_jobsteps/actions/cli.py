@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._cli.arguments import dsn_option, schema_option
 from ..errors import ConfigurationError, printable
 from .bulk import FILTER_KEYS, SHOWN_IDS, BulkPlan, parse_filter, plan_bulk, run_bulk, summary
 from .config import load_actions
@@ -22,7 +23,6 @@ __all__ = ["add_commands", "add_operator_options", "cli_actor"]
 
 EXIT_REFUSED = 1
 CommandFactory = Callable[[str, Callable[[argparse.Namespace], int], str], Any]
-ArgumentReader = Callable[[argparse.Namespace], str]
 
 
 def cli_actor() -> str:
@@ -33,7 +33,7 @@ def cli_actor() -> str:
     return f"cli:{user}"
 
 
-def add_commands(command: CommandFactory, dsn: ArgumentReader, schema: ArgumentReader) -> None:
+def add_commands(command: CommandFactory) -> None:
     """Add ``retry`` and ``cancel`` to the parser ``command`` adds subcommands to."""
     texts = {
         "retry": "put a failed job back on its queue (its worker runs the next attempt)",
@@ -43,13 +43,13 @@ def add_commands(command: CommandFactory, dsn: ArgumentReader, schema: ArgumentR
 
         def handle(args: argparse.Namespace, action: str = action) -> int:
             if args.filter:
-                return _bulk(args, action, dsn(args), schema(args))
+                return _bulk(args, action, dsn_option(args), schema_option(args))
             if args.domain is None or args.job_id is None or args.dry_run or args.max:
                 raise ConfigurationError(
                     "name a job (DOMAIN JOB_ID) or jobs (--filter ... --max N [--dry-run])"
                 )
             result = run_action(
-                dsn(args),
+                dsn_option(args),
                 load_actions(args.actions),
                 action,  # type: ignore[arg-type]
                 args.domain,
@@ -57,7 +57,7 @@ def add_commands(command: CommandFactory, dsn: ArgumentReader, schema: ArgumentR
                 actor=cli_actor(),
                 force=args.force,
                 idempotency_key=args.idempotency_key,
-                schema=schema(args),
+                schema=schema_option(args),
             )
             _report(args, result)
             return 0 if result.outcome == "done" else EXIT_REFUSED

@@ -10,7 +10,6 @@ read-only on purpose, so the cache is in memory rather than a table it would hav
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -20,8 +19,9 @@ from typing import Any
 
 import psycopg
 
+from .._cli.arguments import check_factor
 from .._pg.db import Record
-from ..errors import ConfigurationError, JobStepsError
+from ..errors import JobStepsError
 
 __all__ = [
     "BASELINE_WINDOW",
@@ -31,7 +31,6 @@ __all__ = [
     "REFRESH_AFTER",
     "Baseline",
     "Baselines",
-    "check_factor",
 ]
 
 logger = logging.getLogger("otel_jobsteps.web")
@@ -54,13 +53,6 @@ class Baseline(Record):
     step_key: str
     p99_seconds: float
     samples: int
-
-
-def check_factor(factor: float) -> float:
-    """``factor`` if a finite number above zero, else a `ConfigurationError`."""
-    if not (math.isfinite(factor) and factor > 0):
-        raise ConfigurationError(f"the overdue factor must be a number above 0, got {factor!r}")
-    return factor
 
 
 class Baselines:

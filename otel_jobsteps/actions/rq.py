@@ -33,6 +33,8 @@ def _act(config: DomainConfig, job_id: str, action: Callable[[Job, JobStatus], A
             job = Job.fetch(job_id, connection=connection)
         except NoSuchJobError:
             return Answer(NOT_FOUND, f"RQ has no job {job_id}")
+        except ValueError:  # RQ 2+ takes ids of letters, digits, _ and - only
+            return Answer(NOT_FOUND, f"RQ has no job {job_id} (not an id RQ takes)")
         return action(job, job.get_status())
 
 

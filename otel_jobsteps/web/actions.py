@@ -19,26 +19,25 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote_to_bytes
+from urllib.parse import parse_qsl
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import BaseRoute, Match, Route
-from starlette.types import Scope
+from starlette.routing import BaseRoute, Route
 
 from ..actions import ACTIONS, ActionResult, ActionsConfig, load_actions, run_action
 from ..actions.bulk import parse_filter, plan_bulk, run_bulk
 from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
 from .action_runs import ActionCounter, BulkRuns
 from .auth import check_token, same_token
+from .endpoints import AsyncEndpoint, JobRoute, guarded_async
 from .pages import Pages
 from .rendering import job_url, json_response
-from .security import TOKEN_COOKIE, raw_path
+from .security import TOKEN_COOKIE, bearer_token
 
 __all__ = [
     "OPERATOR_TOKEN_ENV",
-    "ActionRoute",
     "Operator",
     "action_routes",
     "operator_from_options",
@@ -48,7 +47,6 @@ OPERATOR_TOKEN_ENV = "OTEL_JOBSTEPS_OPERATOR_TOKEN"
 MAX_KEY_LENGTH = 200
 MAX_FORM_BYTES = 65536
 _STATUS = {"done": 202, "refused": 409, "not_found": 404}
-_API_PREFIX = b"/api/jobs/"
 
 
 @dataclass
@@ -173,26 +171,31 @@ def action_routes(operator: Operator | None, pages: Pages) -> list[BaseRoute]:
             return json_response({"error": "not found"}, 404)
 
         return [
-            ActionRoute(absent, methods=["POST"]),
+            *(_job_action(action, absent) for action in ACTIONS),
             Route("/api/actions/{action:str}", absent, methods=["POST"]),
         ]
 
-    async def api(request: Request) -> Response:
-        domain, job_id, action = (request.path_params[k] for k in ("domain", "job_id", "action"))
-        refused = _role_refusal(request, operator, api=True)
-        if refused is not None:
-            return refused
-        key = request.headers.get("idempotency-key")
-        force = request.query_params.get("force") in ("1", "true")
-        try:
-            _check_key(key)
-            result = await _run(operator, action, domain, job_id, "operator via api", force, key)
-        except _Answer as answer:
-            return json_response({"error": answer.message}, answer.status)
-        body: dict[str, Any] = result.to_dict()
-        if result.outcome != "done":
-            body["error"] = result.answer
-        return json_response(body, _STATUS[result.outcome])
+    def on_job(action: str) -> AsyncEndpoint:
+        async def act(request: Request) -> Response:
+            domain, job_id = request.path_params["domain"], request.path_params["job_id"]
+            refused = _role_refusal(request, operator, api=True)
+            if refused is not None:
+                return refused
+            key = request.headers.get("idempotency-key")
+            force = request.query_params.get("force") in ("1", "true")
+            try:
+                _check_key(key)
+                result = await _run(
+                    operator, action, domain, job_id, "operator via api", force, key
+                )
+            except _Answer as answer:
+                return json_response({"error": answer.message}, answer.status)
+            body: dict[str, Any] = result.to_dict()
+            if result.outcome != "done":
+                body["error"] = result.answer
+            return json_response(body, _STATUS[result.outcome])
+
+        return act
 
     async def page(request: Request) -> Response:
         action = request.path_params["action"]
@@ -233,7 +236,7 @@ def action_routes(operator: Operator | None, pages: Pages) -> list[BaseRoute]:
             return json_response({"error": error.message}, error.status)
         return json_response(answer, status)
 
-    def bulk_state(request: Request) -> Response:
+    async def bulk_state(request: Request) -> Response:
         refused = _role_refusal(request, operator, api=True)
         if refused is not None:
             return refused
@@ -246,12 +249,29 @@ def action_routes(operator: Operator | None, pages: Pages) -> list[BaseRoute]:
         return json_response(run.to_dict(), 200)
 
     return [
-        ActionRoute(api, methods=["POST"]),
-        Route("/api/actions/{action:str}", bulk, methods=["POST"]),
-        Route("/api/actions/{bulk_id:str}", bulk_state, methods=["GET"]),
-        Route("/api/actions/{bulk_id:str}/stop", bulk_state, methods=["POST"]),
-        Route("/job/{action:str}", page, methods=["POST"]),
+        *(
+            _job_action(action, guarded_async(pages, on_job(action), api=True))
+            for action in ACTIONS
+        ),
+        Route("/api/actions/{action:str}", guarded_async(pages, bulk, api=True), methods=["POST"]),
+        Route(
+            "/api/actions/{bulk_id:str}",
+            guarded_async(pages, bulk_state, api=True),
+            methods=["GET"],
+        ),
+        Route(
+            "/api/actions/{bulk_id:str}/stop",
+            guarded_async(pages, bulk_state, api=True),
+            methods=["POST"],
+        ),
+        Route("/job/{action:str}", guarded_async(pages, page, api=False), methods=["POST"]),
     ]
+
+
+def _job_action(action: str, endpoint: AsyncEndpoint) -> JobRoute:
+    """``POST /api/jobs/{domain}/{job_id}/<action>``: the job id is everything between the
+    domain and the action (a ``%2F`` stays in its segment)."""
+    return JobRoute(f"/api/jobs/{{domain}}/{{job_id}}/{action}", endpoint, methods=["POST"])
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
@@ -308,8 +328,7 @@ def _role_refusal(request: Request, operator: Operator, *, api: bool) -> Respons
     """None for the operator's bearer; 403 for a reader (the token layer let its credentials
     through), 401 for a request with none. A cookie alone never acts through the API: a
     browser sends it by itself, so page actions go through the CSRF-checked forms."""
-    header = request.headers.get("authorization", "")
-    bearer = header[7:] if header.lower().startswith("bearer ") else None
+    bearer = bearer_token(request)
     if bearer is not None and same_token(bearer, operator.token):
         return None
     if bearer or request.cookies.get(TOKEN_COOKIE):
@@ -323,32 +342,3 @@ def _role_refusal(request: Request, operator: Operator, *, api: bool) -> Respons
 
 def _error_page(pages: Pages, status: int, message: str) -> Response:
     return pages.render("error.html", status, status=status, message=message)
-
-
-class ActionRoute(Route):
-    """``/api/jobs/{domain}/{job_id}/{action}`` matched on the undecoded path: the job id is
-    everything between the domain and the last segment (a ``%2F`` stays in its segment)."""
-
-    def __init__(self, endpoint: Any, *, methods: list[str]) -> None:
-        super().__init__("/api/jobs/{domain}/{job_id}/{action}", endpoint, methods=methods)
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        raw = raw_path(scope) if scope["type"] == "http" else b""
-        if not raw.startswith(_API_PREFIX):
-            return Match.NONE, {}
-        domain, sep, rest = raw.removeprefix(_API_PREFIX).partition(b"/")
-        job_id, _, action = rest.rpartition(b"/")
-        if not domain or not sep or not job_id or _unquote(action) not in ACTIONS:
-            return Match.NONE, {}
-        params = {
-            "domain": _unquote(domain),
-            "job_id": _unquote(job_id),
-            "action": _unquote(action),
-        }
-        child = {"endpoint": self.endpoint, "path_params": params}
-        allowed = self.methods is None or scope["method"] in self.methods
-        return (Match.FULL if allowed else Match.PARTIAL), child
-
-
-def _unquote(raw: bytes) -> str:
-    return unquote_to_bytes(raw).decode("utf-8", "replace")

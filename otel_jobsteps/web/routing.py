@@ -3,42 +3,33 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from urllib.parse import unquote_to_bytes
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Scope
+from starlette.types import ASGIApp
 
 from .._http.health import SERVE_RIGHTS, HealthMiddleware, Readiness
 from .._http.requestlog import RequestLog
-from ..errors import ConfigurationError, DatabaseUnavailableError, SchemaNotMigratedError
+from ..errors import ConfigurationError
 from .actions import Operator, action_routes
 from .auth import FailureLimiter
 from .data import Reader
 from .diff import DiffPages
+from .endpoints import Endpoint, JobRoute, guarded
 from .layout import TraceLinks
 from .metrics import DEFAULT_SILENT_AFTER, metrics_page
 from .overdue import BASELINE_WINDOW, DEFAULT_OVERDUE_FACTOR, MIN_SAMPLES, Baselines
 from .pages import Pages
-from .parsing import check_text
-from .rendering import json_response
-from .security import raw_path, secure
+from .security import secure
 
-__all__ = ["DEFAULT_REFRESH_S", "JobRoute", "create_app"]
-
-logger = logging.getLogger("otel_jobsteps.web")
+__all__ = ["DEFAULT_REFRESH_S", "create_app"]
 
 DEFAULT_REFRESH_S = 2.0
-
-Endpoint = Callable[[Request], Response]
 
 
 def create_app(
@@ -94,7 +85,7 @@ def routes(pages: Pages, metrics: Endpoint) -> list[BaseRoute]:
     def page(
         path: str, endpoint: Endpoint, *, api: bool = False, route: type[Route] = Route
     ) -> Route:
-        return route(path, _guarded(pages, endpoint, api=api), methods=["GET", "HEAD"])
+        return route(path, guarded(pages, endpoint, api=api), methods=["GET", "HEAD"])
 
     diff = DiffPages(pages)
     return [
@@ -117,53 +108,3 @@ def routes(pages: Pages, metrics: Endpoint) -> list[BaseRoute]:
         page("/metrics", metrics, api=True),
         Mount("/static", StaticFiles(packages=[("otel_jobsteps.web", "static")]), name="static"),
     ]
-
-
-def _guarded(pages: Pages, endpoint: Endpoint, *, api: bool) -> Endpoint:
-    """Errors of a request as answers: 400 for bad input, 503 while the database is away (the
-    error page keeps refreshing, so it recovers on its own)."""
-
-    def handle(request: Request) -> Response:
-        try:
-            check_text(request)
-            return endpoint(request)
-        except ConfigurationError as error:
-            status, message = 400, str(error)
-        except (DatabaseUnavailableError, SchemaNotMigratedError) as error:
-            logger.warning("serve: %s", error)
-            status, message = 503, str(error)
-        if api:
-            return json_response({"error": message}, status)
-        return pages.render("error.html", status, status=status, message=message)
-
-    return handle
-
-
-class JobRoute(Route):
-    """``PREFIX/{domain}/{job_id}[SUFFIX]`` matched on the undecoded path: a ``%2F`` stays in
-    its segment, and the job id is the rest of the path before SUFFIX (``/jobs/d/a/b`` names
-    job ``a/b``; ``/jobs/d/a%2Fdiff`` job ``a/diff``, whose page ``/jobs/d/a/diff`` is not)."""
-
-    def __init__(self, path: str, endpoint: Endpoint, *, methods: list[str]) -> None:
-        super().__init__(path, endpoint, methods=methods)
-        prefix, sep, suffix = path.partition("{domain}/{job_id}")
-        assert sep, "a JobRoute path has {domain}/{job_id}"
-        self.prefix, self.suffix = prefix.encode("ascii"), suffix.encode("ascii")
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        raw = raw_path(scope) if scope["type"] == "http" else b""
-        if not raw.startswith(self.prefix) or not raw.endswith(self.suffix):
-            return Match.NONE, {}
-        named = raw[len(self.prefix) : len(raw) - len(self.suffix)]
-        domain, sep, job_id = named.partition(b"/")
-        if not domain or not sep:
-            return Match.NONE, {}
-        params = {"domain": _unquote(domain), "job_id": _unquote(job_id)}
-        child = {"endpoint": self.endpoint, "path_params": params}
-        allowed = self.methods is None or scope["method"] in self.methods
-        return (Match.FULL if allowed else Match.PARTIAL), child
-
-
-def _unquote(raw: bytes) -> str:
-    """A percent-encoded path part as text (invalid UTF-8 cannot name a job: replaced)."""
-    return unquote_to_bytes(raw).decode("utf-8", "replace")

@@ -25,6 +25,7 @@ __all__ = [
     "TOKEN_ENV",
     "SecurityHeadersMiddleware",
     "TokenMiddleware",
+    "bearer_token",
     "check_exposure",
     "local_path",
     "raw_path",
@@ -134,8 +135,7 @@ class TokenMiddleware:
         if given and self._good(given):
             self.failures.succeeded(client)
             return self._into_cookie(request, given)
-        header = request.headers.get("authorization", "")
-        bearer = header[7:] if header.lower().startswith("bearer ") else None
+        bearer = bearer_token(request)
         cookie = request.cookies.get(TOKEN_COOKIE)
         candidates = [c for c in (given, bearer, cookie) if c]
         if any(self._good(candidate) for candidate in candidates):
@@ -181,6 +181,12 @@ def _refusal(request: Request, status: int, html: str, wait: int | None = None) 
         return JSONResponse({"error": error}, status_code=status, headers=headers)
     page = f"<!doctype html><title>{status}</title><p>{html}</p>"
     return HTMLResponse(page, status_code=status, headers=headers)
+
+
+def bearer_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, None without one."""
+    header = request.headers.get("authorization", "")
+    return header[7:] if header.lower().startswith("bearer ") else None
 
 
 def raw_path(scope: Scope) -> bytes:

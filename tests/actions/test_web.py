@@ -18,7 +18,12 @@ from otel_jobsteps.cli import main
 from otel_jobsteps.web import create_app
 from otel_jobsteps.web.actions import OPERATOR_TOKEN_ENV
 from otel_jobsteps.web.security import TOKEN_COOKIE
-from tests.actions.support import AS_OPERATOR, AS_READER, OPERATOR, action_rows
+from tests.actions.support import (
+    AS_OPERATOR,
+    AS_READER,
+    OPERATOR,
+    action_rows,
+)
 from tests.queues.support import WorkerProcess, log_rows, wait_for_log
 from tests.queues.test_rq import DOMAIN, enqueue
 
@@ -115,3 +120,25 @@ def test_serve_refuses_half_an_operator_setup_in_one_line(
     first, second = capsys.readouterr().err.splitlines()
     assert first.endswith(f"--actions and --operator-token (or {OPERATOR_TOKEN_ENV}) go together")
     assert f"{OPERATOR_TOKEN_ENV} is too short" in second
+
+
+def test_action_routes_answer_bad_input_as_every_route_does(client: TestClient) -> None:
+    """The guard the pages have: a NUL in the path or the query is 400 before anything acts."""
+    job = client.post(f"/api/jobs/{DOMAIN}/some-job/retry?force=%00", headers=AS_OPERATOR)
+    state = client.get("/api/actions/a%00b", headers=AS_OPERATOR)
+    assert (job.status_code, job.json()) == (
+        400,
+        {"error": "'force' must not contain a NUL character"},
+    )
+    assert (state.status_code, state.json()) == (
+        400,
+        {"error": "'bulk_id' must not contain a NUL character"},
+    )
+
+
+def test_a_job_id_with_slashes_is_acted_on_whole(client: TestClient) -> None:
+    gone = client.post(f"/api/jobs/{DOMAIN}/a/b%2Fc/cancel", headers=AS_OPERATOR)
+    assert (gone.status_code, gone.json()["error"]) == (
+        404,
+        "RQ has no job a/b/c (not an id RQ takes)",
+    )

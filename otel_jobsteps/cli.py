@@ -30,7 +30,6 @@ from ._cli.arguments import (
     print_json,
     schema_option,
     seconds_between,
-    utf8,
 )
 from ._cli.extras import install_hint
 from ._cli.formatting import format_difference, format_duration, format_time
@@ -400,7 +399,6 @@ def _serve(args: argparse.Namespace) -> int:
         ) from None
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
-        utf8(token, TOKEN_ENV)
         check_token(token, "--token" if args.token is not None else TOKEN_ENV)
     dsn = dsn_option(args)
     operator = operator_from_options(

@@ -1,7 +1,8 @@
 """arq. Retry re-enqueues a failed job under its own id with ``_job_try`` N + 1 (the worker
 takes it over its own try counter, so attempt N + 1 is recorded): its function and arguments
-come from the kept result, which arq must delete first (it refuses an id whose result exists),
-and a job whose result expired cannot be retried. arq still refuses tries past max_tries.
+come from the kept result, which arq must delete first (it refuses an id whose result exists)
+and which is put back if the enqueue is refused; a job whose result expired cannot be retried.
+arq still refuses tries past max_tries.
 Cancel removes a queued or deferred job from the queue; a running one, with force, is aborted
 (``Job.abort``), which only workers with ``allow_abort_jobs = True`` honour."""
 
@@ -57,18 +58,35 @@ async def _retry(redis: ArqRedis, job: Job, queue: str) -> Answer:
     if result.success:
         return Answer(REFUSED, "arq retries failed jobs only; this one succeeded")
     next_try = result.job_try + 1
-    await redis.delete(result_key_prefix + job.job_id)
-    enqueued: Any = await redis.enqueue_job(
-        result.function,
-        *result.args,
-        _job_id=job.job_id,
-        _queue_name=result.queue_name or queue,
-        _job_try=next_try,
-        **result.kwargs,
-    )
+    key = result_key_prefix + job.job_id
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.get(key)
+        pipe.pttl(key)
+        pipe.delete(key)
+        kept, ttl_ms, _ = await pipe.execute()
+    try:
+        enqueued: Any = await redis.enqueue_job(
+            result.function,
+            *result.args,
+            _job_id=job.job_id,
+            _queue_name=result.queue_name or queue,
+            _job_try=next_try,
+            **result.kwargs,
+        )
+    except BaseException:
+        await _restore(redis, key, kept, ttl_ms)
+        raise
     if enqueued is None:
+        await _restore(redis, key, kept, ttl_ms)
         return Answer(REFUSED, "arq refused the id: a job with it was enqueued meanwhile")
     return Answer(DONE, f"enqueued {result.function} again as try {next_try}")
+
+
+async def _restore(redis: ArqRedis, key: str, kept: bytes | None, ttl_ms: int) -> None:
+    """Put back a result deleted for an enqueue that did not happen: the job's function and
+    arguments live only there (unless a newer result took its place)."""
+    if kept is not None:
+        await redis.set(key, kept, px=ttl_ms if ttl_ms > 0 else None, nx=True)
 
 
 async def _cancel(redis: ArqRedis, job: Job, queue: str, force: bool) -> Answer:

@@ -150,31 +150,36 @@ def run_bulk(
     stop: threading.Event | None = None,
 ) -> list[ActionResult]:
     """Act on every planned job, `BATCH_SIZE` at a time (``progress(results so far)`` after each
-    batch), until ``stop`` is set (checked between batches); a plan over its max is refused
-    whole. A key K becomes ``K:<domain>/<job id>``."""
+    batch, and before an error ends the run), until ``stop`` is set (checked between batches);
+    a plan over its max is refused whole. A key K becomes ``K:<domain>/<job id>``."""
     if plan.over:
         raise ConfigurationError(f"more than max ({plan.max}) jobs match: narrow the filter")
     results: list[ActionResult] = []
-    for batch in _batches(plan.jobs, BATCH_SIZE):
-        if stop is not None and stop.is_set():
-            break
-        for domain, job_id in batch:
-            key = None if idempotency_key is None else f"{idempotency_key}:{domain}/{job_id}"
-            results.append(
-                run_action(
-                    target,
-                    config,
-                    action,
-                    domain,
-                    job_id,
-                    actor=actor,
-                    force=force,
-                    idempotency_key=key,
-                    schema=schema,
+    try:
+        for batch in _batches(plan.jobs, BATCH_SIZE):
+            if stop is not None and stop.is_set():
+                break
+            for domain, job_id in batch:
+                key = None if idempotency_key is None else f"{idempotency_key}:{domain}/{job_id}"
+                results.append(
+                    run_action(
+                        target,
+                        config,
+                        action,
+                        domain,
+                        job_id,
+                        actor=actor,
+                        force=force,
+                        idempotency_key=key,
+                        schema=schema,
+                    )
                 )
-            )
-        if progress is not None:
+            if progress is not None:
+                progress(results)
+    except Exception:
+        if progress is not None and results:  # what was done before the error is reported
             progress(results)
+        raise
     return results
 
 

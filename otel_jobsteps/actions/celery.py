@@ -72,7 +72,17 @@ def _load(reference: str) -> Celery:
 
 
 def _app(config: DomainConfig) -> Celery:
-    app = _load(str(config.option("app")))
-    if config.url:
-        app.conf.broker_url = config.url
-    return app
+    return _app_for(str(config.option("app")), config.url or None)
+
+
+@functools.cache
+def _app_for(reference: str, url: str | None) -> Celery:
+    """The app ``reference`` names; with ``url``, a copy of it whose broker is ``url``, one per
+    URL: the named app is never changed (two domains on two brokers may act at once)."""
+    app = _load(reference)
+    if url is None:
+        return app
+    copy = Celery(app.main, set_as_current=False)
+    copy.conf.update(dict(app.conf))
+    copy.conf.broker_url = url
+    return copy

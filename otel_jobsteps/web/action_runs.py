@@ -39,17 +39,17 @@ class BulkRun:
         def run() -> None:
             try:
                 results = work(self.stop)
+                state = "stopped" if len(results) < self.total else "finished"
             except Exception:  # a lost database ends the run: its state says so
                 logger.exception("bulk action %s failed", self.bulk_id)
                 with self._lock:
-                    self._state = "failed"
-                return
-            for result in results:
+                    results = self._results  # what was done before, as `advance` was told
+                state = "failed"
+            for result in results:  # counted once the run ends, a failed one too
                 if not result.repeated:
                     counter.add(result.action, result.outcome)
             with self._lock:
-                self._results = results
-                self._state = "stopped" if len(results) < self.total else "finished"
+                self._results, self._state = list(results), state
 
         threading.Thread(target=run, name=f"bulk-{self.bulk_id}", daemon=True).start()
 

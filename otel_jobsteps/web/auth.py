@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .._cli.arguments import utf8
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -43,8 +44,10 @@ MAX_CLIENTS = 10_000
 
 
 def check_token(token: str, name: str) -> None:
-    """Refuse a token that is empty or shorter than `MIN_TOKEN_LENGTH` (``name`` says where it
-    came from: an option or an environment variable), saying how to make a good one."""
+    """Refuse a token that is empty, not UTF-8 (an environment variable's undecodable bytes) or
+    shorter than `MIN_TOKEN_LENGTH` (``name`` says where it came from: an option or an
+    environment variable), saying how to make a good one."""
+    utf8(token, name)
     if not token.strip():
         raise ConfigurationError(f"{name} must not be empty")
     if len(token) < MIN_TOKEN_LENGTH:

@@ -11,7 +11,9 @@ import pytest
 pytest.importorskip("arq", reason="needs the arq extra")
 
 from arq.connections import RedisSettings, create_pool
+from arq.constants import job_key_prefix
 from arq.jobs import Job, JobStatus
+from redis import Redis
 
 from otel_jobsteps.actions import load_actions, run_action
 from tests.actions.support import action_rows, actions_file, cli
@@ -128,3 +130,31 @@ def test_cancel_removes_a_waiting_job(
     [(_, detail, _)] = action_rows(module_dsn, DOMAIN, job_id)
     assert detail["answer"] == f"removed from {idle} (queued)"
     assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "cancelled")]
+
+
+def test_a_refused_retry_keeps_the_result_that_holds_the_arguments(
+    start_worker: WorkerFactory, redis_url: str, run_id: str, module_dsn: str, tmp_path: Path,
+    purge_redis: None,
+) -> None:  # fmt: skip
+    """The retry deletes the failed job's result to enqueue it again: when arq refuses the
+    enqueue, the result (the only copy of the function and arguments) is put back."""
+    queue = f"jobsteps-{run_id}-arq-kept"
+    start_arq_worker(start_worker, redis_url, queue)
+    job_id = enqueue(redis_url, queue, "fails_once", "poster", size=3)
+    wait_for_log(module_dsn, DOMAIN, job_id, 1)
+    actions = load_actions(config(tmp_path, redis_url, queue))
+    with Redis.from_url(redis_url) as redis:
+        redis.set(job_key_prefix + job_id, b"enqueued meanwhile")  # arq refuses the id
+        refused = run_action(module_dsn, actions, "retry", DOMAIN, job_id, actor="t")
+        assert status(redis_url, queue, job_id) == JobStatus.complete  # its result is back
+        redis.delete(job_key_prefix + job_id)
+
+    done = run_action(module_dsn, actions, "retry", DOMAIN, job_id, actor="t")
+
+    assert (refused.outcome, refused.answer) == (
+        "refused",
+        "arq refused the id: a job with it was enqueued meanwhile",
+    )
+    assert (done.outcome, done.answer) == ("done", "enqueued fails_once again as try 2")
+    wait_for_log(module_dsn, DOMAIN, job_id, 2)
+    assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "error"), (2, "COMPLETED", None)]

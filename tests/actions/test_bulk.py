@@ -15,8 +15,10 @@ pytest.importorskip("rq", reason="needs the rq extra")
 from rq import Queue
 from starlette.testclient import TestClient
 
-from otel_jobsteps.actions.bulk import BATCH_SIZE, parse_filter, plan_bulk, run_bulk
+from otel_jobsteps.actions import ActionResult
+from otel_jobsteps.actions.bulk import BATCH_SIZE, BulkPlan, parse_filter, plan_bulk, run_bulk
 from otel_jobsteps.web import create_app
+from otel_jobsteps.web.action_runs import ActionCounter, BulkRun
 from otel_jobsteps.web.actions import Operator
 from tests.actions.support import AS_OPERATOR, OPERATOR, READ, action_rows, actions_file, cli
 from tests.helpers import wait_until
@@ -121,14 +123,37 @@ def test_api_bulk_runs_in_the_background_with_progress_and_a_stop(
         return found if found["state"] in ("stopped", "finished") else None
 
     final = wait_until(ended, what="the bulk action to end")
-    # Stopped between batches (or done before the stop came): whole batches only.
-    assert (
-        final["acted"]
-        == final["refused"]
-        == sum(len(action_rows(module_dsn, DOMAIN, job_id)) for job_id in ids)
-    )
-    assert final["acted"] % BATCH_SIZE == 0 or final["acted"] == 25
+    # Stopped between batches (or done before the stop came): the plan's first whole batches,
+    # in its order (the ids'), and only them.
+    assert final["acted"] in (0, BATCH_SIZE, 2 * BATCH_SIZE, 25)
+    acted_on = [job_id for job_id in sorted(ids) if action_rows(module_dsn, DOMAIN, job_id)]
+    assert acted_on == sorted(ids)[: final["acted"]]
+    assert final["refused"] == final["acted"]
     assert (final["state"] == "finished") == (final["acted"] == 25)
+
+
+def test_a_bulk_that_fails_midway_counts_what_it_did(module_dsn: str, operator: Operator) -> None:
+    """RQ knows none of these jobs (not_found, no row written): no worker needed."""
+    gone = [f"gone-{n:02d}-{uuid.uuid4().hex[:6]}" for n in range(BATCH_SIZE + 1)]
+    # The job after them is in a domain the actions file does not name: the run fails there.
+    plan = BulkPlan((*((DOMAIN, job_id) for job_id in gone), ("elsewhere", "x")), BATCH_SIZE + 2)
+    counter = ActionCounter()
+    run = BulkRun("midway", "cancel", len(plan.jobs))
+
+    def work(stop: threading.Event) -> list[ActionResult]:
+        config = operator.config
+        return run_bulk(module_dsn, config, "cancel", plan, actor="t", progress=run.advance)
+
+    run.begin(work, counter)
+    final = wait_until(
+        lambda: (found := run.to_dict())["state"] == "failed" and found, what="the run to fail"
+    )
+
+    assert (final["acted"], final["not_found"]) == (BATCH_SIZE + 1, BATCH_SIZE + 1)
+    [family] = counter.collect()
+    counted = {(s.labels["action"], s.labels["outcome"]): s.value for s in family.samples}
+    assert {labels for labels, value in counted.items() if value} == {("cancel", "not_found")}
+    assert counted[("cancel", "not_found")] == BATCH_SIZE + 1  # the part done before the error
 
 
 def test_a_bulk_whose_database_is_away_answers_503(module_dsn: str, operator: Operator) -> None:

@@ -10,7 +10,9 @@ pytest.importorskip("celery", reason="needs the celery extra")
 
 from celery import Celery
 
+from otel_jobsteps.actions import celery as celery_actions
 from otel_jobsteps.actions import load_actions, run_action
+from otel_jobsteps.actions.config import DomainConfig
 from tests.actions.support import action_rows, actions_file, cli
 from tests.queues.support import (
     WorkerFactory,
@@ -103,3 +105,21 @@ def test_cancel_of_a_waiting_task_revokes_it_before_it_runs(
     wait_until(lambda: app.AsyncResult(job_id).state == "REVOKED", what="the task dropped")
     assert log_rows(module_dsn, DOMAIN, job_id) == [(1, "FAILED", "cancelled")]  # never ran
     assert step_rows(module_dsn, DOMAIN, job_id) == []
+
+
+def test_each_broker_url_acts_through_an_app_of_its_own(app: Celery) -> None:
+    """Two domains on two brokers may act at once: neither changes the app the file names."""
+    reference = "tests.actions.apps_celery:app"
+    first, second = (
+        DomainConfig(
+            f"d{n}", "celery", f"amqp://guest:guest@127.0.0.1:5672/v{n}", {"app": reference}
+        )
+        for n in (1, 2)
+    )
+    broker = app.conf.broker_url
+
+    one, two = celery_actions._app(first), celery_actions._app(second)
+
+    assert (one.conf.broker_url, two.conf.broker_url) == (first.url, second.url)
+    assert celery_actions._app(first) is one  # one app per URL, kept
+    assert app.conf.broker_url == broker

@@ -4,6 +4,7 @@ the counter on /metrics."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from tests.actions.support import (
     AS_OPERATOR,
     AS_READER,
     OPERATOR,
+    READ,
     action_rows,
+    actions_file,
 )
 from tests.queues.support import WorkerProcess, log_rows, wait_for_log
 from tests.queues.test_rq import DOMAIN, enqueue
@@ -120,6 +123,19 @@ def test_serve_refuses_half_an_operator_setup_in_one_line(
     first, second = capsys.readouterr().err.splitlines()
     assert first.endswith(f"--actions and --operator-token (or {OPERATOR_TOKEN_ENV}) go together")
     assert f"{OPERATOR_TOKEN_ENV} is too short" in second
+
+
+def test_an_operator_token_that_is_not_utf8_is_bad_input(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An environment variable's undecodable bytes reach Python as lone surrogates: one line
+    and exit 2, as for the read token (not a traceback where the tokens are compared)."""
+    monkeypatch.setenv(OPERATOR_TOKEN_ENV, os.fsdecode(b"\xff" * 20))
+    path = actions_file(tmp_path, DOMAIN, "rq", url="redis://127.0.0.1:1")
+    dsn = "postgresql://127.0.0.1:1/none"
+    assert main(["serve", "--dsn", dsn, "--token", READ, "--actions", str(path)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.endswith(f"{OPERATOR_TOKEN_ENV} is not valid UTF-8")
 
 
 def test_action_routes_answer_bad_input_as_every_route_does(client: TestClient) -> None:

@@ -16,15 +16,24 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ._core.batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from ._core.batch import (
+    Abandon,
+    Batch,
+    CloseForeign,
+    CloseStep,
+    EventRow,
+    FailClosedStep,
+    JobLogRow,
+    Progress,
+)
 from ._core.detail import encode_detail
-from ._core.vocabulary import ABANDONED, FAILED, STEP
+from ._core.vocabulary import ABANDONED, COMPLETED, FAILED, SKIPPED, STEP
 from ._pg.store import statements
 from ._telemetry.metrics import Committed
 
 __all__ = ["InMemoryStore", "apply", "operations"]
 
-Operation = Abandon | CloseForeign | CloseStep | Progress | EventRow | JobLogRow
+Operation = Abandon | CloseForeign | CloseStep | FailClosedStep | Progress | EventRow | JobLogRow
 
 
 def operations(batch: Batch | None) -> list[tuple[str, Operation]]:
@@ -62,6 +71,8 @@ def apply(
                 row.step_status, row.message = op.status, op.message
                 row.ended_us = max(row.created_us, op.ended_us)
                 row.detail = op.detail if op.detail is not None else row.detail
+        elif isinstance(op, FailClosedStep):
+            _fail_sibling_closed(events, op)
         elif isinstance(op, CloseForeign):
             for row in _open_rows(events, op.domain, op.job_id):
                 if row.attempt == op.attempt and row.execution_id != op.execution_id:
@@ -82,6 +93,29 @@ def _open_rows(events: list[EventRow], domain: str, job_id: str) -> list[EventRo
         for r in events
         if r.type == STEP and r.ended_us is None and (r.domain, r.job_id) == (domain, job_id)
     ]
+
+
+def _fail_sibling_closed(events: list[EventRow], op: FailClosedStep) -> None:
+    """A row a sibling step's start closed COMPLETED, whose own end failed: FAILED."""
+    rows = [
+        r
+        for r in events
+        if r.type == STEP and (r.domain, r.job_id, r.attempt) == (op.domain, op.job_id, op.attempt)
+    ]
+    for row in rows:
+        if (row.execution_id, row.span_id, row.step_status) != (
+            op.execution_id, op.span_id, COMPLETED
+        ) or row.ended_us is None:  # fmt: skip
+            continue
+        if any(
+            other is not row
+            and other.execution_id == row.execution_id
+            and other.created_us == row.ended_us
+            and other.step_status != SKIPPED
+            for other in rows
+        ):
+            row.step_status, row.message = FAILED, op.message
+            row.ended_us = max(row.created_us, op.ended_us)
 
 
 def _abandon(row: EventRow, at_us: int) -> None:
@@ -114,7 +148,8 @@ def _settle_earlier_attempts(events: list[EventRow], logs: list[JobLogRow], op: 
             earlier.setdefault(row.attempt, []).append(row)
     for attempt, rows in sorted(earlier.items()):
         steps = [r for r in rows if r.type == STEP]
-        last = max(steps, key=lambda r: r.created_us, default=None)
+        run = [r for r in steps if r.step_status != SKIPPED]
+        last = max(run, key=lambda r: r.created_us, default=None)
         last_at = max(max(r.created_us, r.ended_us or 0) for r in rows)
         for row in steps:
             if row.ended_us is None:

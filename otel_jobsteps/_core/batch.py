@@ -17,6 +17,7 @@ __all__ = [
     "CloseForeign",
     "CloseStep",
     "EventRow",
+    "FailClosedStep",
     "JobLogRow",
     "Progress",
     "Segment",
@@ -57,6 +58,21 @@ class CloseStep:
     step_key: str | None
     status: str
     detail: Detail | None
+    message: str | None
+    ended_us: int
+
+
+@dataclass(slots=True)
+class FailClosedStep:
+    """Guarded: the step row of ``span_id`` that a sibling step's start closed COMPLETED, and
+    whose own span then ended in error, becomes FAILED with that error, dated at that end.
+    Never a row its own end closed, nor one settled FAILED (abandoned) since."""
+
+    domain: str
+    job_id: str
+    attempt: int
+    execution_id: str
+    span_id: str
     message: str | None
     ended_us: int
 
@@ -124,6 +140,8 @@ class Segment:
     closes: list[CloseStep] = field(default_factory=list)
     progress: list[Progress] = field(default_factory=list)
     rows: list[EventRow] = field(default_factory=list)
+    # after the rows: the row and the sibling that closed it may be in this segment's rows
+    sibling_failures: list[FailClosedStep] = field(default_factory=list)
     job_logs: list[JobLogRow] = field(default_factory=list)
 
     def operation_count(self) -> int:
@@ -133,6 +151,7 @@ class Segment:
             + len(self.closes)
             + len(self.progress)
             + len(self.rows)
+            + len(self.sibling_failures)
             + len(self.job_logs)
         )
 
@@ -222,6 +241,9 @@ class BatchBuilder:
 
     def add_close(self, close: CloseStep) -> None:
         self._segment_for(close, close.execution_id).closes.append(close)
+
+    def add_sibling_failure(self, failure: FailClosedStep) -> None:
+        self._segment_for(failure, failure.execution_id).sibling_failures.append(failure)
 
     def add_job_log(self, row: JobLogRow) -> None:
         self._segment_for(row).job_logs.append(row)

@@ -19,6 +19,7 @@ __all__ = [
     "Scope",
     "StepEnded",
     "StepRan",
+    "StepSkipped",
     "StepStarted",
 ]
 
@@ -62,6 +63,19 @@ class StepEnded(NamedTuple):
     failed: bool
     explicit_detail: object
     error: str | None
+    span_id: int = 0  # the step span's: a late failing end finds the row a sibling closed
+
+
+class StepSkipped(NamedTuple):
+    """A step span that says it was skipped (``otel_jobsteps.step.skipped``): a row ended
+    SKIPPED, which neither opens nor closes a step."""
+
+    scope: Scope
+    key: str
+    span_id: int
+    start_ns: int
+    end_ns: int
+    explicit_detail: object
 
 
 class StepRan(NamedTuple):
@@ -115,6 +129,7 @@ Command = (
     | ProgressReported
     | StepEnded
     | StepRan
+    | StepSkipped
     | JobEnded
     | EventRecorded
     | LogRecorded

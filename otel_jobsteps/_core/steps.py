@@ -2,6 +2,8 @@
 
 One open step per attempt: a new step closes the previous one, the same step reuses its row,
 progress is debounced, a step never ends before it starts, LOG rows are capped per step key.
+Steps that overlap: a step closed by a sibling's start whose own end then fails is FAILED. A
+skipped step is a row ended SKIPPED, which neither opens nor closes a step.
 """
 
 from __future__ import annotations
@@ -11,12 +13,20 @@ from typing import Any
 
 from ..attributes import JOB_STEP_DETAIL
 from .attempts import Attempt, Attempts, OpenStep, job_columns
-from .batch import BatchBuilder, CloseStep, Detail, EventRow
-from .commands import LogRecorded, ProgressReported, Scope, StepEnded, StepRan, StepStarted
+from .batch import BatchBuilder, CloseStep, Detail, EventRow, FailClosedStep
+from .commands import (
+    LogRecorded,
+    ProgressReported,
+    Scope,
+    StepEnded,
+    StepRan,
+    StepSkipped,
+    StepStarted,
+)
 from .debounce import Debounce
 from .detail import clean_text, parse_detail
 from .limits import MAX_STEP_KEY_CHARS, step_key_text
-from .vocabulary import COMPLETED, FAILED, LOG, RUNNING, STEP, TIME_LIMIT
+from .vocabulary import COMPLETED, FAILED, LOG, RUNNING, SKIPPED, STEP, TIME_LIMIT
 
 __all__ = ["MAX_STEP_KEY_CHARS", "StepRows", "is_late"]
 
@@ -65,6 +75,7 @@ class StepRows:
             ProgressReported: self.progress,
             StepEnded: self.step_ended,
             StepRan: self.step_ran,
+            StepSkipped: self.step_skipped,
             LogRecorded: self.log,
         }
 
@@ -139,12 +150,34 @@ class StepRows:
         if due_now is not None:
             self.write_progress(step, due_now, now)
 
+    def step_skipped(self, command: StepSkipped) -> None:
+        """A skipped step's row, ended SKIPPED; the step open stays open (unless it is this
+        very span's, which said it was skipped only as it ended)."""
+        state = self._attempts.open(command.scope)
+        span_hex = format(command.span_id, "016x")
+        explicit = parse_detail(command.explicit_detail)
+        end_us = command.end_ns // 1000
+        step = state.open
+        if step is not None and step.row.span_id == span_hex:
+            self.close(state, step, SKIPPED, explicit, None, end_us)
+            return
+        row = EventRow(
+            *job_columns(state.scope), STEP, step_key_text(command.key), SKIPPED, explicit,
+            None, state.trace_hex, span_hex, state.execution_id, command.start_ns // 1000, None,
+        )  # fmt: skip
+        row.ended_us = _closing(state, row, end_us, None)[0]
+        self._batch.add_event(row)
+
     def step_ended(self, command: StepEnded) -> None:
         scope = command.scope
         state = self._attempts.get(scope)
         key = step_key_text(command.key)
-        if state is None or state.open is None or state.open.key != key:
-            return  # closed already by the next step or the job's end
+        if state is None:
+            return  # closed already by the job's end
+        if state.open is None or state.open.key != key:
+            if command.span_id and (command.failed or is_late(scope, command.end_ns)):
+                self._fail_closed_by_sibling(state, command)
+            return  # closed already by the next step
         step = state.open
         step.holders -= 1
         if step.holders > 0:
@@ -152,6 +185,22 @@ class StepRows:
         status, message = self._end_status(state.scope, command)
         explicit = parse_detail(command.explicit_detail)
         self.close(state, step, status, explicit, message, command.end_ns // 1000)
+
+    def _fail_closed_by_sibling(self, state: Attempt, command: StepEnded) -> None:
+        """Steps that overlap: this step's row was closed COMPLETED when a sibling started, and
+        its own end fails: the row becomes FAILED with its error (a guarded update, so a row
+        closed otherwise stays as it is, whichever batch wrote the close)."""
+        message = self._end_status(state.scope, command)[1]
+        ended_us = command.end_ns // 1000
+        state.last_close_us = max(state.last_close_us, ended_us)
+        state.last_step = step_key_text(command.key)  # the attempt's failing step, if it fails
+        scope = state.scope
+        failure = FailClosedStep(
+            scope.domain, scope.job_id, scope.attempt, state.execution_id,
+            format(command.span_id, "016x"), None if message is None else clean_text(message),
+            ended_us,
+        )  # fmt: skip
+        self._batch.add_sibling_failure(failure)
 
     def _end_status(self, scope: Scope, command: StepEnded | StepRan) -> tuple[str, str | None]:
         """A step span's end: FAILED with its error, FAILED time_limit when it ended after the

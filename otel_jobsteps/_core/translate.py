@@ -23,9 +23,11 @@ from .commands import (
     Scope,
     StepEnded,
     StepRan,
+    StepSkipped,
     StepStarted,
 )
 from .detail import clean_text, parse_detail
+from .dialects.cicd import STEP_SKIPPED
 from .events import latest_progress
 from .facts import RESOURCE_ATTRIBUTES, LogFacts, SpanFacts
 from .limits import MAX_ID_BYTES, id_fits, job_type_text
@@ -217,18 +219,32 @@ def _attempt_number(value: object) -> int | None:
     return None
 
 
-def _error_text(span: SpanFacts) -> str | None:
+def _exception_text(attributes: Mapping[str, Any]) -> str:
+    """``exception.type: exception.message`` of an exception event or log record."""
+    kind = attributes.get("exception.type", "Exception")
+    message = attributes.get("exception.message", "")
+    kind = clean_text(kind)  # attribute values may be anything: text that never fails
+    return f"{kind}: {clean_text(message)}" if message else kind
+
+
+def _error_text(span: SpanFacts, logged: str | None = None) -> str | None:
+    """A failed span's error text: its ``job.error``, else its newest ``exception`` event, else
+    the newest exception log record in its context (``logged``), else its status message."""
     named = span.attributes.get(attr.JOB_ERROR)
     if named is not None and named != "":
         return clean_text(named)
     for event in reversed(span.events):
-        attributes = event.attributes
-        if event.name == "exception" and attributes:
-            kind = attributes.get("exception.type", "Exception")
-            message = attributes.get("exception.message", "")
-            kind = clean_text(kind)  # attribute values may be anything: text that never fails
-            return f"{kind}: {clean_text(message)}" if message else kind
-    return span.status_message or None
+        if event.name == "exception" and event.attributes:
+            return _exception_text(event.attributes)
+    return logged or span.status_message or None
+
+
+def _is_exception_event(event_name: str | None) -> bool:
+    """Whether a log record is an exception event: ``exception`` or ``<domain>.exception``
+    (OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs moves them from span events to log records)."""
+    return event_name is not None and (
+        event_name == "exception" or event_name.endswith(".exception")
+    )
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -275,6 +291,9 @@ class _OpenSpan:
     # record passed on for a step (span events older than it do not replace it).
     step_id: int = 0
     progress_ns: int = 0
+    # The newest exception log record in its context, as text: its failure text if it ends
+    # failed without its own (not kept in collect's state between requests).
+    logged_error: str | None = None
 
 
 class SpanTranslator:
@@ -344,6 +363,8 @@ class SpanTranslator:
             return []
         key = _step_key(key)
         self._remember(span_id, _OpenSpan(scope, key))
+        if attributes.get(STEP_SKIPPED) is True:
+            return []  # skipped: its row is written whole at its end, no step opens
         return [StepStarted(scope, key, span_id, span.start_ns)]
 
     def progress(
@@ -376,6 +397,8 @@ class SpanTranslator:
             attributes = record.attributes
             step.reported, step.progress_ns = attributes, record.time_ns
             return [ProgressReported(step.scope, step.key, attributes)]
+        if _is_exception_event(record.event_name):
+            (found if step is None else step).logged_error = _exception_text(record.attributes)
         line = log_line(found.scope, None if step is None else step.key, record, self._logs_min)
         return [] if line is None else [line]
 
@@ -400,7 +423,7 @@ class SpanTranslator:
         scope, key = found.scope, found.key
         if key is None and scope.span_id != span_id:
             return commands  # a plain span inside the job
-        error = _error_text(span) if span.error else None
+        error = _error_text(span, found.logged_error) if span.error else None
         attributes = span.attributes
         end_ns = span.end_ns or span.start_ns
         if key is None:
@@ -410,6 +433,10 @@ class SpanTranslator:
             resource = _resource(attributes)
             commands.append(JobEnded(scope, end_ns, span.error, outcome, error, resource))
             return commands
+        explicit = attributes.get(attr.JOB_STEP_DETAIL)
+        if attributes.get(STEP_SKIPPED) is True:
+            commands.append(StepSkipped(scope, key, span_id, span.start_ns, end_ns, explicit))
+            return commands
         # The close takes the ended span's newest progress unless it was passed on already
         # (a poll's progress may have been shed while the writer was backlogged).
         latest = latest_progress(reversed(span.events))
@@ -418,8 +445,7 @@ class SpanTranslator:
             latest = {}  # a progress log record newer than the span's events was passed on
         if latest and (reported is None or not _same(latest, reported)):
             commands.append(ProgressReported(scope, key, latest))
-        explicit = attributes.get(attr.JOB_STEP_DETAIL)
-        commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error))
+        commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error, span_id))
         return commands
 
     def whole(self, span: SpanFacts) -> list[Command]:
@@ -428,7 +454,12 @@ class SpanTranslator:
         span = self._in_range(span)
         attributes = span.attributes
         parent = self._open.get(span.parent_span_id) if span.parent_span_id else None
-        if parent is None or not is_step(attributes) or span.span_id in self._open:
+        if (
+            parent is None
+            or not is_step(attributes)
+            or span.span_id in self._open
+            or attributes.get(STEP_SKIPPED) is True
+        ):
             return self.started(span) + self.ended(span)
         return [
             StepRan(

@@ -24,8 +24,10 @@ __all__ = [
     "OUTCOME_TARGET_DELETED",
     "OUTCOME_TIME_LIMIT",
     "RUNNING",
+    "SKIPPED",
     "STATUSES",
     "STEP",
+    "STEP_STATUSES",
     "TAG",
     "TIME_LIMIT",
 ]
@@ -48,11 +50,16 @@ EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"
 EVENT_ACTION = "ACTION"
 """Ordinary event of an operator's retry or cancel (otel_jobsteps.actions): the audit row."""
 
-# job_event.step_status, and job_log.status (which is never RUNNING).
+# An attempt's status (job_log.status, never RUNNING: RUNNING is an attempt without one), and
+# job_event.step_status, which may also be SKIPPED.
 RUNNING = "RUNNING"
 COMPLETED = "COMPLETED"
 FAILED = "FAILED"
 STATUSES = (RUNNING, COMPLETED, FAILED)
+SKIPPED = "SKIPPED"
+"""A step skipped, not run (issue 37: a CI/CD task run with result ``skip``): ended as it is
+written, never the open step, never an attempt's failing step."""
+STEP_STATUSES = (*STATUSES, SKIPPED)
 
 # job_log.reason (and a FAILED step's message) when the database or the model decides it.
 ABANDONED = "abandoned"

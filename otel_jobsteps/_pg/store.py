@@ -21,7 +21,16 @@ import psycopg
 from psycopg import pq
 from psycopg.abc import PQGen
 
-from .._core.batch import Abandon, Batch, CloseForeign, CloseStep, EventRow, JobLogRow, Progress
+from .._core.batch import (
+    Abandon,
+    Batch,
+    CloseForeign,
+    CloseStep,
+    EventRow,
+    FailClosedStep,
+    JobLogRow,
+    Progress,
+)
 from .._core.detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
 from .._core.vocabulary import ABANDONED, FAILED, STEP
 from .._telemetry.metrics import ClosedStep, Committed, FinishedAttempt
@@ -61,14 +70,17 @@ SQLSTATE_CLASSES: dict[str, tuple[str, str]] = {
 }
 RV = TypeVar("RV")
 
-# Each statement and the segment list it reads, in write order: updates first (they never touch
-# a row inserted in the same segment), then inserts. testing.InMemoryStore applies this order.
+# Each statement and the segment list it reads, in write order: updates of open rows first
+# (they never touch a row inserted in the same segment), then inserts, then the failing ends
+# of rows a sibling closed (the row and its sibling may be inserted in the same segment).
+# testing.InMemoryStore applies this order.
 STATEMENTS: tuple[tuple[str, str], ...] = (
     ("abandon_earlier_attempts", "abandons"),
     ("close_foreign_steps", "foreign_closes"),
     ("write_progress", "progress"),
     ("close_steps", "closes"),
     ("insert_events", "rows"),
+    ("fail_sibling_closed_steps", "sibling_failures"),
     ("insert_job_logs", "job_logs"),
 )
 # Connections inherited through fork: kept alive so they are never finalised in the child.
@@ -141,7 +153,7 @@ class _BoundedConnection(psycopg.Connection[Any]):
 
 _FIELD_NAMES = {
     kind: tuple(f.name for f in fields(kind) if f.name not in _SKIPPED_FIELDS)
-    for kind in (Abandon, CloseForeign, CloseStep, Progress, EventRow, JobLogRow)
+    for kind in (Abandon, CloseForeign, CloseStep, FailClosedStep, Progress, EventRow, JobLogRow)
 }
 
 
@@ -218,6 +230,8 @@ def statement_params(
 
 def _note_changes(cur: psycopg.Cursor[Any], name: str, ops: Sequence[Any], into: Committed) -> None:
     """Add to ``into`` the steps the statement just run closed and the final rows it inserted."""
+    # fail_sibling_closed_steps is not counted: its step was, as its row was first committed
+    # (COMPLETED), and counters never go back (collect's recount keeps the first status too).
     if name in ("close_steps", "close_foreign_steps"):
         into.steps.extend(map(ClosedStep._make, cur.fetchall()))
     elif name == "insert_events":

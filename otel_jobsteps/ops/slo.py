@@ -195,14 +195,16 @@ def _error_ratio(objective: Objective, window: str) -> str:
     def rate(metric: str, extra: str = "") -> str:
         return f"sum by ({by}) (rate({metric}{{{labels}{extra}}}[{window}]))"
 
+    ran = ',job_step_status!="SKIPPED"'  # a skipped step did not run: neither good nor bad
     if objective.kind == "p95_seconds":
         assert objective.threshold_s is not None
-        within = rate(f"{STEPS}_bucket", "," + _le(objective.threshold_s))
-        return f"1 - (\n  {within}\n  /\n  {rate(f'{STEPS}_count')}\n)"
+        within = rate(f"{STEPS}_bucket", ran + "," + _le(objective.threshold_s))
+        return f"1 - (\n  {within}\n  /\n  {rate(f'{STEPS}_count', ran)}\n)"
     if objective.step_key is None:
         failed, total = rate(ATTEMPTS, ',job_status="FAILED"'), rate(ATTEMPTS)
     else:
-        failed, total = rate(f"{STEPS}_count", ',job_step_status="FAILED"'), rate(f"{STEPS}_count")
+        failed = rate(f"{STEPS}_count", ',job_step_status="FAILED"')
+        total = rate(f"{STEPS}_count", ran)
     return f"{failed}\n/\n{total}"
 
 

@@ -299,6 +299,7 @@ SET status = 'FAILED', reason = 'abandoned', created_at = v.next_start,
         'step', (SELECT e.step_key FROM {job_event} AS e
                  WHERE e.domain = v.domain AND e.job_id = v.job_id AND e.attempt = v.attempt
                    AND e.type = 'STEP' AND e.created_at <= v.next_start AND e.derived
+                   AND e.step_status <> 'SKIPPED'
                  ORDER BY e.created_at DESC, e.id DESC LIMIT 1))
 FROM victim AS v
 WHERE l.id = v.id;

@@ -46,7 +46,8 @@ WITH earlier AS (
                          (array_agg(e.job_type ORDER BY e.id DESC)
                               FILTER (WHERE e.job_type IS NOT NULL))[1] AS job_type,
                          (array_agg(e.step_key ORDER BY e.created_at DESC, e.id DESC)
-                              FILTER (WHERE e.type = 'STEP'))[1] AS step_key,
+                              FILTER (WHERE e.type = 'STEP' AND e.step_status <> 'SKIPPED'))[1]
+                             AS step_key,
                          (array_agg(e.trace_id ORDER BY e.id DESC)
                               FILTER (WHERE e.trace_id IS NOT NULL))[1] AS trace_id,
                          max(GREATEST(e.created_at, e.ended_at)) AS last_at
@@ -189,6 +190,27 @@ WHERE e.id = ANY (input.ids) AND e.ended_at IS NULL
   AND e.step_key = COALESCE(input.step_keys[width_bucket(e.id, input.ids)], e.step_key)
 RETURNING e.trace_id, e.span_id, e.domain, e.job_type, e.step_key, e.step_status,
           extract(epoch FROM {job_duration}(e.created_at, e.ended_at))::float8 AS seconds;
+
+-- name: fail_sibling_closed_steps --
+-- Overlapping steps: a row closed COMPLETED when a sibling step started (its end is that
+-- sibling's start: another step row of the attempt and execution, not skipped, began then)
+-- whose own span then ended in error becomes FAILED with that error, dated at its own end.
+-- A row its own end closed, or one closed FAILED since (abandoned), is left alone.
+UPDATE ONLY {job_event} AS e
+SET step_status = 'FAILED',
+    message = t.message,
+    ended_at = GREATEST(e.created_at, timestamptz 'epoch' + t.ended_us * interval '1 microsecond')
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[],
+            %(execution_id)b::text[], %(span_id)b::text[], %(message)b::text[],
+            %(ended_us)b::bigint[])
+     AS t (domain, job_id, attempt, execution_id, span_id, message, ended_us)
+WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
+  AND e.type = 'STEP' AND e.span_id = t.span_id AND e.execution_id = t.execution_id
+  AND e.step_status = 'COMPLETED' AND e.ended_at IS NOT NULL
+  AND EXISTS (SELECT FROM ONLY {job_event} AS s
+              WHERE s.domain = e.domain AND s.job_id = e.job_id AND s.attempt = e.attempt
+                AND s.type = 'STEP' AND s.id <> e.id AND s.created_at = e.ended_at
+                AND s.execution_id = e.execution_id AND s.step_status <> 'SKIPPED');
 
 -- name: insert_events --
 -- New job_event rows in command order; a second open step for an attempt is skipped, not an error.

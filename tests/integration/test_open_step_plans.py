@@ -18,6 +18,7 @@ from otel_jobsteps._core.batch import (
     CloseForeign,
     CloseStep,
     EventRow,
+    FailClosedStep,
     JobLogRow,
     Progress,
 )
@@ -36,6 +37,7 @@ GUARDED = (
     "abandon_earlier_attempts",
     "close_foreign_steps",
     "close_steps",
+    "fail_sibling_closed_steps",
     "refresh_heartbeats",
     "write_progress",
 )
@@ -57,6 +59,8 @@ def _operations(statement: str, input_rows: int = INPUT_ROWS) -> dict[str, Any]:
         ops = [Progress("d", job, 1, "x", "A", {"n": 1}) for job in jobs]
     elif statement == "close_steps":
         ops = [CloseStep("d", job, 1, "x", "A", "COMPLETED", None, None, AT_US) for job in jobs]
+    elif statement == "fail_sibling_closed_steps":
+        ops = [FailClosedStep("d", job, 1, "x", "00000000000000a1", "E", AT_US) for job in jobs]
     elif statement == "insert_events":
         ops = [
             EventRow("d", job, "t", 2, "STEP", "A", "RUNNING", None, None, None, None, "x",

@@ -13,6 +13,7 @@ from otel_jobsteps._core.commands import (
     ProgressReported,
     Scope,
     StepEnded,
+    StepSkipped,
     StepStarted,
 )
 from otel_jobsteps._core.recorder import StepRecorder
@@ -99,23 +100,32 @@ command = st.one_of(
         st.just("progress"), st.integers(0, 3), skew, st.sampled_from("ABC"), st.integers(0, 9)
     ),
     st.tuples(st.just("end"), st.integers(0, 3), skew, st.sampled_from("ABC"), st.booleans()),
+    st.tuples(st.just("skip"), st.integers(0, 3), skew, st.sampled_from("ABC")),
     st.tuples(st.just("job_end"), st.integers(0, 3), skew, st.booleans()),
 )
 
 
 def script_commands(script: list[tuple[Any, ...]]) -> list[Any]:
+    """Commands of a script; a step's end names the span of the latest start of its key (so a
+    failing end of a step a sibling closed is in the scripts too)."""
     commands: list[Any] = []
+    spans: dict[tuple[int, str], int] = {}
     for t, (kind, who, skew_ms, *args) in enumerate(script, start=1):
         scope, at = SCOPES[who], (1000 + t * 10 + skew_ms) * MS
         if kind == "job_start":
             commands.append(JobStarted(scope, at))
         elif kind == "start":
+            spans[who, args[0]] = 1000 + t
             commands.append(StepStarted(scope, args[0], 1000 + t, at))
         elif kind == "progress":
             detail = {"n": args[1]}
             commands.append(ProgressReported(scope, args[0], detail))
         elif kind == "end":
-            commands.append(StepEnded(scope, args[0], at, args[1], None, "E" if args[1] else None))
+            span_id = spans.get((who, args[0]), 0)
+            error = "E" if args[1] else None
+            commands.append(StepEnded(scope, args[0], at, args[1], None, error, span_id))
+        elif kind == "skip":
+            commands.append(StepSkipped(scope, args[0], 1000 + t, at, at + 5 * MS, None))
         else:
             commands.append(JobEnded(scope, at, args[0], None, "E" if args[0] else None))
     return commands

@@ -10,7 +10,7 @@ import os
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -20,7 +20,9 @@ from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ._core.detail import DEFAULT_MAX_DETAIL_BYTES
+from ._core.dialects import select_dialects
 from ._core.translate import PROGRESS_EVENT
+from ._live.fields import OTLP_KIND
 from ._live.settings import Settings
 from ._live.spans import attribute_dict
 from ._live.watch import LogEmitted, SpanEnded, SpanStarted, ended_fields
@@ -70,6 +72,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         logs_min_severity: str | int | None = None,
         logs_max_per_step: int | None = None,
         writer_side: WriterSide | None = None,
+        dialects: str | Sequence[str] | None = None,
     ) -> None:
         settings = self._settings = Settings.from_environment(
             has_store=store is not None or writer_side is not None,
@@ -87,7 +90,10 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             auto_migrate=auto_migrate,
             logs_min_severity=logs_min_severity,
             logs_max_per_step=logs_max_per_step,
+            dialects=dialects,
         )
+        # Other instrumentations' job spans (`_core.dialects`); None: no test per span.
+        self._dialects = select_dialects(settings.dialects) or None
         self._stats = stats = Stats() if writer_side is None else writer_side.counters
         # Metrics of what the writer committed (max_step_keys: distinct keys per job type).
         step_metrics = StepMetrics(
@@ -121,6 +127,10 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 (parent is not None and parent.span_id in in_scope)
                 or JOB_ID in attributes
                 or JOB_EVENT_TYPE in attributes
+                or (
+                    self._dialects is not None
+                    and self._dialects.may_start_job(span.name, OTLP_KIND[span.kind], attributes)
+                )
             ):
                 return  # outside any job scope: nothing else happens, ever
             started = _new_started(SpanStarted)

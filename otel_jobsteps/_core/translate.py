@@ -327,6 +327,10 @@ class SpanTranslator:
     def open_spans(self) -> int:
         return len(self._open)
 
+    def scoped(self, span_id: int) -> bool:
+        """Whether the span is open here: in a job scope (or the job span itself)."""
+        return span_id in self._open
+
     def held_spans(self) -> OrderedDict[int, _OpenSpan]:
         """The open spans by id, for a derivation state kept between requests (collect)."""
         return self._open

@@ -7,26 +7,33 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from .._core.events import plain_attributes
 from .._core.facts import resource_values
 from ..attributes import JOB_ID
 from .spans import attribute_dict
 
-__all__ = ["log_fields", "severity_value", "span_fields"]
+__all__ = ["OTLP_KIND", "log_fields", "severity_value", "span_fields"]
+
+# The SDK's SpanKind as OTLP's number (the facts' `kind`): the enum's value plus one.
+OTLP_KIND = {kind: kind.value + 1 for kind in SpanKind}
 
 
 def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) -> tuple[Any, ...]:
-    """A live span's `SpanFacts` fields, in order: as at its start (only what on_start could
-    know), or ended with ``events`` (its final attributes, events and status)."""
+    """A live span's `SpanFacts` fields, in order up to its kind: as at its start (only what
+    on_start could know), or ended with ``events`` (its final attributes, events and status)."""
     context = span.context
     parent = span.parent
     parent_id = 0 if parent is None else parent.span_id
     start_ns = span.start_time or 0
     attributes = attribute_dict(span)
+    kind = OTLP_KIND[span.kind]
     if not ended:
-        return (context.trace_id, context.span_id, parent_id, span.name, start_ns, 0, attributes)
+        return (
+            context.trace_id, context.span_id, parent_id, span.name, start_ns, 0, attributes,
+            (), False, None, kind,
+        )  # fmt: skip
     status = span.status
     if JOB_ID in attributes and span.resource is not None:
         attributes = {**attributes, **resource_values(span.resource.attributes)}
@@ -41,6 +48,7 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
         events,
         status.status_code is StatusCode.ERROR,
         status.description,
+        kind,
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .._core.batch import Batch
+from .._core.dialects import select_dialects
 from .._core.facts import LogFacts, SpanFacts
 from .._core.interpreter import Interpreter, OneTranslator
 from .._core.recorder import DEFAULT_LOGS_MAX_PER_STEP, StepRecorder
@@ -65,8 +66,10 @@ def build_interpretation(
     clock: Callable[[], float] = time.monotonic,
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
     logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
+    dialects: tuple[str, ...] = (),
 ) -> tuple[LiveFacts, StepRecorder]:
-    """The interpreter of live spans, its translation and recorder, counting into ``stats``."""
+    """The interpreter of live spans (with the ``dialects`` named), its translation and
+    recorder, counting into ``stats``."""
     recorder = StepRecorder(
         debounce_ms=debounce_ms,
         clock=clock,
@@ -81,7 +84,12 @@ def build_interpretation(
         max_open_spans=max_open_spans,
         logs_min_severity=logs_min_severity,
     )
-    interpreter = Interpreter(OneTranslator(translator), recorder)
+    interpreter = Interpreter(
+        OneTranslator(translator),
+        recorder,
+        dialects=select_dialects(dialects),
+        problem=stats.problem,
+    )
     return LiveFacts(interpreter, translator, stats), recorder
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.detail import DEFAULT_MAX_DETAIL_BYTES
+from .._core.dialects import select_dialects
 from .._core.recorder import DEFAULT_LOGS_MAX_PER_STEP
 from .._core.translate import DEFAULT_LOGS_MIN_SEVERITY, DEFAULT_MAX_OPEN_SPANS, logs_settings
 from .._pg.db import check_dsn
@@ -62,6 +63,7 @@ class Settings:
     auto_migrate: bool = False
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY
     logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP
+    dialects: tuple[str, ...] = ()  # the selected dialects' names (`_core.dialects`)
 
     @classmethod
     def from_environment(cls, *, has_store: bool = False, **given: Any) -> Settings:
@@ -89,6 +91,10 @@ class Settings:
         values["logs_min_severity"], values["logs_max_per_step"] = logs_settings(
             values.get("logs_min_severity"), values.get("logs_max_per_step"), environ=os.environ
         )
+        chosen = values.pop("dialects", None)
+        if chosen is None:
+            chosen = os.environ.get("OTEL_JOBSTEPS_DIALECTS")
+        values["dialects"] = select_dialects(chosen).names
         settings = cls(dsn=dsn, writer=writer, **values)
         settings._check_positive()
         if not has_store:
@@ -117,4 +123,4 @@ class Settings:
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> Settings:
         """The settings `payload` made (already validated in the job's process)."""
-        return cls(**payload)
+        return cls(**{**payload, "dialects": tuple(payload.get("dialects", ()))})

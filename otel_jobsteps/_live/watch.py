@@ -84,17 +84,27 @@ def ended_fields(span: ReadableSpan) -> tuple[Any, ...]:
 
 def ended_facts(fields: tuple[Any, ...]) -> SpanFacts:
     """The facts of an ended span's fields (`ended_fields`: plain events)."""
-    trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status = fields
+    trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status, kind = (
+        fields
+    )
     decoded = [SpanEvent(*event) for event in events]
     return SpanFacts(
-        trace_id, span_id, parent, name, start_ns, end_ns, attributes, decoded, error, status
+        trace_id, span_id, parent, name, start_ns, end_ns, attributes, decoded, error, status, kind
     )
 
 
 def _start_part(fields: tuple[Any, ...], attributes: Mapping[str, Any] | None) -> tuple[Any, ...]:
     """The fields as at the span's start (what on_start could know) of ``fields``, with the
     attributes copied at its start if any (a job span's)."""
-    return (*fields[:5], 0, fields[6] if attributes is None else attributes)
+    return (
+        *fields[:5],
+        0,
+        fields[6] if attributes is None else attributes,
+        (),
+        False,
+        None,
+        fields[10],
+    )
 
 
 class LogEmitted(NamedTuple):

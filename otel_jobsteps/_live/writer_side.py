@@ -70,6 +70,7 @@ def build_handler(
         clock=clock,
         logs_min_severity=settings.logs_min_severity,
         logs_max_per_step=settings.logs_max_per_step,
+        dialects=settings.dialects,
     )
     read = source(facts) if source is not None else watch(settings, stats, facts, clock=clock)
     return FactsHandler(read, facts, recorder)

@@ -458,6 +458,7 @@ def _collect(args: argparse.Namespace) -> int:
         settle_after_s=args.settle_after.total_seconds(),
         settle_open_after_s=args.settle_open_after.total_seconds(),
         mappings=[JobMapping.parse(text) for text in args.mapping],
+        dialects=args.dialects,
         max_body_bytes=args.max_body_bytes,
         retry_after_s=args.retry_after,
         body_timeout_s=args.body_timeout.total_seconds(),
@@ -848,6 +849,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="id=ATTR,domain=ATTR[,type=ATTR][,attempt=ATTR[+N]]",
         help="job spans of another queue library (BullMQ's are understood without this)",
+    )
+    collect.add_argument(
+        "--dialects",
+        metavar="NAMES",
+        help="other instrumentations read as jobs: a comma list, all or none "
+        "(default: OTEL_JOBSTEPS_DIALECTS, else every dialect but messaging; docs/dialects.md)",
     )
     _integer_option(
         collect,

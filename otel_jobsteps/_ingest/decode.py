@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,11 +23,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from .._core.dialects import Dialects
 from .._core.facts import LogFacts, SpanEvent, SpanFacts, resource_values
 from .._core.limits import MAX_ID_BYTES, id_fits
 from .._core.vocabulary import MAX_ID_CHARS
 from ..attributes import JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
-from .mapping import BULLMQ_FAILED_EVENT, BULLMQ_JOB_ID, JobMapping
+from .mapping import BULLMQ_FAILED_EVENT, claimed
 
 __all__ = [
     "LOGFIRE_PENDING_PARENT",
@@ -164,19 +165,14 @@ def _facts(request: ExportTraceServiceRequest) -> Decoded:
     return decoded
 
 
-def job_markers(mappings: Iterable[JobMapping]) -> frozenset[str]:
-    """The attributes whose presence makes a span a job span, or one a mapping may make so."""
-    return frozenset({JOB_ID, BULLMQ_JOB_ID, *(mapping.job_id for mapping in mappings)})
-
-
-def carry_resources(decoded: Decoded, markers: frozenset[str]) -> None:
-    """Give each job span (one with an attribute of ``markers``) its resource's kept values
-    under `RESOURCE_ATTRIBUTES`, as the processor passes them: in its facts, and in its copy
-    kept for a later derivation (a serialized message followed by more of its fields is that
-    message with them added). Other spans stay as received: they would only cost room."""
+def carry_resources(decoded: Decoded, dialects: Dialects) -> None:
+    """Give each job span (one naming its job, or one a dialect may make a job) its resource's
+    kept values under `RESOURCE_ATTRIBUTES`, as the processor passes them: in its facts, and in
+    its copy kept for a later derivation (a serialized message followed by more of its fields
+    is that message with them added). Other spans stay as received: they would only cost room."""
     for index, resource in enumerate(decoded.resources):
         span = decoded.spans[index]
-        if resource and not markers.isdisjoint(span.attributes):
+        if resource and (JOB_ID in span.attributes or claimed(span, dialects)):
             extra = Span(attributes=[_text_pair(k, v) for k, v in resource.items()])
             decoded.wire[index] += extra.SerializeToString()
             span.attributes = {**span.attributes, **resource}
@@ -277,6 +273,7 @@ def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
         _events(span),
         error,
         status.message or None,
+        span.kind,
     )
 
 

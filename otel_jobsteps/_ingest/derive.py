@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from .._core.batch import Batch
 from .._core.commands import Command, JobStarted
+from .._core.dialects import NO_DIALECTS, Dialects
 from .._core.facts import LogFacts, SpanFacts
 from .._core.interpreter import Interpreter, PerTrace
 from .._core.order import in_span_order, latest_copies, with_logs
@@ -24,7 +25,7 @@ from .._core.translate import (
 )
 from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID
 from .ids import ID_MASK, signed
-from .mapping import BULLMQ_OPERATION, JobMapping, map_trace
+from .mapping import claimed, recognise_trace
 from .place import JOB, Attempt
 from .state import JobState, capture, held_by_job, restore
 
@@ -135,7 +136,7 @@ class _Replay:
 
 
 def _mapped_nodes(
-    spans: Iterable[SpanFacts], mappings: Sequence[JobMapping]
+    spans: Iterable[SpanFacts], dialects: Dialects
 ) -> dict[tuple[int, int], SpanFacts]:
     by_trace: dict[int, list[SpanFacts]] = {}
     for span in latest_copies(spans).values():
@@ -143,19 +144,17 @@ def _mapped_nodes(
     return {
         (trace, span.span_id): span
         for trace, group in by_trace.items()
-        for span in map_trace(group, mappings)
+        for span in recognise_trace(group, dialects)
     }
 
 
-def _ordered(
-    spans: Sequence[SpanFacts], mappings: Sequence[JobMapping]
-) -> list[tuple[bool, SpanFacts]]:
+def _ordered(spans: Sequence[SpanFacts], dialects: Dialects) -> list[tuple[bool, SpanFacts]]:
     """The spans' starts and ends in order (`order`), a job span's start as its start marker
     had it: the job's identity and limits are read at its start (`_core.translate.SpanTranslator`),
     and the ended copy carries only their final values."""
-    nodes = _mapped_nodes(spans, mappings)
+    nodes = _mapped_nodes(spans, dialects)
     order = in_span_order(nodes)
-    starts = _started_as(spans, nodes, mappings)
+    starts = _started_as(spans, nodes, dialects)
     if not starts:
         return order
     return [
@@ -169,7 +168,7 @@ def _ordered(
 def _started_as(
     spans: Iterable[SpanFacts],
     nodes: Mapping[tuple[int, int], SpanFacts],
-    mappings: Sequence[JobMapping],
+    dialects: Dialects,
 ) -> dict[tuple[int, int], SpanFacts]:
     """Per job span whose start marker and ended copy differ in the job's identity, limits or
     tags: its ended copy with the marker's values (none of them if the marker names no job:
@@ -180,7 +179,7 @@ def _started_as(
         ended = nodes.get(node)
         if marker.end_ns or ended is None or not ended.end_ns:
             continue
-        (marker,) = map_trace([marker], mappings)
+        (marker,) = recognise_trace([marker], dialects)
         if JOB_ID not in marker.attributes and JOB_ID not in ended.attributes:
             continue  # no job span
         at_end = ended.attributes
@@ -199,14 +198,14 @@ def job_commands(
     spans: Iterable[SpanFacts],
     *,
     problem: Problem,
-    mappings: Sequence[JobMapping] = (),
+    dialects: Dialects = NO_DIALECTS,
     logs: Iterable[tuple[LogFacts, Any]] = (),
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
 ) -> list[Command]:
     """The commands of the spans in span order and of the log records (each with its tie)
     in it (see `order`)."""
     spans = list(spans)
-    order = with_logs(_ordered(spans, mappings), logs)
+    order = with_logs(_ordered(spans, dialects), logs)
     return _Replay(problem, logs_min_severity).commands(order)
 
 
@@ -245,7 +244,7 @@ def derive_jobs(
     started: Iterable[SpanFacts] = (),
     logs: Mapping[Job, Sequence[tuple[LogFacts, Any]]] | None = None,
     problem: Problem,
-    mappings: Sequence[JobMapping] = (),
+    dialects: Dialects = NO_DIALECTS,
     logs_min_severity: int = DEFAULT_LOGS_MIN_SEVERITY,
     logs_max_per_step: int = DEFAULT_LOGS_MAX_PER_STEP,
     new: Collection[tuple[int, int]] | None = None,
@@ -266,7 +265,7 @@ def derive_jobs(
         job_logs = (logs or {}).get(job, ())
         replay = replays[job] = _Replay(problem, logs_min_severity, new=new)
         try:
-            order = with_logs(_ordered(gathered.by_job[job], mappings), job_logs)
+            order = with_logs(_ordered(gathered.by_job[job], dialects), job_logs)
             commands = replay.commands(order)
         except Exception as error:  # noqa: BLE001 - one job must not fail the request
             # Its spans stay staged and its rows as they were; a later span derives it again.
@@ -334,11 +333,12 @@ def _state(
     return times
 
 
-def resumable(state: JobState, spans: Iterable[JobSpan], mappings: Sequence[JobMapping]) -> bool:
+def resumable(state: JobState, spans: Iterable[JobSpan], dialects: Dialects) -> bool:
     """Whether a job's new spans can be applied on its state: each starts after everything
     applied (so the full order is the old one, then the new spans'), none is the ended copy of
-    a start marker applied, none is named by a mapping, and no two end at one time (their
-    order would depend on ancestors the state does not keep)."""
+    a start marker applied, none is a unit's span that a dialect claims (a unit is read whole:
+    the spans inside one start before its end, so they are never after its state), and no two
+    end at one time (their order would depend on ancestors the state does not keep)."""
     ends: set[int] = set()
     markers = set().union(*state.markers.values()) if state.markers else set()
     new = {(span.facts.trace_id, span.facts.span_id) for span in spans}
@@ -352,8 +352,7 @@ def resumable(state: JobState, spans: Iterable[JobSpan], mappings: Sequence[JobM
             if facts.end_ns in ends:
                 return False
             ends.add(facts.end_ns)
-        names = facts.attributes
-        if BULLMQ_OPERATION in names or any(m.job_id in names for m in mappings):
+        if claimed(facts, dialects):
             return False
     return True
 
@@ -394,7 +393,7 @@ def resume_jobs(
         replay = _Replay(problem, logs_min_severity)  # every span here is new
         replay.translators.held = restore(state, recorder, replay.translator)
         found.firsts.update(state.firsts)
-        _apply(replay.commands(_ordered(gathered.by_job[job], ())), recorder, found)
+        _apply(replay.commands(_ordered(gathered.by_job[job], NO_DIALECTS)), recorder, found)
         markers = {a: set(m) for a, m in state.markers.items()}
         for attempt, seen in new_markers.get(job, {}).items():
             markers.setdefault(attempt, set()).update(seen)

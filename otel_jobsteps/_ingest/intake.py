@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from starlette.concurrency import run_in_threadpool
 
 from .._http.requestlog import Answered
-from .decode import BadRequest, Decoded, carry_resources, job_markers
+from .decode import BadRequest, Decoded, carry_resources
 from .receipt import Receipt
 from .staging import RequestFailed, Staging, StagingUnavailable
 
@@ -62,7 +62,7 @@ class Intake:
         # As many bodies decoded at once as connections can stage: the others wait encoded
         # (a 16 MiB body of small spans decodes to some 200 MiB).
         self._staging_slots = asyncio.Semaphore(staging.settings.connections)
-        self._job_markers = job_markers(staging.settings.mappings)
+        self._dialects = staging.settings.job_dialects()
         self._listeners: list[Callable[[Answered], None]] = []
 
     def listen(self, listener: Callable[[Answered], None]) -> None:
@@ -146,7 +146,7 @@ class Intake:
         if decoded.signal == "logs":
             staging.stats.add("logs_outside", decoded.outside)
             return decoded, staging.receive_logs(decoded.logs, decoded.wire, decoded.keys)
-        carry_resources(decoded, self._job_markers)
+        carry_resources(decoded, self._dialects)
         return decoded, staging.receive(decoded.spans, decoded.wire)
 
 

@@ -1,39 +1,75 @@
-"""collect's names for the dialects it has always applied (BullMQ and the user's ``--mapping``
-rules), kept for its call sites until they reach the dialects through the one interpreter."""
+"""collect's reading of the dialects (`_core.dialects`) over a trace: each span a selected
+dialect claims, outside any job, is a unit with its descendants, given the model's meaning as
+the processor's interpreter gives it when the unit's span ends (`_core.interpreter`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._core.dialects import select_dialects
-from .._core.dialects.bullmq import BULLMQ_FAILED_EVENT, BULLMQ_JOB_ID, BULLMQ_OPERATION
+from .._core.dialects import Dialects
+from .._core.dialects.bullmq import BULLMQ_FAILED_EVENT
 from .._core.dialects.mapping import JobMapping
 from .._core.facts import SpanFacts
 from ..attributes import JOB_EVENT_TYPE, JOB_ID
 
-__all__ = ["BULLMQ_FAILED_EVENT", "BULLMQ_JOB_ID", "BULLMQ_OPERATION", "JobMapping", "map_trace"]
-
-_BULLMQ = select_dialects("bullmq")
+__all__ = ["BULLMQ_FAILED_EVENT", "JobMapping", "claimed", "recognise_trace"]
 
 
-def map_trace(spans: Sequence[SpanFacts], mappings: Sequence[JobMapping] = ()) -> list[SpanFacts]:
-    """The spans of one trace (one fact per span id) with BullMQ's and the ``mappings``' job
-    spans given their ``job.*`` names: each such span's own dialect sees it and its children."""
-    dialects = _BULLMQ.with_mappings(mappings)
+def claimed(span: SpanFacts, dialects: Dialects) -> bool:
+    """Whether ``span`` names no job of its own and a dialect may make it one."""
+    attributes = span.attributes
+    return (
+        JOB_ID not in attributes
+        and JOB_EVENT_TYPE not in attributes
+        and dialects.may_start_job(span.name, span.kind, attributes) is not None
+    )
+
+
+def recognise_trace(spans: Sequence[SpanFacts], dialects: Dialects) -> list[SpanFacts]:
+    """The spans of one trace (one fact per span id) with each unit's spans given their meaning
+    by its dialect: a claimed span outside any job or other unit, then its descendants in the
+    order they started (the order the processor's interpreter holds them in)."""
+    if not dialects:
+        return list(spans)
     children: dict[int, list[SpanFacts]] = {}
     for span in spans:
         if span.parent_span_id:
             children.setdefault(span.parent_span_id, []).append(span)
+    by_id = {span.span_id: span for span in spans}
     mapped: dict[int, SpanFacts] = {}
     for span in spans:
-        attributes = span.attributes
-        if JOB_ID in attributes or JOB_EVENT_TYPE in attributes:
-            continue
-        dialect = dialects.may_start_job(span.name, span.kind, attributes)
-        if dialect is not None:
-            family = (span, *children.get(span.span_id, ()))
-            unit = [mapped.get(each.span_id, each) for each in family]
-            for before, after in zip(unit, dialect.recognise(unit), strict=True):
-                if after is not before:
-                    mapped[after.span_id] = after
+        if claimed(span, dialects) and not _inside_job_or_unit(span, by_id, dialects):
+            unit = [span, *sorted(_descendants(span, children), key=_started)]
+            for meant in dialects.recognise(unit):
+                mapped[meant.span_id] = meant
     return [mapped.get(span.span_id, span) for span in spans]
+
+
+def _inside_job_or_unit(span: SpanFacts, by_id: dict[int, SpanFacts], dialects: Dialects) -> bool:
+    """Whether an ancestor received is a job span or a unit of its own (the outermost wins)."""
+    seen = {span.span_id}
+    parent = by_id.get(span.parent_span_id)
+    while parent is not None and parent.span_id not in seen:
+        if JOB_ID in parent.attributes or claimed(parent, dialects):
+            return True
+        seen.add(parent.span_id)
+        parent = by_id.get(parent.parent_span_id)
+    return False
+
+
+def _descendants(span: SpanFacts, children: dict[int, list[SpanFacts]]) -> list[SpanFacts]:
+    found: list[SpanFacts] = []
+    stack = list(children.get(span.span_id, ()))
+    seen = {span.span_id}
+    while stack:
+        child = stack.pop()
+        if child.span_id in seen:
+            continue
+        seen.add(child.span_id)
+        found.append(child)
+        stack.extend(children.get(child.span_id, ()))
+    return found
+
+
+def _started(span: SpanFacts) -> tuple[int, int]:
+    return span.start_ns, span.span_id

@@ -8,15 +8,16 @@ and what a span names itself, so staging keeps that per span and never decodes i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from .._core.commands import EventRecorded, JobStarted
+from .._core.dialects import Dialects
 from .._core.facts import SpanFacts
 from .._core.translate import SpanTranslator
 from ..attributes import JOB_EVENT_TYPE, JOB_ID
-from .mapping import BULLMQ_JOB_ID, JobMapping, map_trace
+from .mapping import claimed, recognise_trace
 from .rows import SpanRow
 
 __all__ = [
@@ -60,14 +61,13 @@ def _ignore(kind: str, detail: object) -> None:
     """Problems are counted once, by the derivation (placing reads the same spans again)."""
 
 
-def skeleton(span: SpanFacts, mappings: Sequence[JobMapping] = ()) -> Skeleton:
-    """The span's skeleton (a queue library's job span named as `mapping` names it)."""
+def skeleton(span: SpanFacts, dialects: Dialects) -> Skeleton:
+    """The span's skeleton (another instrumentation's job span named as its dialect names
+    it, from the span alone)."""
     names = span.attributes
-    if not (JOB_ID in names or JOB_EVENT_TYPE in names or BULLMQ_JOB_ID in names) and not (
-        mappings and any(m.job_id in names for m in mappings)
-    ):
+    if not (JOB_ID in names or JOB_EVENT_TYPE in names or claimed(span, dialects)):
         return Skeleton(span.parent_span_id, PLAIN, None)  # names no job: most spans
-    (mapped,) = map_trace([span], mappings)
+    (mapped,) = recognise_trace([span], dialects)
     found = SpanTranslator(problem=_ignore).started(mapped)  # no parent known: its own scope
     own = None
     if found and isinstance(found[0], JobStarted | EventRecorded):

@@ -124,7 +124,7 @@ def _placed(
     over, fresh = len(fresh) - len(kept), kept
     seeds = _seeds(staged, fresh) if partial else None
     for row in fresh:
-        shape = skeleton(row.facts, session.settings.mappings)
+        shape = skeleton(row.facts, session.settings.job_dialects())
         staged[row[:3]] = Staged(shape, None, new=row, step_key=_key_of(row))
     moved, places = _place(staged, seeds)
     if partial and any(old is not None for old, _ in moved.values()):
@@ -348,7 +348,7 @@ def _derive(
             started=[s for s in known.started if _job_of(s) in chosen],
             logs=records.job_logs(_with_records(full, known.new, records)),
             problem=session.stats.problem,
-            mappings=settings.mappings,
+            dialects=settings.job_dialects(),
             logs_min_severity=settings.logs_min_severity,
             logs_max_per_step=settings.logs_max_per_step,
         )
@@ -397,7 +397,8 @@ def _resumable(
         if blob is None or job in touched:
             continue
         state = load(blob)
-        if state is not None and resumable(state, by_job.get(job, ()), session.settings.mappings):
+        dialects = session.settings.job_dialects()
+        if state is not None and resumable(state, by_job.get(job, ()), dialects):
             states[job] = state
     rows = [row for state in states.values() for row in state.open_rows()]
     if rows:

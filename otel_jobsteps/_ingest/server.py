@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .._core.dialects import select_dialects
 from .._core.translate import logs_settings
 from .._http.listen import check_free, parse_listen
 from ..errors import ConfigurationError
@@ -89,6 +90,7 @@ def serve_collect(
     settle_after_s: float = 600.0,
     settle_open_after_s: float = 86_400.0,
     mappings: Sequence[JobMapping] = (),
+    dialects: str | Sequence[str] | None = None,
     max_body_bytes: int | None = None,
     retry_after_s: int = 2,
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
@@ -102,6 +104,8 @@ def serve_collect(
     """Run the receiver until SIGTERM or SIGINT: then stop accepting, finish the requests in
     flight (their spans are committed before they are answered) and return.
 
+    ``dialects``: the other instrumentations read as jobs (`_core.dialects`; a comma list,
+    ``all`` or ``none``), default ``OTEL_JOBSTEPS_DIALECTS``, else the default set.
     ``workers`` processes share the ports (they lock per trace, as separate receivers do);
     ``grpc_listen`` ``off``: no gRPC listener. ``logs_min_severity`` (a name or 0..24) and
     ``logs_max_per_step`` default to ``OTEL_JOBSTEPS_LOGS_MIN_SEVERITY`` and
@@ -122,6 +126,9 @@ def serve_collect(
         settle_after_s=settle_after_s,
         settle_open_after_s=settle_open_after_s,
         mappings=tuple(mappings),
+        dialects=select_dialects(
+            os.environ.get("OTEL_JOBSTEPS_DIALECTS") if dialects is None else dialects
+        ).names,
         max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         retry_after_s=retry_after_s,
         body_timeout_s=body_timeout_s,

@@ -7,10 +7,12 @@ the app anew), so they round-trip through JSON.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
 
+from .._core.dialects import DEFAULT_DIALECTS, Dialects, select_dialects
 from .._core.recorder import DEFAULT_LOGS_MAX_PER_STEP
 from .._core.translate import DEFAULT_LOGS_MIN_SEVERITY
 from .mapping import JobMapping
@@ -36,11 +38,11 @@ class CollectSettings:
     """A receiver's settings. ``connections``: database connections serving requests in
     parallel; traces untouched for ``settle_after_s`` are settled, or for
     ``settle_open_after_s`` while a span still waits (a long step, a job still running);
-    ``mappings`` turn other conventions' spans into jobs; ``grpc_listen``: gRPC's ``HOST:PORT``
-    as grpc spells it, or None for no gRPC listener; log records below ``logs_min_severity``
-    are not written, at most ``logs_max_per_step`` per attempt and step are, and at most
-    ``max_waiting_logs_per_trace`` wait for their span; ``loopback_host``: the loopback address
-    HTTP listens on (its requests must name a loopback Host), None when it listens wider."""
+    ``dialects`` (names) and ``mappings`` turn other instrumentations' spans into jobs;
+    ``grpc_listen``: gRPC's ``HOST:PORT`` as grpc spells it, or None for no gRPC listener;
+    log records below ``logs_min_severity`` are not written, at most ``logs_max_per_step`` per
+    attempt and step are, and at most ``max_waiting_logs_per_trace`` wait for their span;
+    ``loopback_host``: the loopback address HTTP listens on (its requests must name a loopback Host), None when it listens wider."""
 
     dsn: str
     schema: str = "public"
@@ -48,6 +50,7 @@ class CollectSettings:
     settle_after_s: float = 600.0
     settle_open_after_s: float = 86_400.0
     mappings: tuple[JobMapping, ...] = ()
+    dialects: tuple[str, ...] = DEFAULT_DIALECTS
     max_spans_per_trace: int = DEFAULT_MAX_SPANS_PER_TRACE
     connect_timeout_s: float = 5.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -67,4 +70,14 @@ class CollectSettings:
     def from_json(cls, text: str) -> CollectSettings:
         fields: dict[str, Any] = json.loads(text)
         mappings = tuple(JobMapping(**mapping) for mapping in fields.pop("mappings"))
-        return cls(**fields, mappings=mappings)
+        dialects = tuple(fields.pop("dialects"))
+        return cls(**fields, mappings=mappings, dialects=dialects)
+
+    def job_dialects(self) -> Dialects:
+        """The dialects selected, the user's mappings first (`_core.dialects`)."""
+        return _dialects(self.dialects, self.mappings)
+
+
+@functools.lru_cache(maxsize=8)
+def _dialects(names: tuple[str, ...], mappings: tuple[JobMapping, ...]) -> Dialects:
+    return select_dialects(names).with_mappings(mappings)

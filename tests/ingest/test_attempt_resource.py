@@ -19,8 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from starlette.testclient import TestClient
 
 from otel_jobsteps import JobStepsProcessor, job_attempt, step
+from otel_jobsteps._core.dialects import NO_DIALECTS
 from otel_jobsteps._core.facts import RESOURCE_ATTRIBUTES
-from otel_jobsteps._ingest.decode import carry_resources, decode_protobuf, decode_span, job_markers
+from otel_jobsteps._ingest.decode import carry_resources, decode_protobuf, decode_span
 from otel_jobsteps.cli import main
 from otel_jobsteps.query import attempt_diff
 from otel_jobsteps.web import create_app
@@ -117,7 +118,7 @@ def test_collect_keeps_the_resource_in_the_job_spans_copy_only(
     collector = start_collect(second_dsn)
     spans = _run(dsn, f"res-{uuid.uuid4().hex[:8]}", collector.traces_url)
     decoded = decode_protobuf(encode_spans(spans).SerializeToString())
-    carry_resources(decoded, job_markers(()))
+    carry_resources(decoded, NO_DIALECTS)
     kept = {
         span.name: decode_span(wire).attributes
         for span, wire in zip(decoded.spans, decoded.wire, strict=True)

@@ -12,14 +12,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from otel_jobsteps._core.commands import EventRecorded, JobEnded, JobStarted, StepEnded, StepRan
+from otel_jobsteps._core.dialects import select_dialects
 from otel_jobsteps._core.facts import SpanEvent, SpanFacts
 from otel_jobsteps._core.order import in_span_order, scheduled_order
 from otel_jobsteps._ingest.decode import BadRequest, decode_json
 from otel_jobsteps._ingest.derive import job_commands
-from otel_jobsteps._ingest.mapping import JobMapping, map_trace
+from otel_jobsteps._ingest.mapping import JobMapping, recognise_trace
 from otel_jobsteps._ingest.place import place, skeleton
 from otel_jobsteps.errors import ConfigurationError
 
+DIALECTS = select_dialects(None)  # the default set, as collect has it
 JOB = {"job.domain": "d", "job.id": "1", "job.type": "t", "job.attempt": 1}
 
 
@@ -29,6 +31,7 @@ def span(span_id: int, parent: int, start: int, end: int, **attributes: Any) -> 
 
 def commands(spans: list[SpanFacts], **options: Any) -> list[tuple[str, object]]:
     """The commands by type and key; a step told whole (StepRan) as its start and end."""
+    options.setdefault("dialects", DIALECTS)
     found = job_commands(spans, problem=print, **options)
     named = []
     for command in found:
@@ -98,7 +101,7 @@ def test_progress_of_a_received_step_is_its_latest_event() -> None:
          SpanEvent("exception", 13, {"exception.type": "E"})],
     )  # fmt: skip
     job = span(1, 0, 10, 30, **JOB)
-    found = job_commands([job, step], problem=print)
+    found = job_commands([job, step], problem=print, dialects=DIALECTS)
     (ran,) = [c for c in found if isinstance(c, StepRan)]  # told whole: its newest progress
     assert ran.progress == {"pct": 100}
 
@@ -127,7 +130,7 @@ def bullmq_trace(*, failed: bool, retried: bool, made: int | None = 1) -> list[S
 
 
 def test_bullmq_failed_and_retried_is_failed_retry_with_its_event() -> None:
-    found = job_commands(bullmq_trace(failed=True, retried=True), problem=print)
+    found = job_commands(bullmq_trace(failed=True, retried=True), problem=print, dialects=DIALECTS)
     started = found[0]
     assert isinstance(started, JobStarted)
     assert started.scope[:4] == ("render", "42", "thumbnail", 1)
@@ -146,7 +149,9 @@ def test_bullmq_failed_and_retried_is_failed_retry_with_its_event() -> None:
     ],
 )
 def test_bullmq_outcomes(failed: bool, retried: bool, expected: tuple[bool, object]) -> None:
-    found = job_commands(bullmq_trace(failed=failed, retried=retried), problem=print)
+    found = job_commands(
+        bullmq_trace(failed=failed, retried=retried), problem=print, dialects=DIALECTS
+    )
     ended = found[-1]
     assert isinstance(ended, JobEnded)
     assert (ended.failed, ended.outcome) == expected
@@ -162,12 +167,13 @@ def test_a_configured_mapping_names_other_libraries_jobs() -> None:
     )
     job = span(1, 0, 10, 40, **{"celery.task_id": "x", "celery.queue": "q", "celery.task": "t",
                                 "celery.retries": 2})  # fmt: skip
-    (mapped,) = map_trace([job], [mapping])
+    mapped_by = DIALECTS.with_mappings([mapping])
+    (mapped,) = recognise_trace([job], mapped_by)
     assert {k: mapped.attributes[k] for k in JOB} == {
         "job.domain": "q", "job.id": "x", "job.type": "t", "job.attempt": 3,
     }  # fmt: skip
     explicit = span(1, 0, 10, 40, **{"celery.task_id": "x", "celery.queue": "q", "job.id": "own"})
-    assert map_trace([explicit], [mapping])[0].attributes["job.id"] == "own"
+    assert recognise_trace([explicit], mapped_by)[0].attributes["job.id"] == "own"
 
 
 @pytest.mark.parametrize(
@@ -206,7 +212,7 @@ def test_array_values_decode_as_the_sdk_keeps_them() -> None:
 
 
 def _places(spans: list[SpanFacts]) -> dict[int, object]:
-    return place({s.span_id: skeleton(s) for s in spans})
+    return place({s.span_id: skeleton(s, DIALECTS) for s in spans})
 
 
 def test_a_span_is_placed_in_the_attempt_its_parents_lead_to() -> None:
@@ -264,7 +270,7 @@ def test_steps_starting_in_one_millisecond_follow_their_ends(ids: tuple[int, int
     first = span(render, 1, MS, MS + 269_224, **{"job.step.key": "A"})
     failed = SpanFacts(7, save, 1, "b", MS, MS + 10_236_687, {"job.step.key": "B"}, (), True, "x")
     assert commands([job, failed, first]) == ORDERED
-    found = job_commands([job, failed, first], problem=print)
+    found = job_commands([job, failed, first], problem=print, dialects=DIALECTS)
     ends = [c for c in found if isinstance(c, StepEnded | StepRan)]
     assert [(c.key, c.failed) for c in ends] == [("A", False), ("B", True)]
     # SAVE only started (its marker): RENDER's end still comes before SAVE's start.
@@ -341,7 +347,7 @@ def test_attempts_in_two_traces_meet_in_time_order() -> None:
     one = [span(1, 0, 10, 50, **first), span(2, 1, 10, 50, **{"job.step.key": "A"})]
     two = [SpanFacts(8, 1, 0, "j", 30, 60, second), SpanFacts(8, 2, 1, "s", 30, 60,
                                                              {"job.step.key": "B"})]  # fmt: skip
-    found = job_commands(two + one, problem=print)
+    found = job_commands(two + one, problem=print, dialects=DIALECTS)
     starts = [(type(c).__name__, c.scope.attempt) for c in found]
     assert starts[:3] == [("JobStarted", 1), ("StepStarted", 1), ("JobStarted", 2)]
 
@@ -350,5 +356,9 @@ def test_the_first_ended_copy_of_a_span_is_the_one_derived() -> None:
     # Staging keeps the first copy of a span delivered twice; the derivation must read the same.
     ok = span(1, 0, 0, 100, **JOB)
     failed = SpanFacts(7, 1, 0, "s1", 0, 100, JOB, (), True, "boom")
-    (ended,) = [c for c in job_commands([ok, failed], problem=print) if isinstance(c, JobEnded)]
+    (ended,) = [
+        c
+        for c in job_commands([ok, failed], problem=print, dialects=DIALECTS)
+        if isinstance(c, JobEnded)
+    ]
     assert not ended.failed

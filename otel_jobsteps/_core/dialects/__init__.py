@@ -30,7 +30,14 @@ from . import (
 from .base import KIND_CONSUMER, Dialect
 from .mapping import JobMapping, mapping_dialect
 
-__all__ = ["DEFAULT_DIALECTS", "DIALECT_NAMES", "Dialect", "Dialects", "select_dialects"]
+__all__ = [
+    "DEFAULT_DIALECTS",
+    "DIALECT_NAMES",
+    "NO_DIALECTS",
+    "Dialect",
+    "Dialects",
+    "select_dialects",
+]
 
 # In the order tried: a span two dialects could claim goes to the more specific one (a Celery
 # run, a Sidekiq job and an Oban job are CONSUMER spans with messaging.* attributes too).
@@ -109,6 +116,10 @@ class Dialects:
 
 def _may_claim(dialect: Dialect, kind: int) -> bool:
     return dialect.kinds is None or kind in dialect.kinds
+
+
+NO_DIALECTS = Dialects(())
+"""None selected: every span is read by its own ``job.*`` attributes only."""
 
 
 def select_dialects(text: str | Sequence[str] | None) -> Dialects:

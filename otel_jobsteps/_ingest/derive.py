@@ -25,7 +25,7 @@ from .._core.translate import (
 )
 from ..attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID
 from .ids import ID_MASK, signed
-from .mapping import claimed, recognise_trace
+from .mapping import DIALECT_ATTRIBUTE, claimed, recognise_trace
 from .place import JOB, Attempt
 from .state import JobState, capture, held_by_job, restore
 
@@ -180,8 +180,10 @@ def _started_as(
         if marker.end_ns or ended is None or not ended.end_ns:
             continue
         (marker,) = recognise_trace([marker], dialects)
-        if JOB_ID not in marker.attributes and JOB_ID not in ended.attributes:
-            continue  # no job span
+        if JOB_ID not in marker.attributes and (
+            JOB_ID not in ended.attributes or DIALECT_ATTRIBUTE in ended.attributes
+        ):
+            continue  # no job span, or a dialect's unit: read from its end (`units`)
         at_end = ended.attributes
         at_start = {k: v for k, v in marker.attributes.items() if is_job_identity(k)}
         if JOB_ID not in at_start:

@@ -32,6 +32,7 @@ from .records import RequestLogs
 from .rows import LogRow, SpanRow
 from .session import Session
 from .state import JobState, dump, load
+from .units import recognised_units, unit_ended
 
 __all__ = ["receive"]
 
@@ -109,6 +110,9 @@ def _placed(
     """The request's spans among what is staged of their traces, placed: (staged, fresh rows,
     duplicates, late, over the limit, staged spans placed anew, places). ``partial`` reads only
     what placing them needs; None if a placed span would move (its subtree is not read)."""
+    dialects = session.settings.job_dialects()
+    if partial and unit_ended(rows, dialects):
+        return None  # a unit is read whole: every staged span of its trace
     staged: dict[Key, Staged] = {}
     known = [trace for trace in traces if counts[trace]]  # a trace with no span staged is new
     if known and partial:
@@ -123,8 +127,9 @@ def _placed(
     kept = _within_limit(session, fresh, counts)
     over, fresh = len(fresh) - len(kept), kept
     seeds = _seeds(staged, fresh) if partial else None
+    fresh = recognised_units(session, fresh, staged, dialects)
     for row in fresh:
-        shape = skeleton(row.facts, session.settings.job_dialects())
+        shape = skeleton(row.facts, dialects)
         staged[row[:3]] = Staged(shape, None, new=row, step_key=_key_of(row))
     moved, places = _place(staged, seeds)
     if partial and any(old is not None for old, _ in moved.values()):

@@ -42,7 +42,8 @@ class CollectSettings:
     ``grpc_listen``: gRPC's ``HOST:PORT`` as grpc spells it, or None for no gRPC listener;
     log records below ``logs_min_severity`` are not written, at most ``logs_max_per_step`` per
     attempt and step are, and at most ``max_waiting_logs_per_trace`` wait for their span;
-    ``loopback_host``: the loopback address HTTP listens on (its requests must name a loopback Host), None when it listens wider."""
+    ``loopback_host``: the loopback address HTTP listens on (its requests must name a
+    loopback Host), None when it listens wider."""
 
     dsn: str
     schema: str = "public"

@@ -47,6 +47,22 @@ SELECT s.trace_id, s.span_id, s.phase, s.parent, s.kind, s.own, s.domain, s.job_
        s.body IS NULL, s.step_key
 FROM {otlp_span} AS s JOIN wanted USING (trace_id, span_id, phase);
 
+-- name: waiting_bodies --
+-- The ended copies in these traces still waiting for a place, with their bodies: the spans of
+-- a dialect's unit whose span has just ended (`units`).
+SELECT trace_id, span_id, body FROM {otlp_span}
+WHERE trace_id = ANY(%(trace_id)b::text[]) AND phase = 1 AND domain IS NULL
+  AND body IS NOT NULL;
+
+-- name: reshape_spans --
+-- Staged ended copies given their meaning by a dialect: their bodies, skeletons and step keys.
+UPDATE {otlp_span} AS s
+SET body = t.body, kind = t.kind, own = t.own, step_key = t.step_key
+FROM unnest(%(trace_id)b::text[], %(span_id)b::bigint[], %(body)b::bytea[], %(kind)b::int2[],
+            %(own)b::jsonb[], %(step_key)b::text[])
+     AS t (trace_id, span_id, body, kind, own, step_key)
+WHERE s.trace_id = t.trace_id AND s.span_id = t.span_id AND s.phase = 1;
+
 -- name: lock_jobs --
 -- Register the jobs a request touches and lock them, in the (sorted) order given: one job is
 -- derived by one request at a time, and never while it is being settled. Says which are new,

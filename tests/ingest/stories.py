@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -66,8 +67,8 @@ class Recording:
     """One tracer and one logger provider: the processor writes the reference rows, the
     exporters keep the spans and the log records (``logger`` emits them)."""
 
-    def __init__(self, dsn: str) -> None:
-        self.processor = JobStepsProcessor(dsn)
+    def __init__(self, dsn: str, **options: Any) -> None:
+        self.processor = JobStepsProcessor(dsn, **options)
         self.exporter = InMemorySpanExporter()
         self.provider = TracerProvider(id_generator=_SystemIds())
         self.provider.add_span_processor(self.processor)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from .._core.dialects import Dialects
@@ -46,6 +46,9 @@ __all__ = [
 ]
 
 PARTIAL = "$span.partial"
+# A span's whole resource, kept with its staged copy when a dialect may read it.
+CARRIED_RESOURCE = "otel_jobsteps.carried_resource"
+_NO_RESOURCE: Mapping[str, Any] = {}
 LOGFIRE_SPAN_TYPE = "logfire.span_type"
 LOGFIRE_PENDING_PARENT = "logfire.pending_parent_id"
 _MARKER_ATTRIBUTES = (PARTIAL, LOGFIRE_SPAN_TYPE, LOGFIRE_PENDING_PARENT)
@@ -148,10 +151,11 @@ def _facts(request: ExportTraceServiceRequest) -> Decoded:
     refused: set[tuple[int, int]] = set()
     resources = decoded.resources
     for resource_spans in request.resource_spans:
-        resource = resource_values(attribute_values(resource_spans.resource.attributes))
+        whole = attribute_values(resource_spans.resource.attributes)
+        resource = resource_values(whole)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                facts = _span_facts(span, decoded)
+                facts = _span_facts(span, decoded, whole)
                 if facts is None:
                     continue
                 if not _ids_fit(facts.attributes):
@@ -166,21 +170,52 @@ def _facts(request: ExportTraceServiceRequest) -> Decoded:
 
 
 def carry_resources(decoded: Decoded, dialects: Dialects) -> None:
-    """Give each job span (one naming its job, or one a dialect may make a job) its resource's
-    kept values under `RESOURCE_ATTRIBUTES`, as the processor passes them: in its facts, and in
-    its copy kept for a later derivation (a serialized message followed by more of its fields
-    is that message with them added). Other spans stay as received: they would only cost room."""
+    """Give each job span its resource's kept values under `RESOURCE_ATTRIBUTES`, as the
+    processor passes them: in its facts, and in its copy kept for a later derivation (a
+    serialized message followed by more of its fields is that message with them added). A span
+    a dialect may make a job keeps its whole resource (``CARRIED_RESOURCE``: a dialect may read
+    it, as the processor's hands it the SDK's). Other spans stay as received: they would only
+    cost room."""
+    carried: dict[int, bytes] = {}  # per resource: its attributes as one kept attribute
     for index, resource in enumerate(decoded.resources):
         span = decoded.spans[index]
-        if resource and (JOB_ID in span.attributes or claimed(span, dialects)):
-            extra = Span(attributes=[_text_pair(k, v) for k, v in resource.items()])
-            decoded.wire[index] += extra.SerializeToString()
-            span.attributes = {**span.attributes, **resource}
+        if JOB_ID in span.attributes:
+            if resource:
+                extra = Span(attributes=[_text_pair(k, v) for k, v in resource.items()])
+                decoded.wire[index] += extra.SerializeToString()
+                span.attributes = {**span.attributes, **resource}
+        elif span.resource and claimed(span, dialects):
+            whole = carried.get(id(span.resource))
+            if whole is None:
+                pairs = KeyValueList(values=[_pair(k, v) for k, v in span.resource.items()])
+                kept = KeyValue(key=CARRIED_RESOURCE, value=AnyValue(kvlist_value=pairs))
+                whole = carried[id(span.resource)] = Span(attributes=[kept]).SerializeToString()
+            decoded.wire[index] += whole
     decoded.resources = []
 
 
 def _text_pair(key: str, value: str) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+def _pair(key: str, value: object) -> KeyValue:
+    return KeyValue(key=key, value=any_value(value))
+
+
+def any_value(value: object) -> AnyValue:
+    """A decoded attribute value as OTLP's AnyValue again (`attribute_values`' inverse)."""
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, tuple | list):
+        return AnyValue(array_value=ArrayValue(values=[any_value(v) for v in value]))
+    if isinstance(value, Mapping):
+        pairs = [KeyValue(key=str(k), value=any_value(v)) for k, v in value.items()]
+        return AnyValue(kvlist_value=KeyValueList(values=pairs))
+    return AnyValue(string_value=value if isinstance(value, str) else str(value))
 
 
 def _ids_fit(attributes: Mapping[str, Any]) -> bool:
@@ -229,7 +264,9 @@ def decode_span(body: bytes) -> SpanFacts:
     return facts
 
 
-def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
+def _span_facts(
+    span: Span, decoded: Decoded, resource: Mapping[str, Any] | None = None
+) -> SpanFacts | None:
     trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
     if len(trace_id) != 16 or len(span_id) != 8 or len(parent) not in (0, 8):
         decoded.reject("trace ids must be 16 bytes, span ids 8 bytes")
@@ -260,6 +297,9 @@ def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
         end_ns = 0
     if not end_ns:
         attributes = {k: v for k, v in attributes.items() if k not in _MARKER_ATTRIBUTES}
+    if CARRIED_RESOURCE in attributes:  # a staged copy of a span a dialect may read
+        carried = attributes.pop(CARRIED_RESOURCE)
+        resource = carried if isinstance(carried, dict) else None
     status = span.status
     error = status.code == _ERROR
     return SpanFacts(
@@ -274,6 +314,7 @@ def _span_facts(span: Span, decoded: Decoded) -> SpanFacts | None:
         error,
         status.message or None,
         span.kind,
+        resource or _NO_RESOURCE,
     )
 
 

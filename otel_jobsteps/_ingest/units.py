@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from psycopg.types.json import Jsonb
 
@@ -19,7 +19,7 @@ from .._core.dialects import Dialects
 from .._core.facts import SpanFacts
 from .._core.limits import step_key_text
 from ..attributes import JOB_ID, JOB_STEP_KEY
-from .decode import decode_span
+from .decode import any_value, decode_span
 from .ids import ID_MASK
 from .mapping import DIALECT_ATTRIBUTE, claimed, recognise_trace
 from .place import Staged, skeleton
@@ -123,7 +123,7 @@ def _extra(before: SpanFacts, after: SpanFacts) -> bytes:
     """What turns ``before``'s bytes into ``after``'s: a serialized message followed by more of
     its fields is that message with them (an attribute given twice: the later value stands)."""
     added = [
-        KeyValue(key=name, value=_any(value))
+        KeyValue(key=name, value=any_value(value))
         for name, value in after.attributes.items()
         if name not in before.attributes or before.attributes[name] != value
     ]
@@ -132,13 +132,3 @@ def _extra(before: SpanFacts, after: SpanFacts) -> bytes:
         code = Status.STATUS_CODE_ERROR if after.error else Status.STATUS_CODE_UNSET
         extra.status.CopyFrom(Status(code=code, message=after.status_message or ""))
     return extra.SerializeToString()
-
-
-def _any(value: object) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int) and -(2**63) <= value < 2**63:
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    return AnyValue(string_value=value if isinstance(value, str) else str(value))

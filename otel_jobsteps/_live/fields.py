@@ -3,7 +3,7 @@ the writer's side (or the relay's), never on the job's thread."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -16,13 +16,15 @@ from .spans import attribute_dict
 
 __all__ = ["OTLP_KIND", "log_fields", "severity_value", "span_fields"]
 
+_NO_RESOURCE: Mapping[str, Any] = {}
 # The SDK's SpanKind as OTLP's number (the facts' `kind`): the enum's value plus one.
 OTLP_KIND = {kind: kind.value + 1 for kind in SpanKind}
 
 
 def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) -> tuple[Any, ...]:
-    """A live span's `SpanFacts` fields, in order up to its kind: as at its start (only what
-    on_start could know), or ended with ``events`` (its final attributes, events and status)."""
+    """A live span's `SpanFacts` fields, in order: as at its start (only what on_start could
+    know, up to its kind), or ended with ``events`` (its final attributes, events and status)
+    and its resource's attributes (the SDK's read-only mapping: a dialect may read them)."""
     context = span.context
     parent = span.parent
     parent_id = 0 if parent is None else parent.span_id
@@ -49,6 +51,7 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
         status.status_code is StatusCode.ERROR,
         status.description,
         kind,
+        _NO_RESOURCE if span.resource is None else span.resource.attributes,
     )
 
 

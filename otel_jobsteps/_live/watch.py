@@ -84,13 +84,25 @@ def ended_fields(span: ReadableSpan) -> tuple[Any, ...]:
 
 def ended_facts(fields: tuple[Any, ...]) -> SpanFacts:
     """The facts of an ended span's fields (`ended_fields`: plain events)."""
-    trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, error, status, kind = (
-        fields
-    )
+    (
+        trace,
+        span,
+        parent,
+        name,
+        start_ns,
+        end_ns,
+        attributes,
+        events,
+        error,
+        status,
+        kind,
+        resource,
+    ) = fields
     decoded = [SpanEvent(*event) for event in events]
     return SpanFacts(
-        trace_id, span_id, parent, name, start_ns, end_ns, attributes, decoded, error, status, kind
-    )
+        trace, span, parent, name, start_ns, end_ns, attributes, decoded, error, status, kind,
+        resource,
+    )  # fmt: skip
 
 
 def _start_part(fields: tuple[Any, ...], attributes: Mapping[str, Any] | None) -> tuple[Any, ...]:

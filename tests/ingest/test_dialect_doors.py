@@ -12,10 +12,16 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
-from otel_jobsteps import step
-from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps import JobStepsProcessor, step
+from otel_jobsteps._core.dialects import select_dialects
+from otel_jobsteps._ingest.decode import carry_resources, decode_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
 from tests.ingest.collector import table_rows
@@ -164,3 +170,44 @@ def test_without_the_dialect_neither_door_writes_a_row(dsn: str, second_dsn: str
         staging.close()
         recorded.close()
     assert table_rows(dsn) == table_rows(second_dsn) == ([], [])
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_a_pipelines_identity_on_the_resource_reaches_both_doors(
+    dsn: str, second_dsn: str, writer: str
+) -> None:
+    """A CI system's exporter names the pipeline run on its resource, not on each span."""
+    resource = Resource({"cicd.pipeline.run.id": "run-on-resource"})
+    processor = JobStepsProcessor(dsn, dialects="cicd", writer=writer)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests")
+    pipeline = {"cicd.pipeline.name": "deploy", "cicd.pipeline.result": "success"}
+    with tracer.start_as_current_span("deploy", attributes=pipeline):
+        for name in ("plan", "apply"):
+            task = {
+                "cicd.pipeline.task.name": name,
+                "cicd.pipeline.task.run.id": f"{name}-1",
+                "cicd.pipeline.task.run.result": "success",
+            }
+            with tracer.start_as_current_span(name, attributes=task):
+                pass
+    assert processor.force_flush(10_000)
+    provider.shutdown()
+    staging = Staging(
+        CollectSettings(second_dsn, settle_after_s=0.0, connections=1, dialects=("cicd",))
+    )
+    try:
+        for span in exporter.get_finished_spans():  # each alone: the job's tasks wait staged
+            decoded = decode_protobuf(encode_spans([span]).SerializeToString())
+            carry_resources(decoded, select_dialects("cicd"))
+            staging.receive(decoded.spans, decoded.wire)
+        staging.settle()
+    finally:
+        staging.close()
+    events, logs = live = table_rows(dsn)
+    assert [(row[1], row[4]) for row in logs] == [("run-on-resource", "COMPLETED")]
+    assert [row[5] for row in events] == ["plan", "apply"]
+    assert table_rows(second_dsn) == live

@@ -32,6 +32,7 @@ from .wire import (
     METRICS,
     PROGRESS,
     REPLAYED,
+    RESOURCE,
     STARTED,
     STATS,
     WARNING,
@@ -62,19 +63,23 @@ class _Received:
 
     def __init__(self, facts: LiveFacts) -> None:
         self._facts = facts
+        self._resources: dict[int, dict[str, Any]] = {}  # by the number the relay gave each
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind, facts = message[0], self._facts
         if kind == STARTED:
             facts.started(message[1], message[2], message[3])
         elif kind == ENDED:
-            facts.ended(message[1])
+            fields = message[1]
+            facts.ended((*fields[:11], self._resources.get(fields[11], {})))
         elif kind == PROGRESS:
             facts.progress(*message[1:])
         elif kind == LOG:
             facts.log(message[1])
         elif kind == REPLAYED:
             facts.resumed(message[1])
+        elif kind == RESOURCE:
+            self._resources[message[1]] = message[2]
 
     def next_poll(self) -> float | None:
         return None  # running steps are polled by the relay's watch

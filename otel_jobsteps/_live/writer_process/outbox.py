@@ -9,7 +9,7 @@ from typing import Any
 from ..._core.translate import body_text
 from ...attributes import JOB_EVENT_TYPE
 from ..watch import plain_dict
-from .wire import ENDED, LOG, PLAIN, PROGRESS, REPLAYED, STARTED
+from .wire import ENDED, LOG, PLAIN, PROGRESS, REPLAYED, RESOURCE, STARTED
 
 __all__ = ["Outbox"]
 
@@ -23,6 +23,9 @@ class Outbox:
         self._open: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._max_open = max_open
         self._ending: list[int] = []  # ends among the messages: still open until sent
+        # The resources told to the writer process, by the SDK's object: an ended span names
+        # its resource by number (a process has one or a few; their attributes travel once).
+        self._resources: dict[int, tuple[int, dict[str, Any], object]] = {}
 
     def started(self, fields: tuple[Any, ...], ended: bool, whole: bool) -> None:
         self.messages.append((STARTED, fields, ended, whole))
@@ -33,7 +36,12 @@ class Outbox:
                 opened.popitem(last=False)
 
     def ended(self, fields: tuple[Any, ...]) -> None:
-        self.messages.append((ENDED, fields))
+        resource = fields[11]
+        told = self._resources.get(id(resource))
+        if told is None:  # kept with the object: its id is never another's
+            told = self._resources[id(resource)] = (len(self._resources), dict(resource), resource)
+            self.messages.append((RESOURCE, told[0], told[1]))
+        self.messages.append((ENDED, (*fields[:11], told[0])))
         self._ending.append(fields[1])
 
     def take(self) -> list[Any]:
@@ -46,7 +54,8 @@ class Outbox:
 
     def replay(self) -> None:
         """Tell a new writer process first what is still open, in start order."""
-        self.messages[:0] = [(REPLAYED, fields) for fields in self._open.values()]
+        told = [(RESOURCE, number, plain) for number, plain, _ in self._resources.values()]
+        self.messages[:0] = [*told, *((REPLAYED, fields) for fields in self._open.values())]
 
     def log(self, fields: tuple[Any, ...]) -> None:
         body, attributes = fields[6], fields[7]

@@ -29,6 +29,7 @@ from .wire import (
     FLUSHED,
     METRICS,
     REPLAYED,
+    RESOURCE,
     WARNING,
     read_frames,
     write_frame,
@@ -316,7 +317,7 @@ class Relay:
     def _lost(self, messages: list[Any], error: object) -> None:
         self._stats.problem("dropped_facts", error)
         # A replay is not lost: the spans it tells stay open here, told to the next one.
-        lost = [message for message in messages if message[0] not in (FLUSH, REPLAYED)]
+        lost = [m for m in messages if m[0] not in (FLUSH, REPLAYED, RESOURCE)]
         self._stats.add("dropped_facts", max(0, len(lost) - 1))
         for message in messages:
             if message[0] == FLUSH:

@@ -7,6 +7,7 @@ Relay -> writer process:
   (of its events only those the translation reads); ``(REPLAYED, fields)`` a span still open
   when a new writer process starts (told again, so its later end closes its row);
   ``(PROGRESS, trace_id, span_id, attributes, time_ns)`` a running step's newest progress;
+  ``(RESOURCE, number, attributes)`` a resource, named by its number in ended spans' fields;
   ``(LOG, fields)`` a log record (its `LogFacts` fields); ``(FLUSH, n)`` flush number n.
 Writer process -> relay:
   ``(FLUSHED, n, ok, stats)`` flush n done (committed if ok); ``(STATS, stats)`` its counters;
@@ -32,6 +33,7 @@ __all__ = [
     "PLAIN",
     "PROGRESS",
     "REPLAYED",
+    "RESOURCE",
     "STARTED",
     "STATS",
     "WARNING",
@@ -43,6 +45,7 @@ __all__ = [
 STARTED: Final = "s"
 ENDED: Final = "e"
 REPLAYED: Final = "r"
+RESOURCE: Final = "R"
 PROGRESS: Final = "p"
 LOG: Final = "L"
 FLUSH: Final = "f"

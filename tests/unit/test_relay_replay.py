@@ -12,11 +12,12 @@ from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
 from otel_jobsteps._live.fields import span_fields
 from otel_jobsteps._live.watch import ended_fields
 from otel_jobsteps._live.writer_process.outbox import Outbox
-from otel_jobsteps._live.writer_process.wire import ENDED, REPLAYED
+from otel_jobsteps._live.writer_process.wire import ENDED, REPLAYED, RESOURCE
 
 
 def _told(messages: list[Any]) -> list[tuple[str, str]]:
-    return [(kind, fields[3]) for kind, fields, *_ in messages]  # fields[3]: the span's name
+    """The spans told (fields[3]: the span's name); a resource as its number."""
+    return [(kind, str(fields) if kind == RESOURCE else fields[3]) for kind, fields, *_ in messages]
 
 
 def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_the_bound() -> None:
@@ -32,16 +33,23 @@ def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_
     outbox.ended(ended_fields(fetch))
 
     outbox.replay()  # FETCH's end is not sent yet: the new writer process must know FETCH
-    assert _told(outbox.messages) == [(REPLAYED, "job"), (REPLAYED, "FETCH"), (ENDED, "FETCH")]
+    assert _told(outbox.messages) == [
+        (RESOURCE, "0"),  # told first: an ended span names its resource by number
+        (REPLAYED, "job"),
+        (REPLAYED, "FETCH"),
+        (RESOURCE, "0"),
+        (ENDED, "FETCH"),
+    ]
     outbox.take()
     outbox.replay()
-    assert _told(outbox.take()) == [(REPLAYED, "job")]
+    assert _told(outbox.take()) == [(RESOURCE, "0"), (REPLAYED, "job")]
 
     for name in ("A", "B", "C"):
         outbox.started(span_fields(tracer.start_span(name), ended=False), False, False)
     outbox.take()
     outbox.replay()
     assert _told(outbox.take()) == [
+        (RESOURCE, "0"),
         (REPLAYED, "A"),
         (REPLAYED, "B"),
         (REPLAYED, "C"),

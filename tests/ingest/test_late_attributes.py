@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_attributes
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -25,7 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
-from otel_jobsteps import JobStepsProcessor, step
+from otel_jobsteps import JobStepsProcessor
 from otel_jobsteps._ingest.decode import decode_protobuf
 from otel_jobsteps._ingest.settings import CollectSettings
 from otel_jobsteps._ingest.staging import Staging
@@ -33,6 +34,7 @@ from otel_jobsteps.attributes import (
     JOB_ATTEMPT,
     JOB_DOMAIN,
     JOB_ID,
+    JOB_STEP_KEY,
     JOB_TIME_LIMIT,
     JOB_TYPE,
 )
@@ -43,6 +45,7 @@ from tests.ingest.stories import Recording
 from tests.ops.test_metrics import points
 
 DOMAIN = "late"
+MS = 1_000_000  # nanoseconds
 
 # Each case: its name, and what the job sets on its job span after starting it (None: the job
 # span starts without any job.* attribute and is given them all there).
@@ -81,14 +84,21 @@ def _job(tracer: Tracer, suffix: str, case: str, change: Change) -> None:
     start = {} if change is None else names
     if case == "attempt_at_end":
         start = {k: v for k, v in names.items() if k != JOB_ATTEMPT}
-    with tracer.start_as_current_span(f"job {case}", attributes=start) as job:
+    at = time.time_ns()
+    job = tracer.start_span(f"job {case}", attributes=start, start_time=at)
+    with trace.use_span(job, end_on_exit=False):
         if case != "no_steps":
-            with step("RENDER", tracer=tracer):
-                pass
+            _step(tracer, "RENDER", at + MS, at + 2 * MS)
         job.set_attributes(late)
         if case != "no_steps":
-            with step("SAVE", tracer=tracer):
-                time.sleep(0.002)  # past the time limit set late
+            _step(tracer, "SAVE", at + 3 * MS, at + 10 * MS)  # past the time limit set late
+    job.end(end_time=at + 11 * MS)
+
+
+def _step(tracer: Tracer, key: str, start_ns: int, end_ns: int) -> None:
+    """A step span with explicit times: a step's length needs no sleep."""
+    span = tracer.start_span(key.lower(), attributes={JOB_STEP_KEY: key}, start_time=start_ns)
+    span.end(end_time=end_ns)
 
 
 def story(tracer: Tracer, suffix: str) -> None:
@@ -161,8 +171,10 @@ def test_late_job_attributes_give_the_same_rows_and_counts_through_both_doors(
     assert {(row[1], row[4]) for row in logs} == {
         (f"{case}{suffix}", "COMPLETED") for case in CASES
     }
-    # A job named only at its end: its attempt, without the steps that ran before.
-    assert not [row for row in events if row[1] in {f"{c}{suffix}" for c in READ_AT_END}]
+    # A job named only at its end: its attempt, without the steps that ran before; the others
+    # have theirs.
+    stepped = {c for c in CASES if c not in READ_AT_END and c != "no_steps"}
+    assert {row[1] for row in events} == {f"{case}{suffix}" for case in stepped}
     for stats in (recording.processor.stats(), staging.stats.snapshot()):
         assert (stats.get("late_attributes"), stats.get("invalid_job_span")) == (LATE, 1)
 

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ._core.detail import DEFAULT_MAX_DETAIL_BYTES
 from ._core.dialects import select_dialects
-from ._core.translate import PROGRESS_EVENT
+from ._core.translate import PROGRESS_EVENT, is_exception_event
 from ._live.fields import OTLP_KIND
 from ._live.settings import Settings
 from ._live.spans import attribute_dict
@@ -195,9 +195,11 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
     emit = on_emit
 
     def _worth_reading(self, record: Any) -> bool:
-        """A record under the minimum severity the writer still reads: a progress event, or
-        one with no severity number (its text may name one; no minimum: any record)."""
-        if getattr(record, "event_name", None) == PROGRESS_EVENT:  # the SDK has it since 1.31
+        """A record under the minimum severity the writer still reads: a progress event, an
+        exception event (a failing step's text), or one with no severity number (its text may
+        name one; no minimum: any record)."""
+        event_name = getattr(record, "event_name", None)  # the SDK has it since 1.31
+        if event_name == PROGRESS_EVENT or is_exception_event(event_name):
             return True
         return record.severity_number is None and (
             self._logs_min == 0 or bool(record.severity_text)

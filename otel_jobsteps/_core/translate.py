@@ -47,6 +47,7 @@ __all__ = [
     "MAX_TAG_VALUE_CHARS",
     "SpanTranslator",
     "body_text",
+    "is_exception_event",
     "is_job_identity",
     "is_step",
     "late_attributes",
@@ -239,7 +240,7 @@ def _error_text(span: SpanFacts, logged: str | None = None) -> str | None:
     return logged or span.status_message or None
 
 
-def _is_exception_event(event_name: str | None) -> bool:
+def is_exception_event(event_name: str | None) -> bool:
     """Whether a log record is an exception event: ``exception`` or ``<domain>.exception``
     (OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs moves them from span events to log records)."""
     return event_name is not None and (
@@ -401,7 +402,7 @@ class SpanTranslator:
             attributes = record.attributes
             step.reported, step.progress_ns = attributes, record.time_ns
             return [ProgressReported(step.scope, step.key, attributes)]
-        if _is_exception_event(record.event_name):
+        if is_exception_event(record.event_name):
             (found if step is None else step).logged_error = _exception_text(record.attributes)
         line = log_line(found.scope, None if step is None else step.key, record, self._logs_min)
         return [] if line is None else [line]

@@ -19,11 +19,16 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Status, StatusCode, Tracer
 
 from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JobStepsProcessor
 from otel_jobsteps._core.dialects.cicd import STEP_SKIPPED
+from otel_jobsteps._ingest.decode import decode_protobuf
+from otel_jobsteps._ingest.settings import CollectSettings
+from otel_jobsteps._ingest.staging import Staging
 from tests.ingest.collector import CollectorFactory, table_rows
+from tests.ingest.requests import request_of
+from tests.ingest.stories import Recording
 
 
 def _exception(kind: str, message: str) -> dict[str, Any]:
@@ -102,3 +107,54 @@ def test_the_step_rules_of_issue_37_through_both_doors(
             for row in live[0]
         ]
         assert collected == (expected, live[1])
+
+
+def _pipeline(tracer: Tracer, suffix: str) -> None:
+    """A CI/CD pipeline run (the cicd dialect): a task, a skipped task, then two tasks in
+    parallel, the first to start failing after the second started and ended."""
+    run_id = f"run{suffix}"
+    pipeline = {"cicd.pipeline.name": "deploy", "cicd.pipeline.run.id": run_id}
+
+    def task(name: str, result: str) -> dict[str, Any]:
+        return {
+            "cicd.pipeline.task.name": name,
+            "cicd.pipeline.task.run.id": f"{name}{suffix}",
+            "cicd.pipeline.task.run.result": result,
+        }
+
+    with tracer.start_as_current_span("deploy", attributes=pipeline) as run:
+        with tracer.start_as_current_span("checkout", attributes=task("checkout", "success")):
+            pass
+        tracer.start_span("lint", attributes=task("lint", "skip")).end()
+        test = tracer.start_span("test", attributes=task("test", "failure"))
+        tracer.start_span("package", attributes=task("package", "success")).end()
+        test.set_status(Status(StatusCode.ERROR, "3 tests failed"))
+        test.end()
+        run.set_attribute("cicd.pipeline.result", "failure")
+
+
+@pytest.mark.parametrize("requests", ["one request", "each span alone"])
+def test_parallel_and_skipped_ci_tasks_through_both_doors(
+    dsn: str, second_dsn: str, requests: str
+) -> None:
+    recording = Recording(dsn, dialects="cicd")
+    settings = CollectSettings(second_dsn, settle_after_s=0.0, connections=1, dialects=("cicd",))
+    staging = Staging(settings)
+    try:
+        spans = recording.spans(_pipeline, f"-{uuid.uuid4().hex[:8]}")
+        for part in [spans] if requests == "one request" else [[span] for span in spans]:
+            decoded = decode_protobuf(request_of(part).SerializeToString())
+            staging.receive(decoded.spans, decoded.wire)
+        staging.settle()
+    finally:
+        staging.close()
+        recording.close()
+    live = table_rows(dsn)
+    assert [(row[5], row[6], row[8]) for row in live[0] if row[4] == "STEP"] == [
+        ("checkout", "COMPLETED", None),
+        ("lint", "SKIPPED", None),
+        ("test", "FAILED", "3 tests failed"),
+        ("package", "COMPLETED", None),
+    ]
+    assert [(row[4], row[6]["step"]) for row in live[1]] == [("FAILED", "test")]
+    assert table_rows(second_dsn) == live

@@ -38,6 +38,7 @@ ENTRY_POINT = "otel_jobsteps_parentbased_traceidratio"
 
 
 _NO_ATTRIBUTES: Mapping[str, Any] = {}
+_DROP = Decision.DROP
 
 
 class RecordJobsSampler(Sampler):
@@ -75,38 +76,29 @@ class RecordJobsSampler(Sampler):
         result = self._root.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )
-        if result.decision is not Decision.DROP or not self._of_job_scope(
-            parent_context, name, kind, attributes
-        ):
+        if result.decision is not _DROP:
             return result
+        # Of a job scope: it names a job, else its parent is one this sampler kept (recording,
+        # unsampled), else a dialect may claim it. Cheapest first: outside jobs, all three run.
+        if not (
+            attributes
+            and (JOB_ID in attributes or JOB_STEP_KEY in attributes or JOB_EVENT_TYPE in attributes)
+        ):
+            parent = get_current_span(parent_context)
+            if not parent.is_recording() or parent.get_span_context().trace_flags.sampled:
+                dialects = self._dialects
+                if dialects is None:
+                    return result
+                # OTLP's kind number is the SDK's plus one; no kind is INTERNAL, as in the SDK.
+                otlp_kind = KIND_INTERNAL if kind is None else kind._value_ + 1
+                if dialects.may_start_job(name, otlp_kind, attributes or _NO_ATTRIBUTES) is None:
+                    return result
         if result.attributes:  # a root that adds attributes even to a DROP: kept beside them
             attributes = {**(attributes or {}), **result.attributes}
         return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
 
     def get_description(self) -> str:
         return f"RecordJobsSampler{{{self._root.get_description()}}}"
-
-    def _of_job_scope(
-        self,
-        parent_context: Context | None,
-        name: str,
-        kind: SpanKind | None,
-        attributes: Attributes,
-    ) -> bool:
-        """Whether the processor would record this span: cheapest test first."""
-        if attributes and (
-            JOB_ID in attributes or JOB_STEP_KEY in attributes or JOB_EVENT_TYPE in attributes
-        ):
-            return True
-        parent = get_current_span(parent_context)
-        if parent.is_recording() and not parent.get_span_context().trace_flags.sampled:
-            return True
-        if self._dialects is None:
-            return False
-        # The SDK's SpanKind is OTLP's number minus one; no kind is INTERNAL, as the SDK has it.
-        otlp_kind = KIND_INTERNAL if kind is None else kind.value + 1
-        claimed = self._dialects.may_start_job(name, otlp_kind, attributes or _NO_ATTRIBUTES)
-        return claimed is not None
 
 
 def parentbased_traceidratio(argument: str | None) -> RecordJobsSampler:

@@ -7,7 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["EventLike", "events_read", "first_progress", "latest_progress", "plain_attributes"]
+__all__ = [
+    "DIALECT_EVENTS",
+    "EventLike",
+    "events_read",
+    "first_progress",
+    "latest_progress",
+    "plain_attributes",
+]
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -33,24 +40,43 @@ class EventLike(Protocol):
 _E = TypeVar("_E", bound=EventLike)
 
 
+class _Named(Protocol):
+    """What choosing the events read looks at: a name (the SDK's events and OTLP's both)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+_N = TypeVar("_N", bound=_Named)
+
+
 def latest_progress(newest_first: Iterable[EventLike]) -> Mapping[str, Any]:
     """The attributes of the newest event that is not an ``exception``; empty if none."""
     event = first_progress(newest_first)
     return _EMPTY if event is None else plain_attributes(event.attributes)
 
 
-def events_read(events: Sequence[_E]) -> list[_E]:
-    """The events the translation reads, in order: the newest ``exception`` and the newest
-    other one (progress). A span's other events change nothing it writes."""
-    kept: list[_E] = []
+# Events a dialect reads besides (BullMQ's ``job failed``: `_core.dialects.bullmq`).
+DIALECT_EVENTS = frozenset({"job failed"})
+
+
+def events_read(events: Sequence[_N]) -> list[_N]:
+    """The events read of a span, in order, the same in both doors: the newest ``exception``,
+    the newest other one (progress), and those a dialect reads (`DIALECT_EVENTS`) newer than
+    both (a queue library adds its own at the attempt's end). A span's other events change
+    nothing written."""
+    kept: list[_N] = []
     exception = progress = False
     for event in reversed(events):
-        if event.name == "exception":
+        name = event.name
+        if name == "exception":
             if not exception:
                 exception = True
                 kept.append(event)
         elif not progress:
             progress = True
+            kept.append(event)
+        elif name in DIALECT_EVENTS:
             kept.append(event)
         if exception and progress:
             break

@@ -24,11 +24,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from .._core.dialects import Dialects
+from .._core.events import events_read
 from .._core.facts import LogFacts, SpanEvent, SpanFacts, resource_values
 from .._core.limits import MAX_ID_BYTES, id_fits
 from .._core.vocabulary import MAX_ID_CHARS
 from ..attributes import JOB_DOMAIN, JOB_EVENT_TYPE, JOB_ID
-from .mapping import BULLMQ_FAILED_EVENT, claimed
+from .mapping import claimed
 
 __all__ = [
     "LOGFIRE_PENDING_PARENT",
@@ -319,19 +320,12 @@ def _span_facts(
 
 
 def _events(span: Span) -> list[SpanEvent]:
-    """The span's events the translation reads: its exceptions, BullMQ's failed events and its
-    newest other one (progress, or that failed event). Each older snapshot was replaced by the
-    newest, so decoding them is work for nothing."""
-    events = []
-    newest_seen = False
-    for event in reversed(span.events):
-        name = event.name
-        if name == "exception" or name == BULLMQ_FAILED_EVENT or not newest_seen:
-            attributes = attribute_values(event.attributes)
-            events.append(SpanEvent(name, event.time_unix_nano, attributes))
-            newest_seen = newest_seen or name != "exception"
-    events.reverse()
-    return events
+    """The span's events read (`_core.events.events_read`, as the processor keeps them): the
+    others are never decoded."""
+    return [
+        SpanEvent(event.name, event.time_unix_nano, attribute_values(event.attributes))
+        for event in events_read(span.events)
+    ]
 
 
 def attribute_values(pairs: Any) -> dict[str, Any]:

@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._core.dialects import Dialects
-from .._core.dialects.bullmq import BULLMQ_FAILED_EVENT
 from .._core.dialects.mapping import JobMapping
 from .._core.facts import SpanFacts
 from ..attributes import JOB_EVENT_TYPE, JOB_ID
 
-__all__ = ["BULLMQ_FAILED_EVENT", "DIALECT_ATTRIBUTE", "JobMapping", "claimed", "recognise_trace"]
+__all__ = ["DIALECT_ATTRIBUTE", "JobMapping", "claimed", "recognise_trace"]
 
 # Kept on a job span a dialect named (`units`): its job is read from its end, as a unit's.
 DIALECT_ATTRIBUTE = "otel_jobsteps.dialect_job"

@@ -18,8 +18,9 @@ import pytest
 
 from otel_jobsteps._core.dialects import select_dialects
 from otel_jobsteps._core.dialects.base import KIND_CONSUMER, KIND_INTERNAL
-from otel_jobsteps._core.dialects.bullmq import DIALECT
+from otel_jobsteps._core.dialects.bullmq import BULLMQ_FAILED_EVENT, DIALECT
 from otel_jobsteps._core.dialects.mapping import JobMapping, mapping_dialect
+from otel_jobsteps._core.events import DIALECT_EVENTS
 from otel_jobsteps._core.facts import SpanEvent, SpanFacts
 
 JOB = ("job.domain", "job.id", "job.type", "job.attempt", "job.outcome")
@@ -113,3 +114,7 @@ def test_mapping_rules_are_tried_before_the_built_in_dialects() -> None:
     assert chosen.names == ("mapping", "bullmq")
     (job,) = chosen.recognise([_process(2)])
     assert (job.attributes["job.domain"], job.attributes["job.attempt"]) == ("w1", 1)
+
+
+def test_both_doors_keep_the_failed_event_bullmq_reads() -> None:
+    assert BULLMQ_FAILED_EVENT in DIALECT_EVENTS  # `_core.events.events_read` keeps it

@@ -238,17 +238,13 @@ class Interpreter:
                 self._units[node] = unit
                 return True
         dialects, attributes = self._dialects, span.attributes
-        if (
-            dialects is None
-            or attr.JOB_ID in attributes
-            or attr.JOB_EVENT_TYPE in attributes
-            or node in self._units
-            or dialects.may_start_job(span.name, span.kind, attributes) is None
-        ):
+        if dialects is None or attr.JOB_ID in attributes or attr.JOB_EVENT_TYPE in attributes:
             return False
         translator = self.translators.find(span.trace_id)
         if translator is not None and translator.scoped(span.parent_span_id):
             return False  # inside the code's own job: a step or plain span of it
+        if node in self._units or dialects.may_start_job(span.name, span.kind, attributes) is None:
+            return False
         unit = _Unit(span)
         self._units[node] = self._roots[node] = unit
         if len(self._roots) > self._max_units:

@@ -28,6 +28,7 @@ from opentelemetry.util.types import Attributes
 
 from ._core.dialects import Dialects, select_dialects
 from ._core.dialects.base import KIND_INTERNAL
+from ._live.fields import OTLP_KIND
 from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 from .errors import ConfigurationError, printable
 
@@ -89,8 +90,8 @@ class RecordJobsSampler(Sampler):
                 dialects = self._dialects
                 if dialects is None:
                     return result
-                # OTLP's kind number is the SDK's plus one; no kind is INTERNAL, as in the SDK.
-                otlp_kind = KIND_INTERNAL if kind is None else kind._value_ + 1
+                # No kind is INTERNAL, as in the SDK.
+                otlp_kind = KIND_INTERNAL if kind is None else OTLP_KIND[kind]
                 if dialects.may_start_job(name, otlp_kind, attributes or _NO_ATTRIBUTES) is None:
                     return result
         if result.attributes:  # a root that adds attributes even to a DROP: kept beside them

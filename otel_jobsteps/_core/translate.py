@@ -28,7 +28,7 @@ from .commands import (
 )
 from .detail import clean_text, parse_detail
 from .dialects.cicd import STEP_SKIPPED
-from .events import latest_progress
+from .events import EventLike, first_progress, latest_progress, plain_attributes
 from .facts import RESOURCE_ATTRIBUTES, LogFacts, SpanFacts
 from .limits import MAX_ID_BYTES, id_fits, job_type_text
 from .recorder import DEFAULT_LOGS_MAX_PER_STEP
@@ -75,6 +75,7 @@ _SEVERITY_NAMES = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
 _SEVERITY_ALIASES = {"WARNING": 13, "CRITICAL": 21, "ERR": 17}
 
 Problem = Callable[[str, object], None]
+_NOTHING: Mapping[str, Any] = {}  # no progress to pass on
 
 
 def severity_number(value: object) -> int:
@@ -444,10 +445,11 @@ class SpanTranslator:
             return commands
         # The close takes the ended span's newest progress unless it was passed on already
         # (a poll's progress may have been shed while the writer was backlogged).
-        latest = latest_progress(reversed(span.events))
+        newest = first_progress(reversed(span.events))
+        latest = _NOTHING if newest is None else plain_attributes(newest.attributes)
         reported = found.reported
-        if found.progress_ns and _newest_event_ns(span) < found.progress_ns:
-            latest = {}  # a progress log record newer than the span's events was passed on
+        if found.progress_ns and _event_ns(newest) < found.progress_ns:
+            latest = _NOTHING  # a progress log record newer than the span's events was passed on
         if latest and (reported is None or not _same(latest, reported)):
             commands.append(ProgressReported(scope, key, latest))
         commands.append(StepEnded(scope, key, end_ns, span.error, explicit, error, span_id))
@@ -625,13 +627,10 @@ def late_attributes(problem: Problem, span: SpanFacts) -> None:
     )
 
 
-def _newest_event_ns(span: SpanFacts) -> int:
-    """The time of the span's newest event that is not an ``exception`` (0 if unknown)."""
-    for event in reversed(span.events):
-        if event.name != "exception":
-            time_ns = getattr(event, "timestamp", None) or getattr(event, "time_ns", 0)
-            return time_ns if type(time_ns) is int else 0
-    return 0
+def _event_ns(event: EventLike | None) -> int:
+    """An event's time (the SDK's ``timestamp``, the facts' ``time_ns``); 0 if unknown."""
+    time_ns = getattr(event, "timestamp", None) or getattr(event, "time_ns", 0)
+    return time_ns if type(time_ns) is int else 0
 
 
 def _step_key(value: object) -> str:

@@ -5,15 +5,17 @@ fails is FAILED with its error, when the sibling's close was committed before th
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.trace import Status, StatusCode
 
-from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
+from otel_jobsteps import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE, schema
 from otel_jobsteps._cli.timeline import Style, render_detail
 from otel_jobsteps._core.dialects.cicd import STEP_SKIPPED
 from otel_jobsteps.query import job_detail
@@ -95,3 +97,32 @@ def test_overlapping_and_skipped_steps(
         ("BUILD", "COMPLETED"): 1,
         ("LINT", "SKIPPED"): 1,
     }
+
+
+def test_migration_0020_reaches_the_children_of_a_partitioned_install(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Children made before 0020 copied the old check: a SKIPPED row moves into them after."""
+    every = schema.migrations()
+    monkeypatch.setattr(schema, "migrations", lambda: every[:19])
+    schema.migrate(empty_dsn, partition_interval=timedelta(days=1))  # children made at 0019
+    monkeypatch.undo()
+    assert schema.migrate(empty_dsn) == [20]
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        (child,) = conn.execute(
+            "SELECT job_event FROM otel_jobsteps_partition ORDER BY lower_bound LIMIT 1"
+        ).fetchone() or (None,)
+        checks = rows(
+            conn,
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conname = 'job_event_step_status_check' AND conrelid = %s::regclass",
+            child,
+        )
+        assert len(checks) == 1
+        assert "SKIPPED" in checks[0][0]
+        conn.execute(
+            "INSERT INTO " + child + " (id, domain, job_id, attempt, type, step_key, step_status,"
+            " created_at, ended_at) SELECT 1, 'd', 'j', 1, 'STEP', 'LINT', 'SKIPPED',"
+            " lower_bound, lower_bound FROM otel_jobsteps_partition WHERE job_event = %s",
+            (child,),
+        )

@@ -5,6 +5,26 @@
 -- the narrower check, so nothing needs reading (validating would hold job_event's exclusive
 -- lock for a scan of the whole table); new and changed rows are checked as before.
 ALTER TABLE job_event DROP CONSTRAINT job_event_step_status_check;
+-- The partitioned layout's children (`migrate --partitioned`) copied the check (LIKE ...
+-- INCLUDING CONSTRAINTS) before inheriting it, so theirs stay: dropped too, the new one then
+-- reaches every table under job_event.
+DO $$
+DECLARE
+    child regclass;
+BEGIN
+    FOR child IN
+        WITH RECURSIVE tree (relid) AS (
+            SELECT inhrelid FROM pg_inherits WHERE inhparent = 'job_event'::regclass
+            UNION ALL
+            SELECT i.inhrelid FROM pg_inherits AS i JOIN tree AS t ON i.inhparent = t.relid
+        )
+        SELECT c.conrelid::regclass
+        FROM pg_constraint AS c JOIN tree AS t ON c.conrelid = t.relid
+        WHERE c.conname = 'job_event_step_status_check'
+    LOOP
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT job_event_step_status_check', child);
+    END LOOP;
+END $$;
 ALTER TABLE job_event ADD CONSTRAINT job_event_step_status_check
     CHECK (step_status IN ('RUNNING', 'COMPLETED', 'FAILED', 'SKIPPED')) NOT VALID;
 

@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import SpanKind, Tracer
 
-from otel_jobsteps import JobStepsProcessor, RecordJobsSampler, job_attempt, step
+from otel_jobsteps import JOB_STEP_KEY, JobStepsProcessor, RecordJobsSampler, job_attempt, step
 from otel_jobsteps.sampling import ENTRY_POINT
 from tests.helpers import rows, run_instrumented
 
@@ -112,6 +112,48 @@ def test_spans_outside_jobs_keep_the_roots_decision(
     assert any(sampled for _, _, sampled in recording)
     assert len(exporter.get_finished_spans()) == 2 * sum(s for _, _, s in recording)
     assert rows(conn, "SELECT count(*) FROM job_event") == [(0,)]
+
+
+@pytest.mark.parametrize(("dialects", "recorded"), [("celery", True), ("none", False)])
+def test_a_job_only_a_dialect_names_is_kept_when_the_sampler_selects_its_dialect(
+    dsn: str, conn: psycopg.Connection[Any], dialects: str, recorded: bool
+) -> None:
+    """A Celery run as OpenTelemetry's Celery instrumentation traces it (``run/<task>``,
+    CONSUMER, its attributes set at its end), nothing sampled: the processor reads it through
+    its dialect only when the sampler, asking the same dialect, kept the span recording."""
+    task_id = uuid.uuid4().hex
+    exporter = InMemorySpanExporter()
+    processor = JobStepsProcessor(dsn, dialects="celery")
+    sampler = RecordJobsSampler(ParentBased(TraceIdRatioBased(0.0)), dialects=dialects)
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests.sampling")
+    try:
+        with tracer.start_as_current_span("run/tasks.render", kind=SpanKind.CONSUMER) as run:
+            for key in ("RENDER", "SAVE"):
+                with tracer.start_as_current_span(key.lower(), attributes={JOB_STEP_KEY: key}):
+                    pass
+            run.set_attributes(
+                {
+                    "celery.action": "run",
+                    "celery.state": "SUCCESS",
+                    "messaging.message.id": task_id,
+                    "celery.task_name": "tasks.render",
+                }
+            )
+        assert processor.force_flush(30_000)
+    finally:
+        processor.shutdown()
+
+    steps = rows(
+        conn,
+        "SELECT step_key, step_status FROM job_event WHERE job_id = %s AND type = 'STEP'"
+        " ORDER BY created_at, id",
+        task_id,
+    )
+    assert steps == ([("RENDER", "COMPLETED"), ("SAVE", "COMPLETED")] if recorded else [])
+    assert exporter.get_finished_spans() == ()
 
 
 SCRIPT = """

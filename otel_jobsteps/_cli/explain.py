@@ -1,10 +1,10 @@
 """``otel-jobsteps explain``: what each span of an OTLP/JSON file becomes, and why.
 
 Reads the Collector's file exporter format (one ``ExportTraceServiceRequest`` per line) and
-plays each trace as collect does: spans in the order rule's order, a span a selected dialect
-claims held with its descendants until it ends, then given their meaning, then the translation
-(whose own rules say what a valid job is). Each span gets one line: the dialect that claimed
-it, the job, attempt and step it lands in, or why it is in no job.
+plays each trace as collect does: each dialect's unit given its meaning (`_ingest.mapping`),
+then the spans in the order rule's order through the translation (whose own rules say what a
+valid job is). Each span gets one line: the dialect that claimed it, the job, attempt and step
+it lands in, or why it is in no job.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, replace
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from .._core.commands import EventRecorded, JobStarted, Scope, StepStarted
-from .._core.dialects import Dialect, Dialects, select_dialects
+from .._core.commands import EventRecorded, JobStarted, Scope, StepSkipped, StepStarted
+from .._core.dialects import Dialects, select_dialects
 from .._core.facts import SpanFacts
 from .._core.order import in_span_order, latest_copies
 from .._core.translate import SpanTranslator
 from .._ingest.decode import BadRequest, attribute_values, decode_span, parse_json
+from .._ingest.mapping import units
 from ..attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 from ..errors import ConfigurationError, printable
 
@@ -68,23 +69,13 @@ def read_spans(lines: Iterable[bytes], source: str) -> list[SpanFacts]:
 
 
 @dataclass(slots=True)
-class _Unit:
-    """A span a dialect claimed at its start, and what started in it, held until it ends."""
-
-    dialect: Dialect
-    order: list[tuple[bool, SpanFacts]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class _Trace:
-    """One trace played through the dialects and the translation, remembering each span's fate."""
+    """One trace told to the translation as collect tells it, remembering each span's fate."""
 
-    dialects: Dialects
+    claimed: dict[int, str]  # span id -> the dialect of the unit it is in
     problems: list[str] = field(default_factory=list)
     scopes: dict[int, Scope] = field(default_factory=dict)  # span id -> the job it lies in
     said: dict[int, str] = field(default_factory=dict)  # span id -> what it became
-    claimed: dict[int, str] = field(default_factory=dict)  # span id -> its unit's dialect
-    units: dict[int, _Unit] = field(default_factory=dict)  # span id -> the unit holding it
     translator: SpanTranslator = field(init=False)
 
     def __post_init__(self) -> None:
@@ -95,43 +86,16 @@ class _Trace:
 
     def play(self, order: list[tuple[bool, SpanFacts]]) -> None:
         for is_start, span in order:
-            unit = self.units.get(span.span_id if not is_start else span.parent_span_id)
-            if unit is None and is_start:
-                unit = self._opened(span)
-            if unit is None:
-                self._tell(is_start, span)
+            if is_start:
+                self._started(span)
                 continue
-            self.units[span.span_id] = unit
-            unit.order.append((is_start, span))
-            if not is_start and span.span_id == unit.order[0][1].span_id:
-                self._tell_unit(unit)
-        for unit in {id(unit): unit for unit in self.units.values()}.values():
-            name = unit.dialect.name
-            for _, span in unit.order:  # its root never ended here: live, it would still wait
-                self.claimed[span.span_id] = name
-                self.said[span.span_id] = f"held: the {name} dialect's span has no end here"
+            for command in self.translator.ended(span):
+                if isinstance(command, StepSkipped):  # a skipped step is known at its end
+                    step = f"step {printable(command.key)} of {_job(command.scope)}"
+                    self.said[span.span_id] = f"{step}, skipped"
 
-    def _opened(self, span: SpanFacts) -> _Unit | None:
-        names = span.attributes
-        if JOB_ID in names or JOB_EVENT_TYPE in names or span.parent_span_id in self.scopes:
-            return None
-        dialect = self.dialects.may_start_job(span.name, span.kind, names)
-        return None if dialect is None else _Unit(dialect)
-
-    def _tell_unit(self, unit: _Unit) -> None:
-        ended = {span.span_id: span for is_start, span in unit.order if not is_start}
-        starts = [ended.get(span.span_id, span) for is_start, span in unit.order if is_start]
-        meant = {span.span_id: span for span in self.dialects.recognise(starts)}
-        for is_start, span in unit.order:
-            self.units.pop(span.span_id, None)
-            self.claimed[span.span_id] = unit.dialect.name
-            self._tell(is_start, meant[span.span_id])
-
-    def _tell(self, is_start: bool, span: SpanFacts) -> None:
+    def _started(self, span: SpanFacts) -> None:
         span_id = span.span_id
-        if not is_start:
-            self.translator.ended(span)
-            return
         before = len(self.problems)
         commands = self.translator.started(span)
         for command in commands:
@@ -182,9 +146,17 @@ def explain(spans: Iterable[SpanFacts], dialects: Dialects) -> Iterator[str]:
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
     for trace_id, group in by_trace.items():
-        nodes = latest_copies(group)
-        order = in_span_order(nodes)
-        trace = _Trace(dialects)
+        latest = list(latest_copies(group).values())
+        meant: dict[int, SpanFacts] = {}
+        claimed: dict[int, str] = {}
+        for unit in units(latest, dialects):
+            root = unit[0]
+            dialect = dialects.may_start_job(root.name, root.kind, root.attributes)
+            for each in dialects.recognise(unit):
+                meant[each.span_id] = each
+                claimed[each.span_id] = "?" if dialect is None else dialect.name
+        order = in_span_order({(trace_id, s.span_id): meant.get(s.span_id, s) for s in latest})
+        trace = _Trace(claimed)
         trace.play(order)
         yield f"trace {trace_id:032x}"
         depth: dict[int, int] = {}
@@ -192,7 +164,6 @@ def explain(spans: Iterable[SpanFacts], dialects: Dialects) -> Iterator[str]:
             if not is_start:
                 continue
             level = depth[span.span_id] = depth.get(span.parent_span_id, 0) + 1
-            dialect = trace.claimed.get(span.span_id)
-            by = f" [{dialect}]" if dialect else ""
+            by = f" [{claimed[span.span_id]}]" if span.span_id in claimed else ""
             said = trace.said.get(span.span_id, "in no job")
             yield f"{'  ' * level}{printable(span.name)}{by}: {said}"

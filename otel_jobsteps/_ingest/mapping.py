@@ -11,7 +11,7 @@ from .._core.dialects.mapping import JobMapping
 from .._core.facts import SpanFacts
 from ..attributes import JOB_EVENT_TYPE, JOB_ID
 
-__all__ = ["DIALECT_ATTRIBUTE", "JobMapping", "claimed", "recognise_trace"]
+__all__ = ["DIALECT_ATTRIBUTE", "JobMapping", "claimed", "recognise_trace", "units"]
 
 # Kept on a job span a dialect named (`units`): its job is read from its end, as a unit's.
 DIALECT_ATTRIBUTE = "otel_jobsteps.dialect_job"
@@ -28,23 +28,31 @@ def claimed(span: SpanFacts, dialects: Dialects) -> bool:
 
 
 def recognise_trace(spans: Sequence[SpanFacts], dialects: Dialects) -> list[SpanFacts]:
-    """The spans of one trace (one fact per span id) with each unit's spans given their meaning
-    by its dialect: a claimed span outside any job or other unit, then its descendants in the
-    order they started (the order the processor's interpreter holds them in)."""
+    """The spans of one trace (one fact per span id) with each unit's spans (`units`) given
+    their meaning by its dialect."""
+    mapped: dict[int, SpanFacts] = {}
+    for unit in units(spans, dialects):
+        for meant in dialects.recognise(unit):
+            mapped[meant.span_id] = meant
+    return [mapped.get(span.span_id, span) for span in spans]
+
+
+def units(spans: Sequence[SpanFacts], dialects: Dialects) -> list[list[SpanFacts]]:
+    """The units of one trace (one fact per span id): a claimed span outside any job or other
+    unit, then its descendants in the order they started (the order the processor's
+    interpreter holds them in)."""
     if not dialects:
-        return list(spans)
+        return []
     children: dict[int, list[SpanFacts]] = {}
     for span in spans:
         if span.parent_span_id:
             children.setdefault(span.parent_span_id, []).append(span)
     by_id = {span.span_id: span for span in spans}
-    mapped: dict[int, SpanFacts] = {}
-    for span in spans:
-        if claimed(span, dialects) and not _inside_job_or_unit(span, by_id, dialects):
-            unit = [span, *sorted(_descendants(span, children), key=_started)]
-            for meant in dialects.recognise(unit):
-                mapped[meant.span_id] = meant
-    return [mapped.get(span.span_id, span) for span in spans]
+    return [
+        [span, *sorted(_descendants(span, children), key=_started)]
+        for span in spans
+        if claimed(span, dialects) and not _inside_job_or_unit(span, by_id, dialects)
+    ]
 
 
 def _inside_job_or_unit(span: SpanFacts, by_id: dict[int, SpanFacts], dialects: Dialects) -> bool:

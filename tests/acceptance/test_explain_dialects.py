@@ -190,7 +190,7 @@ def test_each_dialect_says_what_its_spans_become(traces: Path) -> None:
     lines = [line.strip() for line in result.stdout.splitlines()]
     for expected in (
         "RUN deploy [cicd]: job deploy / run-7 #1 (deploy)",
-        "lint [cicd]: step lint of deploy / run-7 #1 (deploy)",
+        "lint [cicd]: step lint of deploy / run-7 #1 (deploy), skipped",
         "test [cicd]: step test of deploy / run-7 #1 (deploy)",
         "RunWorkflow:OrderWorkflow [temporal]: job temporal / order-1 #1 (OrderWorkflow)",
         "hatchet.start_step_run [hatchet]: job onboarding / sr-77 #2 (send_email)",

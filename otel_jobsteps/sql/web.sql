@@ -318,7 +318,7 @@ WITH closed AS MATERIALIZED (
     JOIN {job_log} AS l
       ON l.domain = e.domain AND l.job_id = e.job_id AND l.attempt = e.attempt
     WHERE COALESCE(e.ended_at, e.created_at) >= COALESCE(%(since_at)s::timestamptz, '-infinity')
-      AND e.type = 'STEP' AND e.ended_at IS NOT NULL
+      AND e.type = 'STEP' AND e.ended_at IS NOT NULL AND e.step_status <> 'SKIPPED'
       AND l.created_at >= COALESCE(%(since_at)s::timestamptz, '-infinity')
       AND l.service_version IS NOT NULL
 ), firsts AS (

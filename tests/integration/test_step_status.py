@@ -85,6 +85,11 @@ def test_overlapping_and_skipped_steps(
     # The failing step is the one that failed last, never the skipped one.
     assert rows(conn, "SELECT status, detail ->> 'step' FROM job_log") == [("FAILED", "FETCH")]
     assert rows(conn, "SELECT last_step FROM job_attempt") == [("FETCH",)]
+    # Durations are of the steps that ran.
+    assert rows(conn, "SELECT step_key, steps, failed FROM job_step_duration ORDER BY 1") == [
+        ("BUILD", 1, 0),
+        ("FETCH", 1, 1),
+    ]
 
     detail = job_detail(dsn, "ci", "run-1")
     assert detail is not None

@@ -122,3 +122,39 @@ BEGIN ATOMIC
     ) AS r
     GROUP BY f.domain, f.job_id, f.attempt, f.created_at, r.job_type, r.step_key;
 END;
+
+-- job_step_durations of 0011 (and so the job_step_duration view, `steps` and /steps), same
+-- signature: durations of the steps that ran; a skipped step took no time worth a percentile.
+CREATE OR REPLACE FUNCTION job_step_durations(closed_since timestamptz)
+RETURNS TABLE (
+    job_type      text,
+    step_key      text,
+    steps         bigint,
+    failed        bigint,
+    avg_seconds   double precision,
+    p50_seconds   double precision,
+    p95_seconds   double precision,
+    max_seconds   double precision,
+    last_ended_at timestamptz
+)
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT s.job_type,
+           s.step_key,
+           count(*),
+           count(*) FILTER (WHERE s.step_status = 'FAILED'),
+           avg(s.seconds),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY s.seconds),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY s.seconds),
+           max(s.seconds),
+           max(s.ended_at)
+    FROM (
+        SELECT e.job_type, e.step_key, e.step_status, e.ended_at,
+               extract(epoch FROM job_duration(e.created_at, e.ended_at))::double precision
+                   AS seconds
+        FROM job_event AS e
+        WHERE e.type = 'STEP' AND e.ended_at IS NOT NULL AND e.step_status <> 'SKIPPED'
+          AND COALESCE(e.ended_at, e.created_at) >= COALESCE(closed_since, '-infinity')
+    ) AS s
+    GROUP BY s.job_type, s.step_key;
+END;

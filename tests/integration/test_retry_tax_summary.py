@@ -35,9 +35,10 @@ def _step(
 
 
 def write_history(conn: psycopg.Connection[Any], seed: int, jobs: int = 80) -> None:
-    """Random attempts over the last 40 days: steps (some repeated, some open), then a final row
-    (FAILED, COMPLETED or none; a NULL job type or detail step at times), each attempt in one
-    transaction, its final row written before its steps in one in five."""
+    """Random attempts over the last 40 days: steps (some repeated, some open; a log line before
+    them at times, some attempts only that), then a final row (FAILED, COMPLETED or none; a NULL
+    job type or detail step at times), each attempt in one transaction, its final row written
+    before its steps in one in five."""
     rng = random.Random(seed)
     for job in range(jobs):
         at = NOW - timedelta(days=40) + timedelta(minutes=rng.randrange(0, 40 * 24 * 60))
@@ -60,6 +61,12 @@ def write_history(conn: psycopg.Connection[Any], seed: int, jobs: int = 80) -> N
             with conn.transaction():
                 if status and first:
                     conn.execute(*final)
+                if rng.random() < 0.3:  # a log line before the steps: no attempt's start
+                    conn.execute(
+                        "INSERT INTO job_event (domain, job_id, job_type, attempt, type, message,"
+                        " created_at) VALUES ('d', %s, %s, %s, 'LOG', 'starting', %s)",
+                        (f"j{job}", job_type, attempt, at - timedelta(seconds=3)),
+                    )
                 for key, started, ended, step_status in steps:
                     conn.execute(
                         "INSERT INTO job_event (domain, job_id, job_type, attempt, type,"

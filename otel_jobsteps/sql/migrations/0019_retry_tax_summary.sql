@@ -178,17 +178,18 @@ BEGIN ATOMIC
                        AS seconds
             FROM retried AS r
             CROSS JOIN LATERAL (
-                -- the first attempt after the job's previous completion, and its start
-                SELECT min(e.created_at) AS started_at
+                -- the first attempt after the job's previous completion, and its start: one
+                -- walk of job_event_job from there, stopped after that attempt's rows
+                SELECT min(e.created_at) FILTER (WHERE e.type <> 'LOG') AS started_at
                 FROM job_event AS e
-                WHERE e.domain = r.domain AND e.job_id = r.job_id AND e.type <> 'LOG'
-                  AND e.attempt = (
-                      SELECT min(a.attempt) FROM job_event AS a
-                      WHERE a.domain = r.domain AND a.job_id = r.job_id
-                        AND a.attempt > COALESCE(
-                            (SELECT max(p.attempt) FROM job_log AS p
-                             WHERE p.domain = r.domain AND p.job_id = r.job_id
-                               AND p.status = 'COMPLETED' AND p.attempt < r.attempt), 0))
+                WHERE e.domain = r.domain AND e.job_id = r.job_id
+                  AND e.attempt > COALESCE(
+                      (SELECT max(p.attempt) FROM job_log AS p
+                       WHERE p.domain = r.domain AND p.job_id = r.job_id
+                         AND p.status = 'COMPLETED' AND p.attempt < r.attempt), 0)
+                GROUP BY e.attempt
+                ORDER BY e.attempt
+                LIMIT 1
             ) AS s
             WHERE s.started_at IS NOT NULL
         ) AS r

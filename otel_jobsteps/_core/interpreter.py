@@ -122,6 +122,7 @@ class Interpreter:
         "_problem",
         "_roots",
         "_units",
+        "_verbs",
         "sink",
         "translators",
     )
@@ -137,7 +138,8 @@ class Interpreter:
     ) -> None:
         self.translators = translators
         self.sink = sink
-        self._adjacency: Adjacency[SpanFacts] = Adjacency(self, _span_of)
+        self._verbs = _Verbs(translators, sink)
+        self._adjacency: Adjacency[SpanFacts] = Adjacency(self._verbs, _span_of)
         self._dialects = dialects or None  # none selected: no test per span
         self._problem = problem
         self._max_units = max_held_units
@@ -157,7 +159,7 @@ class Interpreter:
         if ended:
             adjacency.hold(span, whole=whole)
         else:
-            self.started(span)
+            self._verbs.started(span)
 
     def end(self, span: SpanFacts) -> None:
         """A span's end: told with its start when that was held for it, else alone."""
@@ -174,7 +176,7 @@ class Interpreter:
             if adjacency.adjacent(span):
                 return
             adjacency.release()
-        self.ended(span)
+        self._verbs.ended(span)
 
     def log(self, record: LogFacts) -> None:
         """A log record: a step's progress, a log line, or nothing outside any job scope."""
@@ -186,7 +188,7 @@ class Interpreter:
         self.settle()  # the start held may be its span's
         translator = self.translators.find(record.trace_id)
         if translator is not None:
-            self._tell(translator.log(record))
+            self._verbs.tell(translator.log(record))
 
     def progress(
         self, trace_id: int, span_id: int, attributes: Mapping[str, Any], time_ns: int = 0
@@ -213,17 +215,6 @@ class Interpreter:
         """Tell a start held back to meet its end: whatever comes next must see it."""
         if self._adjacency.held is not None:
             self._adjacency.release()
-
-    # -- the verbs whole-when-adjacent tells a span by ------------------------------------------
-
-    def started(self, span: SpanFacts) -> None:
-        self._tell(self.translators.of(span.trace_id).started(span))
-
-    def whole(self, span: SpanFacts) -> None:
-        self._tell(self.translators.of(span.trace_id).whole(span))
-
-    def ended(self, span: SpanFacts) -> None:
-        self._tell(self.translators.of(span.trace_id).ended(span))
 
     # -- dialects' units ------------------------------------------------------------------------
 
@@ -272,19 +263,40 @@ class Interpreter:
                 adjacency = self._adjacency
                 if adjacency.held is None or not adjacency.adjacent(span):
                     self.settle()
-                    self.ended(span)
+                    self._verbs.ended(span)
             elif isinstance(told, SpanFacts):
                 self.settle()
                 span = meant[told.span_id]
                 if span.end_ns:
                     self._adjacency.hold(span, whole=True)
                 else:
-                    self.started(span)  # still running: its end comes later, alone
+                    self._verbs.started(span)  # still running: its end comes later, alone
             else:
                 self.log(told)
         self.settle()
 
-    def _tell(self, commands: list[Command]) -> None:
+
+class _Verbs:
+    """The verbs whole-when-adjacent tells a span by: its translation's, the commands to the
+    sink. Apart from the `Interpreter` that holds the adjacency, so the two make no reference
+    cycle: collect's interpreter (one per job) is freed at once, not by the cyclic collector."""
+
+    __slots__ = ("sink", "translators")
+
+    def __init__(self, translators: Translators, sink: CommandSink) -> None:
+        self.translators = translators
+        self.sink = sink
+
+    def started(self, span: SpanFacts) -> None:
+        self.tell(self.translators.of(span.trace_id).started(span))
+
+    def whole(self, span: SpanFacts) -> None:
+        self.tell(self.translators.of(span.trace_id).whole(span))
+
+    def ended(self, span: SpanFacts) -> None:
+        self.tell(self.translators.of(span.trace_id).ended(span))
+
+    def tell(self, commands: list[Command]) -> None:
         handle = self.sink.handle
         for command in commands:
             handle(command)

@@ -5,8 +5,9 @@ that replaces their attempts' rows, and what to note of each attempt. No databas
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 from .._core.batch import Batch
@@ -104,19 +105,8 @@ class _Replay:
         translators: dict[int, SpanTranslator] | None = None,
         new: Collection[tuple[int, int]] | None = None,
     ) -> None:
-        self._problem = problem
-        self._logs_min_severity = logs_min_severity
+        self.translator = _translations(problem, logs_min_severity, new)
         self.translators = PerTrace(self.translator, translators)
-        self._new = new
-
-    def translator(self) -> SpanTranslator:
-        return SpanTranslator(
-            problem=self._problem, logs_min_severity=self._logs_min_severity, late=self._late
-        )
-
-    def _late(self, span: SpanFacts) -> None:
-        if self._new is None or (span.trace_id, span.span_id) in self._new:
-            late_attributes(self._problem, span)
 
     def commands(self, order: Sequence[tuple[bool, SpanFacts | LogFacts]]) -> list[Command]:
         """The commands of ``order`` (`_core.order`). A start is its ended copy, which may be
@@ -133,6 +123,20 @@ class _Replay:
                 interpreter.end(item)
         interpreter.settle()
         return told.commands
+
+
+def _translations(
+    problem: Problem, logs_min_severity: int, new: Collection[tuple[int, int]] | None
+) -> Callable[[], SpanTranslator]:
+    """What makes a trace's translation for a `_Replay`: a closure, not a method of the replay,
+    so the two make no reference cycle (a job's replay is freed at once, not by the cyclic
+    collector, which ran once per 1,000-span request over everything the replays held)."""
+
+    def late(span: SpanFacts) -> None:
+        if new is None or (span.trace_id, span.span_id) in new:
+            late_attributes(problem, span)
+
+    return partial(SpanTranslator, problem=problem, logs_min_severity=logs_min_severity, late=late)
 
 
 def _mapped_nodes(

@@ -61,6 +61,11 @@ def _ignore(kind: str, detail: object) -> None:
     """Problems are counted once, by the derivation (placing reads the same spans again)."""
 
 
+def _not_late(span: SpanFacts) -> None:
+    """Late attributes are counted by the derivation too. Given, so the translation holds no
+    method of its own (a reference cycle: each skeleton freed only by the cyclic collector)."""
+
+
 def skeleton(span: SpanFacts, dialects: Dialects) -> Skeleton:
     """The span's skeleton (another instrumentation's job span named as its dialect names
     it, from the span alone)."""
@@ -68,7 +73,9 @@ def skeleton(span: SpanFacts, dialects: Dialects) -> Skeleton:
     if not (JOB_ID in names or JOB_EVENT_TYPE in names or claimed(span, dialects)):
         return Skeleton(span.parent_span_id, PLAIN, None)  # names no job: most spans
     (mapped,) = recognise_trace([span], dialects)
-    found = SpanTranslator(problem=_ignore).started(mapped)  # no parent known: its own scope
+    found = SpanTranslator(problem=_ignore, late=_not_late).started(
+        mapped
+    )  # no parent known: its own scope
     own = None
     if found and isinstance(found[0], JobStarted | EventRecorded):
         scope = found[0].scope

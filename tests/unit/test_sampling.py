@@ -107,6 +107,23 @@ def test_a_remote_unsampled_parent_with_a_job_span_records_the_job() -> None:
     assert result.decision is Decision.RECORD_ONLY
 
 
+class DropWithReason(Sampler):
+    """A root that drops every span and says why in an attribute."""
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+        return SamplingResult(Decision.DROP, {"sampler.reason": "quota"})
+
+    def get_description(self) -> str:
+        return "DropWithReason"
+
+
+def test_attributes_a_root_adds_to_a_drop_are_kept_beside_the_spans() -> None:
+    result = _decide(RecordJobsSampler(DropWithReason()), **{JOB_ID: "42"})
+
+    assert result.decision is Decision.RECORD_ONLY
+    assert dict(result.attributes) == {JOB_ID: "42", "sampler.reason": "quota"}
+
+
 def test_description_names_the_root() -> None:
     assert RecordJobsSampler(ALWAYS_OFF).get_description() == "RecordJobsSampler{AlwaysOffSampler}"
 

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -48,22 +48,23 @@ def _sampled_by_ratio(trace_id: int) -> bool:
     return trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < TraceIdRatioBased(RATIO).bound
 
 
-def _sampled_provider(dsn: str) -> tuple[Tracer, JobStepsProcessor, InMemorySpanExporter]:
-    """A provider with the sampler at RATIO, seeded ids, the processor and an exporter."""
+def _sampled_provider(dsn: str) -> tuple[Tracer, TracerProvider, InMemorySpanExporter]:
+    """A provider with the sampler at RATIO, seeded ids, the processor and an exporter behind
+    the SDK's BatchSpanProcessor (which exports sampled spans only)."""
     exporter = InMemorySpanExporter()
     processor = JobStepsProcessor(dsn)
     provider = TracerProvider(
         sampler=RecordJobsSampler(ParentBased(TraceIdRatioBased(RATIO))), id_generator=SeededIds(7)
     )
     provider.add_span_processor(processor)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider.get_tracer("tests.sampling"), processor, exporter
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider.get_tracer("tests.sampling"), provider, exporter
 
 
 def test_every_job_and_step_is_recorded_while_the_exporter_gets_the_sampled_traces(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
-    tracer, processor, exporter = _sampled_provider(dsn)
+    tracer, provider, exporter = _sampled_provider(dsn)
     trace_ids = []
     try:
         for number in range(JOBS):
@@ -74,9 +75,9 @@ def test_every_job_and_step_is_recorded_while_the_exporter_gets_the_sampled_trac
                         with tracer.start_as_current_span("query") as plain:
                             # A plain span in a job is recorded too (the processor sees it).
                             assert plain.is_recording()
-        assert processor.force_flush(30_000)
+        assert provider.force_flush(30_000)
     finally:
-        processor.shutdown()
+        provider.shutdown()
 
     assert rows(
         conn,
@@ -95,7 +96,7 @@ def test_every_job_and_step_is_recorded_while_the_exporter_gets_the_sampled_trac
 def test_spans_outside_jobs_keep_the_roots_decision(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
-    tracer, processor, exporter = _sampled_provider(dsn)
+    tracer, provider, exporter = _sampled_provider(dsn)
     recording = []
     try:
         for _ in range(100):
@@ -103,9 +104,9 @@ def test_spans_outside_jobs_keep_the_roots_decision(
                 with tracer.start_as_current_span("query") as query:
                     sampled = _sampled_by_ratio(request.get_span_context().trace_id)
                     recording.append((request.is_recording(), query.is_recording(), sampled))
-        assert processor.force_flush(30_000)
+        assert provider.force_flush(30_000)
     finally:
-        processor.shutdown()
+        provider.shutdown()
 
     # Recorded exactly when sampled: a dropped request and its children stay non-recording.
     assert all(request == query == sampled for request, query, sampled in recording)

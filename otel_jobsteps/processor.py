@@ -18,6 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import get_current_span
 
 from ._core.detail import DEFAULT_MAX_DETAIL_BYTES
 from ._core.dialects import select_dialects
@@ -131,6 +132,11 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                     self._dialects is not None
                     and self._dialects.may_start_job(span.name, OTLP_KIND[span.kind], attributes)
                 )
+                or (
+                    self._dialects is not None
+                    and parent is not None
+                    and self._claims_parent(parent.span_id, parent_context)
+                )
             ):
                 return  # outside any job scope: nothing else happens, ever
             started = _new_started(SpanStarted)
@@ -145,6 +151,27 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             self._submit(started)
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
+
+    def _claims_parent(self, parent_id: int, parent_context: Context | None) -> bool:
+        """Whether the parent, outside any scope at its start, is a dialect's job now that its
+        attributes are set (DBOS sets them just after starting its span, before any child): if
+        so its start (its own start time) is queued, before its child's."""
+        parent = get_current_span(parent_context)
+        if not isinstance(parent, Span) or parent.context.span_id != parent_id or parent.end_time:
+            return False  # another process's span, or not the parent (or ended: its end passed)
+        attributes = attribute_dict(parent)
+        assert self._dialects is not None  # asked only with dialects
+        if (
+            JOB_ID in attributes
+            or JOB_EVENT_TYPE in attributes
+            or self._dialects.may_start_job(parent.name, OTLP_KIND[parent.kind], attributes) is None
+        ):
+            return False
+        started = _new_started(SpanStarted)
+        started.span, started.attributes = parent, None
+        self._in_scope[parent_id] = started
+        self._submit(started)
+        return True
 
     def on_end(self, span: ReadableSpan) -> None:
         try:

@@ -81,3 +81,11 @@ def test_an_activity_outside_its_workflow_is_a_job_of_its_own() -> None:
                  kind=KIND_SERVER)  # fmt: skip
     (job,) = recognised([named])
     assert job.attributes["job.attempt"] == 3
+
+
+def test_an_activity_already_a_step_of_its_workflows_unit_is_not_a_job_again() -> None:
+    """collect reads a RunActivity's ended copy again once its workflow's unit made it a step."""
+    step = span(3, 2, "RunActivity:charge", 20, 30,
+                {**IDS, "temporalActivityID": "1", "job.step.key": "charge"},
+                kind=KIND_SERVER)  # fmt: skip
+    assert recognised([step]) == [step]

@@ -438,3 +438,32 @@ def test_a_step_read_after_its_end_is_one_closed_row_and_nested_spans_keep_the_o
     assert closes == []
     assert [type(item).__name__ for item in queued[1:3]] == ["SpanStarted", "SpanEnded"]
     provider.shutdown()
+
+
+def test_a_parent_a_dialect_claims_once_its_attributes_are_set_is_queued_before_its_child() -> None:
+    """DBOS sets a workflow span's attributes just after its start: its first child's start
+    queues it (its own span, so its own start time), then the child; a parent no dialect
+    claims, another process's parent and one the child outlives are not queued."""
+    side = HeldSide()
+    processor = JobStepsProcessor(writer_side=side, dialects="dbos")
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("request"):  # no dialect's: nothing queued
+        with tracer.start_as_current_span("SELECT"):
+            pass
+    assert side.held == []
+    with tracer.start_as_current_span("checkout") as workflow:
+        assert side.held == []  # nothing named at its start
+        workflow.set_attributes({"operationUUID": "wf-1", "operationType": "workflow"})
+        with tracer.start_as_current_span("reserve_stock") as child:
+            queued = [(type(item).__name__, item.span) for item in side.held]
+            assert queued == [("SpanStarted", workflow), ("SpanStarted", child)]
+    held = len(side.held)
+    remote = trace.NonRecordingSpan(workflow.get_span_context())
+    with tracer.start_as_current_span("elsewhere", context=trace.set_span_in_context(remote)):
+        pass
+    after = tracer.start_span("late", context=trace.set_span_in_context(workflow))
+    after.end()
+    assert len(side.held) == held  # remote, and ended: neither queued again
+    provider.shutdown()

@@ -62,6 +62,8 @@ def _may_start_job(name: str, kind: int, attributes: Mapping[str, Any]) -> bool:
 def _recognise(unit: Sequence[SpanFacts]) -> list[SpanFacts]:
     root = unit[0]
     if root.name.startswith(RUN_ACTIVITY):
+        if JOB_STEP_KEY in root.attributes:  # already a step of its workflow's unit (collect
+            return list(unit)  # reads its ended copy again): not a job of its own
         return [_activity_job(root), *unit[1:]]
     return _under_their_jobs(nest(unit, _workflow_job, _activity_step))
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from opentelemetry.context import Context
+from opentelemetry.context import Context, get_current
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import get_current_span
+from opentelemetry.trace.propagation import _SPAN_KEY as SPAN_KEY
 
 from ._core.detail import DEFAULT_MAX_DETAIL_BYTES
 from ._core.dialects import select_dialects
@@ -95,6 +95,11 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         )
         # Other instrumentations' job spans (`_core.dialects`); None: no test per span.
         self._dialects = select_dialects(settings.dialects) or None
+        # The SDK kinds of the parents a late-claiming dialect may claim (`_claims_parent`):
+        # compared by identity, cheaper than hashing the enum.
+        late = frozenset() if self._dialects is None else self._dialects.late_kinds
+        self._late_kinds = tuple(kind for kind, number in OTLP_KIND.items() if number in late)
+        self._declined = 0  # the last parent _claims_parent asked about and no dialect claimed
         self._stats = stats = Stats() if writer_side is None else writer_side.counters
         # Metrics of what the writer committed (max_step_keys: distinct keys per job type).
         step_metrics = StepMetrics(
@@ -133,7 +138,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                     and self._dialects.may_start_job(span.name, OTLP_KIND[span.kind], attributes)
                 )
                 or (
-                    self._dialects is not None
+                    self._late_kinds
                     and parent is not None
                     and self._claims_parent(parent.span_id, parent_context)
                 )
@@ -156,21 +161,32 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         """Whether the parent, outside any scope at its start, is a dialect's job now that its
         attributes are set (DBOS sets them just after starting its span, before any child): if
         so its start (its own start time) is queued, before its child's."""
-        parent = get_current_span(parent_context)
-        if not isinstance(parent, Span) or parent.context.span_id != parent_id or parent.end_time:
-            return False  # another process's span, or not the parent (or ended: its end passed)
+        if parent_id == self._declined:
+            return False  # its sibling asked: DBOS sets the attributes before any child starts
+        self._declined = parent_id
+        # The span the API's get_current_span returns, without its checks (a third of the cost).
+        parent: Any = (get_current() if parent_context is None else parent_context).get(SPAN_KEY)
+        if (
+            parent is None
+            or not parent.is_recording()  # another process's span, or ended (its end has passed)
+            or parent.kind not in self._late_kinds
+            or parent.context.span_id != parent_id
+        ):
+            return False
         attributes = attribute_dict(parent)
-        assert self._dialects is not None  # asked only with dialects
+        assert self._dialects is not None  # late kinds come from the dialects
         if (
             JOB_ID in attributes
             or JOB_EVENT_TYPE in attributes
-            or self._dialects.may_start_job(parent.name, OTLP_KIND[parent.kind], attributes) is None
+            or self._dialects.may_claim_late(parent.name, OTLP_KIND[parent.kind], attributes)
+            is None
         ):
             return False
         started = _new_started(SpanStarted)
         started.span, started.attributes = parent, None
         self._in_scope[parent_id] = started
         self._submit(started)
+        self._declined = 0
         return True
 
     def on_end(self, span: ReadableSpan) -> None:

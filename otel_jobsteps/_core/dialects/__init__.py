@@ -71,7 +71,7 @@ _DIALECTS = {
 class Dialects:
     """The selected dialects, in the order they are tried."""
 
-    __slots__ = ("_any_kind", "_by_kind", "dialects", "names")
+    __slots__ = ("_any_kind", "_by_kind", "_late_by_kind", "dialects", "late_kinds", "names")
 
     def __init__(self, dialects: Sequence[Dialect]) -> None:
         self.dialects = tuple(dialects)
@@ -82,6 +82,12 @@ class Dialects:
             kind: tuple((d.may_start_job, d) for d in self.dialects if _may_claim(d, kind))
             for kind in range(KIND_CONSUMER + 1)
         }
+        self._late_by_kind = {
+            kind: tuple(pair for pair in claimers if pair[1].claims_late)
+            for kind, claimers in self._by_kind.items()
+        }
+        # The kinds a dialect claiming late may claim: a parent of another kind is never asked.
+        self.late_kinds = frozenset(kind for kind, late in self._late_by_kind.items() if late)
 
     def __repr__(self) -> str:
         return f"Dialects({', '.join(self.names) or 'none'})"
@@ -92,6 +98,14 @@ class Dialects:
     def may_start_job(self, name: str, kind: int, attributes: Mapping[str, Any]) -> Dialect | None:
         """The first selected dialect that may make this span (at its start) a job, or None."""
         for may_start_job, dialect in self._by_kind.get(kind, self._any_kind):
+            if may_start_job(name, kind, attributes):
+                return dialect
+        return None
+
+    def may_claim_late(self, name: str, kind: int, attributes: Mapping[str, Any]) -> Dialect | None:
+        """The first selected dialect claiming late (`Dialect.claims_late`) that may make this
+        span, started earlier, a job now; None if no such dialect does."""
+        for may_start_job, dialect in self._late_by_kind.get(kind, ()):
             if may_start_job(name, kind, attributes):
                 return dialect
         return None

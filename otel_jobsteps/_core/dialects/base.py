@@ -44,6 +44,9 @@ class Dialect:
     recognise: Callable[[Sequence[SpanFacts]], list[SpanFacts]]
     # The span kinds may_start_job can say yes to (None: any): the others never ask it.
     kinds: frozenset[int] | None = None
+    # Its source sets the attributes that claim a span just after starting it (DBOS): the live
+    # door asks it again about a parent outside any job when the parent's first child starts.
+    claims_late: bool = False
 
 
 def with_defaults(span: SpanFacts, values: Mapping[str, Any], **changes: Any) -> SpanFacts:

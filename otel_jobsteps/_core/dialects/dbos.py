@@ -81,4 +81,5 @@ DIALECT = Dialect(
     may_start_job=_may_start_job,
     recognise=_recognise,
     kinds=frozenset({KIND_INTERNAL}),  # DBOS starts its spans with the tracer's default kind
+    claims_late=True,
 )

@@ -57,6 +57,23 @@ def rows(conn: psycopg.Connection[Any], query: str, *params: Any) -> list[tuple[
 T = TypeVar("T")
 
 
+_ROWS_READ = (
+    "SELECT COALESCE(sum(COALESCE(idx_tup_fetch, 0) + seq_tup_read), 0)"
+    " FROM pg_stat_xact_user_tables WHERE relname LIKE 'job%%'"
+)
+
+
+def job_rows_read(conn: psycopg.Connection[Any], run: Callable[[], object]) -> int:
+    """Rows ``run`` reads from the job tables (index fetches and scans), inside the
+    transaction the caller opened: the counters' change around it. Not their value after it:
+    a backend sends its counts to the server's at most once a second, so until then they also
+    hold what earlier transactions read (the retry tax's triggers read the rows inserts write)."""
+    (before,) = conn.execute(_ROWS_READ).fetchone() or (0,)
+    run()
+    (after,) = conn.execute(_ROWS_READ).fetchone() or (0,)
+    return int(after) - int(before)
+
+
 def wait_until(
     probe: Callable[[], T | None],
     *,

@@ -24,6 +24,7 @@ from otel_jobsteps._core.batch import (
 )
 from otel_jobsteps._pg.store import statement_params
 from otel_jobsteps.sql import load_queries, qualified_queries
+from tests.helpers import job_rows_read
 
 OPEN_STEPS = 50_000
 INPUT_ROWS = 20
@@ -76,12 +77,7 @@ def _rows_read(conn: psycopg.Connection[Any], statement: str, params: dict[str, 
     """Rows ``statement`` read from the job tables (index fetches and scans), rolled back."""
     query = qualified_queries("queries.sql", "public")[statement]
     with conn.transaction(force_rollback=True):
-        conn.execute(query, params, prepare=True)
-        (read,) = conn.execute(
-            "SELECT COALESCE(sum(COALESCE(idx_tup_fetch, 0) + seq_tup_read), 0)"
-            " FROM pg_stat_xact_user_tables WHERE relname LIKE 'job%%'"
-        ).fetchone() or (0,)
-    return int(read)
+        return job_rows_read(conn, lambda: conn.execute(query, params, prepare=True))
 
 
 @pytest.mark.parametrize("statement", sorted(load_queries()))  # every statement of the writer

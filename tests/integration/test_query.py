@@ -26,7 +26,7 @@ from otel_jobsteps import (
 )
 from otel_jobsteps.query import ActivityFollower
 from otel_jobsteps.sql import qualified_queries
-from tests.helpers import TracingFactory, rows
+from tests.helpers import TracingFactory, job_rows_read, rows
 from tests.web.support import retried_job
 
 
@@ -489,12 +489,7 @@ def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def _rows_read(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> int:
     """Rows ``statement`` read from the job tables (index fetches and scans)."""
     with conn.transaction():
-        conn.execute(statement, params)
-        (read,) = conn.execute(
-            "SELECT COALESCE(sum(COALESCE(idx_tup_fetch, 0) + seq_tup_read), 0)"
-            " FROM pg_stat_xact_user_tables WHERE relname LIKE 'job%%'"
-        ).fetchone() or (0,)
-    return int(read)
+        return job_rows_read(conn, lambda: conn.execute(statement, params))
 
 
 def test_a_job_retried_10000_times_is_read_per_attempt_before_any_analyze(

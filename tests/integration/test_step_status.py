@@ -112,7 +112,7 @@ def test_migration_0020_reaches_the_children_of_a_partitioned_install(
     monkeypatch.setattr(schema, "migrations", lambda: every[:19])
     schema.migrate(empty_dsn, partition_interval=timedelta(days=1))  # children made at 0019
     monkeypatch.undo()
-    assert schema.migrate(empty_dsn) == [20]
+    assert schema.migrate(empty_dsn)[0] == 20  # and the migrations after it
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         (child,) = conn.execute(
             "SELECT job_event FROM otel_jobsteps_partition ORDER BY lower_bound LIMIT 1"

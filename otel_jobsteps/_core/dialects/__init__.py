@@ -76,15 +76,15 @@ class Dialects:
     def __init__(self, dialects: Sequence[Dialect]) -> None:
         self.dialects = tuple(dialects)
         self.names: tuple[str, ...] = tuple(dialect.name for dialect in self.dialects)
-        # Per span kind, only the dialects that may claim it: most spans ask one or two.
-        self._any_kind = tuple((d.may_start_job, d) for d in self.dialects)
+        # Per span kind, only the dialects that may claim it, and their gates as one.
+        self._any_kind = _Asked(self.dialects)
         self._by_kind = {
-            kind: tuple((d.may_start_job, d) for d in self.dialects if _may_claim(d, kind))
+            kind: _Asked([d for d in self.dialects if _may_claim(d, kind)])
             for kind in range(KIND_CONSUMER + 1)
         }
         self._late_by_kind = {
-            kind: tuple(pair for pair in claimers if pair[1].claims_late)
-            for kind, claimers in self._by_kind.items()
+            kind: tuple(pair for pair in asked.dialects if pair[1].claims_late)
+            for kind, asked in self._by_kind.items()
         }
         # The kinds a dialect claiming late may claim: a parent of another kind is never asked.
         self.late_kinds = frozenset(kind for kind, late in self._late_by_kind.items() if late)
@@ -97,7 +97,14 @@ class Dialects:
 
     def may_start_job(self, name: str, kind: int, attributes: Mapping[str, Any]) -> Dialect | None:
         """The first selected dialect that may make this span (at its start) a job, or None."""
-        for may_start_job, dialect in self._by_kind.get(kind, self._any_kind):
+        asked = self._by_kind.get(kind, self._any_kind)
+        if (
+            asked.gated
+            and asked.attributes.isdisjoint(attributes)
+            and not name.startswith(asked.prefixes)
+        ):
+            return None  # most spans of an application: one set test for every dialect
+        for may_start_job, dialect in asked.dialects:
             if may_start_job(name, kind, attributes):
                 return dialect
         return None
@@ -126,6 +133,20 @@ class Dialects:
     def with_mappings(self, mappings: Sequence[JobMapping]) -> Dialects:
         """These dialects with the user's ``--mapping`` rules tried first (they are explicit)."""
         return Dialects([*map(mapping_dialect, mappings), *self.dialects])
+
+
+class _Asked:
+    """The dialects asked about spans of one kind, in order, and (when every one has a gate)
+    what a span needs for any of them to be asked."""
+
+    __slots__ = ("attributes", "dialects", "gated", "prefixes")
+
+    def __init__(self, dialects: Sequence[Dialect]) -> None:
+        self.dialects = tuple((d.may_start_job, d) for d in dialects)
+        gates = [d.gate for d in dialects]
+        self.gated = all(gate is not None for gate in gates)
+        self.attributes = frozenset().union(*(g.attributes for g in gates if g is not None))
+        self.prefixes = tuple(p for g in gates if g is not None for p in g.prefixes)
 
 
 def _may_claim(dialect: Dialect, kind: int) -> bool:

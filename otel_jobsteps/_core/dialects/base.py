@@ -20,6 +20,7 @@ __all__ = [
     "KIND_SERVER",
     "KIND_UNSPECIFIED",
     "Dialect",
+    "Gate",
     "children",
     "number",
     "with_defaults",
@@ -44,9 +45,21 @@ class Dialect:
     recognise: Callable[[Sequence[SpanFacts]], list[SpanFacts]]
     # The span kinds may_start_job can say yes to (None: any): the others never ask it.
     kinds: frozenset[int] | None = None
+    # What a span must have for may_start_job to say yes (None: nothing known): the spans
+    # without it never ask, and most spans of an application pay one set test for them all.
+    gate: Gate | None = None
     # Its source sets the attributes that claim a span just after starting it (DBOS): the live
     # door asks it again about a parent outside any job when the parent's first child starts.
     claims_late: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """A dialect's claim at its cheapest: one of ``attributes`` is set, or the span's name
+    starts with one of ``prefixes``. Necessary, not sufficient: may_start_job decides."""
+
+    attributes: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
 
 
 def with_defaults(span: SpanFacts, values: Mapping[str, Any], **changes: Any) -> SpanFacts:

@@ -34,7 +34,7 @@ from ...attributes import (
 )
 from ..facts import SpanFacts
 from ..vocabulary import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY
-from .base import Dialect, children, number, with_defaults
+from .base import Dialect, Gate, children, number, with_defaults
 
 __all__ = [
     "BULLMQ_FAILED_EVENT",
@@ -95,4 +95,5 @@ DIALECT = Dialect(
     source="bullmq (bullmq-otel): src/classes/worker.ts, src/classes/job.ts, src/utils",
     may_start_job=_may_start_job,
     recognise=_recognise,
+    gate=Gate(attributes=frozenset({BULLMQ_OPERATION})),
 )

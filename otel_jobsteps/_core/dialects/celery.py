@@ -43,7 +43,7 @@ from ...attributes import (
 from ..events import EventLike
 from ..facts import SpanFacts
 from ..vocabulary import EVENT_RETRY_SCHEDULED, OUTCOME_RETRY, OUTCOME_TIME_LIMIT
-from .base import KIND_CONSUMER, KIND_PRODUCER, Dialect, number, with_defaults
+from .base import KIND_CONSUMER, KIND_PRODUCER, Dialect, Gate, number, with_defaults
 
 __all__ = ["DIALECT"]
 
@@ -138,4 +138,5 @@ DIALECT = Dialect(
     may_start_job=_may_start_job,
     recognise=_recognise,
     kinds=frozenset({KIND_CONSUMER}),
+    gate=Gate(prefixes=(RUN_PREFIX,)),
 )

@@ -39,7 +39,7 @@ from ...attributes import (
 )
 from ..facts import SpanFacts
 from ..vocabulary import CANCELLED, OUTCOME_TIME_LIMIT
-from .base import Dialect, with_defaults
+from .base import Dialect, Gate, with_defaults
 from .units import detail_json
 
 __all__ = ["DIALECT", "STEP_SKIPPED"]
@@ -201,4 +201,5 @@ DIALECT = Dialect(
     ),
     may_start_job=_may_start_job,
     recognise=_recognise,
+    gate=Gate(attributes=frozenset({TASK_RUN_ID, PIPELINE_RUN_ID, PIPELINE_NAME})),
 )

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_STEP_KEY, JOB_TYPE
 from ..facts import SpanFacts
-from .base import KIND_INTERNAL, Dialect, with_defaults
+from .base import KIND_INTERNAL, Dialect, Gate, with_defaults
 from .units import nest
 
 __all__ = ["DIALECT"]
@@ -82,4 +82,5 @@ DIALECT = Dialect(
     recognise=_recognise,
     kinds=frozenset({KIND_INTERNAL}),  # DBOS starts its spans with the tracer's default kind
     claims_late=True,
+    gate=Gate(attributes=frozenset(OPERATION_TYPE)),
 )

@@ -38,7 +38,7 @@ from ...attributes import (
     JOB_TYPE,
 )
 from ..facts import SpanFacts
-from .base import Dialect, with_defaults
+from .base import Dialect, Gate, with_defaults
 from .units import detail_json, nest
 
 __all__ = ["DIALECT"]
@@ -141,4 +141,5 @@ DIALECT = Dialect(
     ),
     may_start_job=_may_start_job,
     recognise=_recognise,
+    gate=Gate(attributes=frozenset({OPERATION}), prefixes=JOB_OPERATIONS),
 )

@@ -24,7 +24,7 @@ from typing import Any
 
 from ...attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_TAG_PREFIX, JOB_TYPE
 from ..facts import SpanFacts
-from .base import KIND_CONSUMER, Dialect, number, with_defaults
+from .base import KIND_CONSUMER, Dialect, Gate, number, with_defaults
 
 __all__ = ["DIALECT"]
 
@@ -67,4 +67,5 @@ DIALECT = Dialect(
     may_start_job=_may_start_job,
     recognise=_recognise,
     kinds=frozenset({KIND_CONSUMER}),
+    gate=Gate(prefixes=(SPAN_NAME,)),
 )

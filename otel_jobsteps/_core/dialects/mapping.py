@@ -11,7 +11,7 @@ from typing import Any
 from ...attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_TYPE
 from ...errors import ConfigurationError
 from ..facts import SpanFacts
-from .base import Dialect, number, with_defaults
+from .base import Dialect, Gate, number, with_defaults
 
 __all__ = ["JobMapping", "mapping_dialect"]
 
@@ -69,7 +69,13 @@ def mapping_dialect(mapping: JobMapping) -> Dialect:
     def recognise(unit: Sequence[SpanFacts]) -> list[SpanFacts]:
         return [with_defaults(unit[0], _job(mapping, unit[0].attributes)), *unit[1:]]
 
-    return Dialect("mapping", f"--mapping id={mapping.job_id}", may_start_job, recognise)
+    return Dialect(
+        "mapping",
+        f"--mapping id={mapping.job_id}",
+        may_start_job,
+        recognise,
+        gate=Gate(attributes=frozenset({mapping.job_id})),
+    )
 
 
 def _job(mapping: JobMapping, attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from ...attributes import JOB_ATTEMPT, JOB_DOMAIN, JOB_ID, JOB_TYPE
 from ..facts import SpanFacts
-from .base import KIND_CONSUMER, Dialect, with_defaults
+from .base import KIND_CONSUMER, Dialect, Gate, with_defaults
 
 __all__ = ["DIALECT"]
 
@@ -68,4 +68,5 @@ DIALECT = Dialect(
     may_start_job=_may_start_job,
     recognise=_recognise,
     kinds=frozenset({KIND_CONSUMER}),
+    gate=Gate(attributes=frozenset({SYSTEM})),
 )

@@ -42,7 +42,7 @@ from ...attributes import (
     JOB_TYPE,
 )
 from ..facts import SpanFacts
-from .base import KIND_SERVER, Dialect, with_defaults
+from .base import KIND_SERVER, Dialect, Gate, with_defaults
 from .units import detail_json, nest
 
 __all__ = ["DIALECT"]
@@ -140,4 +140,5 @@ DIALECT = Dialect(
     may_start_job=_may_start_job,
     recognise=_recognise,
     kinds=frozenset({KIND_SERVER}),
+    gate=Gate(prefixes=(RUN_WORKFLOW, RUN_ACTIVITY)),
 )

@@ -294,7 +294,7 @@ class _OpenSpan:
     step_id: int = 0
     progress_ns: int = 0
     # The newest exception log record in its context, as text: its failure text if it ends
-    # failed without its own (not kept in collect's state between requests).
+    # failed without its own (collect keeps it in its state between requests).
     logged_error: str | None = None
 
 

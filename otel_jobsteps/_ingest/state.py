@@ -175,6 +175,7 @@ def _span(span_id: int, held: _OpenSpan, scope: Callable[[Scope], int]) -> dict[
         "reported": None if held.reported is None else dict(held.reported),
         "step_id": held.step_id,
         "progress_ns": held.progress_ns,
+        "logged_error": held.logged_error,  # optional: an older state has none
     }
 
 
@@ -206,6 +207,7 @@ def _decoded(found: dict[str, Any]) -> JobState:
                     held["reported"],
                     held["step_id"],
                     held["progress_ns"],
+                    held.get("logged_error"),
                 ),
             )
             for held in spans["open"]

@@ -47,7 +47,11 @@ def _value(attributes: Mapping[str, Any], names: tuple[str, str]) -> Any:
 
 
 def _may_start_job(name: str, kind: int, attributes: Mapping[str, Any]) -> bool:
-    return bool(_value(attributes, OPERATION_TYPE) == WORKFLOW)
+    # `_value` inline: asked about every INTERNAL span outside a job, on the job's thread.
+    operation = attributes.get("operationType")
+    if operation is None:
+        operation = attributes.get("dbos.operation.type")
+    return bool(operation == WORKFLOW)
 
 
 def _recognise(unit: Sequence[SpanFacts]) -> list[SpanFacts]:

@@ -67,7 +67,11 @@ MODEL_OPERATIONS = frozenset(
 
 
 def _may_start_job(name: str, kind: int, attributes: Mapping[str, Any]) -> bool:
-    return _operation(attributes) in JOB_OPERATIONS or name.startswith(JOB_OPERATIONS)
+    # `_operation` inline: asked about every span outside a job, on the job's thread.
+    operation = attributes.get(OPERATION)
+    return (isinstance(operation, str) and operation in JOB_OPERATIONS) or name.startswith(
+        JOB_OPERATIONS
+    )
 
 
 def _operation(attributes: Mapping[str, Any]) -> str | None:

@@ -14,11 +14,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from opentelemetry.context import Context, get_current
+from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace.propagation import _SPAN_KEY as SPAN_KEY
 
 from ._core.detail import DEFAULT_MAX_DETAIL_BYTES
 from ._core.dialects import select_dialects
@@ -41,6 +40,9 @@ __all__ = ["JobStepsProcessor"]
 # costs on the job's thread (benchmarks/hot_path.py); tests/unit/test_processor.py checks them.
 _new = tuple.__new__
 _new_started = object.__new__
+# Spans that named nothing at their start kept to be asked again at their first child's start:
+# a DBOS workflow's first child starts at once; those past the bound are not asked.
+MAX_BARE_SPANS = 256
 
 
 class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
@@ -99,7 +101,9 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         # compared by identity, cheaper than hashing the enum.
         late = frozenset() if self._dialects is None else self._dialects.late_kinds
         self._late_kinds = tuple(kind for kind, number in OTLP_KIND.items() if number in late)
-        self._declined = 0  # the last parent _claims_parent asked about and no dialect claimed
+        # The latest spans of those kinds outside any job that had no attribute at their start:
+        # at its first child's start, such a span is asked again (`_claims_parent`).
+        self._bare: OrderedDict[int, Span] = OrderedDict()
         self._stats = stats = Stats() if writer_side is None else writer_side.counters
         # Metrics of what the writer committed (max_step_keys: distinct keys per job type).
         step_metrics = StepMetrics(
@@ -138,11 +142,16 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                     and self._dialects.may_start_job(span.name, OTLP_KIND[span.kind], attributes)
                 )
                 or (
-                    self._late_kinds
-                    and parent is not None
-                    and self._claims_parent(parent.span_id, parent_context)
+                    parent is not None
+                    and parent.span_id in self._bare
+                    and self._claims_parent(parent.span_id)
                 )
             ):
+                if self._late_kinds and not attributes and span.kind in self._late_kinds:
+                    bare = self._bare  # named nothing at its start: a dialect may claim it late
+                    bare[span.context.span_id] = span
+                    if len(bare) > MAX_BARE_SPANS:
+                        bare.popitem(last=False)
                 return  # outside any job scope: nothing else happens, ever
             started = _new_started(SpanStarted)
             started.span = span
@@ -157,24 +166,16 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         except Exception as error:  # noqa: BLE001 - the SDK would raise it into the job
             self._stats.problem("internal_error", error)
 
-    def _claims_parent(self, parent_id: int, parent_context: Context | None) -> bool:
-        """Whether the parent, outside any scope at its start, is a dialect's job now that its
-        attributes are set (DBOS sets them just after starting its span, before any child): if
-        so its start (its own start time) is queued, before its child's."""
-        if parent_id == self._declined:
-            return False  # its sibling asked: DBOS sets the attributes before any child starts
-        self._declined = parent_id
-        # The span the API's get_current_span returns, without its checks (a third of the cost).
-        parent: Any = (get_current() if parent_context is None else parent_context).get(SPAN_KEY)
-        if (
-            parent is None
-            or not parent.is_recording()  # another process's span, or ended (its end has passed)
-            or parent.kind not in self._late_kinds
-            or parent.context.span_id != parent_id
-        ):
+    def _claims_parent(self, parent_id: int) -> bool:
+        """Whether the parent, which named nothing at its start (`_bare`), is a dialect's job
+        now that its attributes are set (DBOS sets them just after starting its span, before
+        any child): if so its start (its own start time) is queued, before its child's. Asked
+        once, at its first child's start."""
+        parent = self._bare.pop(parent_id, None)
+        if parent is None or not parent.is_recording():  # a sibling asked, or it has ended
             return False
         attributes = attribute_dict(parent)
-        assert self._dialects is not None  # late kinds come from the dialects
+        assert self._dialects is not None  # bare spans are kept only with dialects
         if (
             JOB_ID in attributes
             or JOB_EVENT_TYPE in attributes
@@ -186,7 +187,6 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         started.span, started.attributes = parent, None
         self._in_scope[parent_id] = started
         self._submit(started)
-        self._declined = 0
         return True
 
     def on_end(self, span: ReadableSpan) -> None:

@@ -441,9 +441,9 @@ def test_a_step_read_after_its_end_is_one_closed_row_and_nested_spans_keep_the_o
 
 
 def test_a_parent_a_dialect_claims_once_its_attributes_are_set_is_queued_before_its_child() -> None:
-    """DBOS sets a workflow span's attributes just after its start: its first child's start
-    queues it (its own span, so its own start time), then the child; a parent no dialect
-    claims, another process's parent and one the child outlives are not queued."""
+    """DBOS sets a workflow span's attributes just after its start (none at its start): its
+    first child's start queues it (its own span, so its own start time), then the child; a
+    parent no dialect claims, another process's parent and one the child outlives are not."""
     side = HeldSide()
     processor = JobStepsProcessor(writer_side=side, dialects="dbos")
     provider = TracerProvider()

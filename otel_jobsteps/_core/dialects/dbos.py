@@ -16,8 +16,9 @@ step) are steps keyed by their name; a child workflow is a job of its own.
 
 DBOS sets these attributes just after starting the span (``tracer.start_span(name=...)`` then
 ``set_attribute``), so a span processor sees none of them at the span's start: the live door
-claims a DBOS workflow when its first child starts (by then they are set: the processor asks
-the dialects again about a parent outside any job, and queues its start before the child's);
+claims a DBOS workflow when its first child starts (by then they are set: a span of its kind
+that had no attribute at its start is asked again then, ``claims_late``, and its start queued
+before the child's);
 ``collect`` reads them from the ended span. A workflow with no span inside is no job live.
 """
 

@@ -221,14 +221,20 @@ class Interpreter:
     def _held(self, span: SpanFacts) -> bool:
         """Hold ``span`` in a unit: inside one, or opening one; False if it is told now."""
         node = (span.trace_id, span.span_id)
+        attributes = span.attributes
         if span.parent_span_id:
             unit = self._units.get((span.trace_id, span.parent_span_id))
             if unit is not None:
+                if attr.JOB_ID in attributes and attr.JOB_EVENT_TYPE not in attributes:
+                    # The code names its own job inside: the dialect gives the unit no meaning
+                    # (`Dialects.recognise`), so it is told now and the job's rows come live.
+                    self._tell_unit(unit, recognised=False)
+                    return False
                 unit.members.add(node)
                 unit.told.append(span)
                 self._units[node] = unit
                 return True
-        dialects, attributes = self._dialects, span.attributes
+        dialects = self._dialects
         if dialects is None or attr.JOB_ID in attributes or attr.JOB_EVENT_TYPE in attributes:
             return False
         translator = self.translators.find(span.trace_id)
@@ -250,13 +256,15 @@ class Interpreter:
         for member in unit.members:
             self._units.pop(member, None)
 
-    def _tell_unit(self, unit: _Unit) -> None:
-        """The unit's root ended: its spans given their meaning, then told in order."""
+    def _tell_unit(self, unit: _Unit, *, recognised: bool = True) -> None:
+        """Tell the unit's spans in order: at its root's end given their meaning; before it
+        (``recognised`` False: a job of the code's own inside) as they came."""
         self._forget(unit)
         ended = {end[0].span_id: end[0] for end in unit.told if isinstance(end, tuple)}
         spans = [ended.get(told.span_id, told) for told in unit.told if isinstance(told, SpanFacts)]
         assert self._dialects is not None  # a unit is opened only with dialects
-        meant = {span.span_id: span for span in self._dialects.recognise(spans)}
+        meaning = self._dialects.recognise(spans) if recognised else spans
+        meant = {span.span_id: span for span in meaning}
         for told in unit.told:
             if isinstance(told, tuple):
                 span = meant[told[0].span_id]

@@ -126,3 +126,15 @@ def test_without_dialects_a_run_span_is_read_as_it_comes() -> None:
     _run(interpreter)
     interpreter.end(_span(1, 0, 100, 200, **DONE))
     assert told.commands == []  # its steps ran outside any job scope
+
+
+def test_a_job_of_the_codes_own_inside_a_unit_is_told_as_it_starts() -> None:
+    """Our Celery integration inside OpenTelemetry's Celery instrumentation: the run span is
+    claimed, but the job span inside names its job; its rows must not wait for the run's end."""
+    interpreter, told = _interpreter()
+    interpreter.start(_span(1, 0, 100, 0))
+    own = {"job.domain": "d", "job.id": "own", "job.attempt": 1}
+    interpreter.start(_span(4, 1, 105, 0, **own))
+    interpreter.start(_span(5, 4, 110, 0, **{JOB_STEP_KEY: "FETCH"}))
+    assert [type(command) for command in told.commands] == [JobStarted, StepStarted]
+    assert interpreter.progress(TRACE, 5, {"done": 1}, 111) is True  # live, not held

@@ -139,7 +139,8 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 or JOB_EVENT_TYPE in attributes
                 or (
                     self._dialects is not None
-                    and self._dialects.may_start_job(span.name, OTLP_KIND[span.kind], attributes)
+                    # The OTLP number (`OTLP_KIND`) without hashing the enum: on every span.
+                    and self._dialects.may_start_job(span.name, span.kind._value_ + 1, attributes)
                 )
                 or (
                     parent is not None
@@ -179,7 +180,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         if (
             JOB_ID in attributes
             or JOB_EVENT_TYPE in attributes
-            or self._dialects.may_claim_late(parent.name, OTLP_KIND[parent.kind], attributes)
+            or self._dialects.may_claim_late(parent.name, parent.kind._value_ + 1, attributes)
             is None
         ):
             return False

@@ -65,22 +65,31 @@ WHERE job %% 50 <> 0
 """
 
 
-# The retry tax's summary (migration 0019) of every FAILED final row, in one statement.
-FILL_SUMMARY = """
+# The retry tax's summaries of every FAILED final row (migration 0019) and of every job with a
+# completion after attempt 1 (0022), a statement each.
+FILL_SUMMARIES = (
+    """
 SELECT job_failed_step_refresh(array_agg(domain), array_agg(job_id), array_agg(attempt))
 FROM job_log
 WHERE status = 'FAILED'
-"""
+""",
+    """
+SELECT job_retried_success_refresh(array_agg(domain), array_agg(job_id))
+FROM job_log
+WHERE status = 'COMPLETED' AND attempt > 1
+""",
+)
 
 
 @contextmanager
 def summary_filled_after(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """job_log's triggers off while the block fills the tables, then the retry tax's summary
-    filled in one statement: their deferred events would forbid building job_log's indexes
-    again in the same transaction, and would probe job_event once per failed attempt."""
+    """job_log's triggers off while the block fills the tables, then the retry tax's summaries
+    filled in a statement each: their deferred events would forbid building job_log's indexes
+    again in the same transaction, and would probe job_event once per final row."""
     conn.execute("ALTER TABLE job_log DISABLE TRIGGER USER")
     yield
-    conn.execute(FILL_SUMMARY)
+    for statement in FILL_SUMMARIES:
+        conn.execute(statement)
     conn.execute("ALTER TABLE job_log ENABLE TRIGGER USER")
 
 

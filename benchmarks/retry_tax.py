@@ -1,15 +1,17 @@
-"""Issue 40: the retry tax over the big table's failures, before and after its summary.
+"""Issue 40: the retry tax over the big table's failures, as migrations 0019 and 0022 answer it.
 
 On a filled database (bigtable.py: 5 M job_event rows, one job in 17 FAILED, 57,647 failed
 attempts at 5 M rows), over a window from the oldest final row (the issue's "30 days of 5 M
-rows": every failure inside it), reads ``job_retry_tax(since)`` as migration 0019
-answers it (the summary job_failed_step, kept by job_log's triggers) and as migration 0017
-answered it (every failed attempt's step rows probed at each call; its function is created
-again from the migration's text as a temporary function), in turns, so both see the same
-machine. Both must give the same rows. Reports the median and fastest of ``repeat`` calls each
-after a warm-up call, and the summary's size; then the same with every failed job retried to
-success a minute later (attempt 2 and its completion added in a transaction rolled back after),
-so that the time to success, empty on the fill, reads 57,647 retried jobs.
+rows": every failure inside it), reads ``job_retry_tax(since)`` as migration 0022 answers it
+(the summaries job_failed_step and job_retried_success, kept by job_log's triggers) and as
+migration 0019 answered it (job_failed_step summed, then per failure of the window its next
+completion, the job's previous completion and its first attempt's start probed at each call;
+its function is created again from the migration's text as a temporary function, with the
+partial index it read, dropped since), in turns, so both see the same machine. Both must give
+the same rows. Reports the median and fastest of ``repeat`` calls each after a warm-up call, and
+the summaries' sizes; then the same with every failed job retried to success a minute later
+(attempt 2 and its completion added, job_log's triggers run at the statement's end, rolled back
+after), so that the time to success, empty on the fill, reads 57,647 retried jobs.
 
     python -m benchmarks.retry_tax --database DSN_OF_FILLED_DB [--repeat 7]
 """
@@ -28,21 +30,31 @@ import psycopg
 from .common import Row, format_table, verdict
 
 TARGET_MS = 500.0
-# 0017's function, created again under this name for the session (pg_temp).
-BEFORE = "pg_temp.job_retry_tax_0017"
+# Migration 0017's function, the answers both summaries must give (the tests' reference), and
+# 0019's, created again under these names for the session (pg_temp).
+REFERENCE = "pg_temp.job_retry_tax_0017"
+BEFORE = "pg_temp.job_retry_tax_0019"
 AFTER = "job_retry_tax"
+# 0019's index for the completions after failures, which its function read (dropped by 0022).
+RETRIED_COMPLETION_INDEX = """
+CREATE INDEX job_log_retried_completion ON job_log (domain, job_id, attempt)
+    WHERE status = 'COMPLETED' AND attempt > 1
+"""
+
+
+def migration_function(migration: str, name: str) -> str:
+    """CREATE FUNCTION of job_retry_tax as ``migration`` (a file name) wrote it, renamed."""
+    text = (
+        resources.files("otel_jobsteps").joinpath("sql", "migrations", migration).read_text("utf-8")
+    )
+    start = text.index("FUNCTION job_retry_tax(")
+    end = text.index("\nEND;", start) + len("\nEND;")
+    return f"CREATE {text[start:end]}".replace("FUNCTION job_retry_tax(", f"FUNCTION {name}(", 1)
 
 
 def function_0017() -> str:
-    """CREATE FUNCTION of migration 0017's job_retry_tax, renamed to ``BEFORE``."""
-    text = (
-        resources.files("otel_jobsteps")
-        .joinpath("sql", "migrations", "0017_retry_tax.sql")
-        .read_text("utf-8")
-    )
-    start = text.index("CREATE FUNCTION job_retry_tax(")
-    end = text.index("\nEND;", start) + len("\nEND;")
-    return text[start:end].replace("FUNCTION job_retry_tax(", f"FUNCTION {BEFORE}(", 1)
+    """CREATE FUNCTION of migration 0017's job_retry_tax, renamed to ``REFERENCE``."""
+    return migration_function("0017_retry_tax.sql", REFERENCE)
 
 
 def _call(conn: psycopg.Connection[Any], function: str, since: Any) -> tuple[float, list[Any]]:
@@ -103,7 +115,7 @@ def _pair(label: str, times: dict[str, list[float]], size: str) -> list[Row]:
     return [
         Row(
             "40",
-            f"{label}: before (0017: each failure's steps probed)",
+            f"{label}: before (0019: each retried job probed)",
             f"{before:.0f} ms median",
             f"min {min(times[BEFORE]):.0f} ms",
             "",
@@ -112,7 +124,7 @@ def _pair(label: str, times: dict[str, list[float]], size: str) -> list[Row]:
         ),
         Row(
             "40",
-            f"{label}: after (0019: summary job_failed_step)",
+            f"{label}: after (0022: summary job_retried_success too)",
             f"{after:.0f} ms median",
             f"min {min(times[AFTER]):.0f} ms; {size}",
             f"{before / after:.1f}x faster",
@@ -124,27 +136,55 @@ def _pair(label: str, times: dict[str, list[float]], size: str) -> list[Row]:
 
 def measure(dsn: str, repeat: int) -> list[Row]:
     """Both reads in turns on the filled database at ``dsn``, then again with every failure
-    retried to success (rolled back); rows for the result table."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(cast(LiteralString, function_0017()))
+    retried to success; rows for the result table. Everything is rolled back after."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction(force_rollback=True):
+        conn.execute(RETRIED_COMPLETION_INDEX)
+        conn.execute(cast(LiteralString, migration_function("0019_retry_tax_summary.sql", BEFORE)))
         # A window holding every failure kept: the fill's are older than 30 days from now.
         (since,) = conn.execute("SELECT min(created_at) FROM job_log").fetchone() or (None,)
-        failed, summary_rows, size = conn.execute(
-            "SELECT (SELECT count(*) FROM job_log WHERE status = 'FAILED' AND created_at >= %s),"
-            " count(*), pg_size_pretty(pg_total_relation_size('job_failed_step'))"
-            " FROM job_failed_step",
-            (since,),
-        ).fetchone() or (0, 0, "")
-        summary = f"{summary_rows:,} summary rows, {size}"
-        label = f"job_retry_tax, every failure kept ({failed:,} failed attempts)"
-        rows = _pair(label, _rounds(conn, since, repeat)[0], summary)
-        with conn.transaction(force_rollback=True):
-            conn.execute(RETRY_ALL)
-            conn.execute("ANALYZE job_log")
-            times, found = _rounds(conn, since, repeat)
+        failed = conn.execute(
+            "SELECT count(*) FROM job_log WHERE status = 'FAILED' AND created_at >= %s", (since,)
+        ).fetchone() or (0,)
+        label = f"job_retry_tax, every failure kept ({failed[0]:,} failed attempts)"
+        rows = _pair(label, _rounds(conn, since, repeat)[0], _sizes(conn))
+        # the deferred triggers run at the statement's end, not at a COMMIT that never comes
+        conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        started = time.perf_counter()
+        conn.execute(RETRY_ALL)
+        retried_s = time.perf_counter() - started
+        conn.execute("ANALYZE job_log")
+        times, found = _rounds(conn, since, repeat)
         if not any(row[4] is not None for row in found):
             raise RuntimeError(f"no time to success with every failure retried: {found}")
-    return rows + _pair(f"{label}, each retried to success", times, summary)
+        rows += _pair(f"{label}, each retried to success", times, _sizes(conn))
+        completions = failed[0] or 1
+        rows.append(
+            Row(
+                "40",
+                f"  writing the {failed[0]:,} retries (steps, final rows, job_log's triggers)",
+                f"{retried_s:.1f} s",
+                f"{retried_s / completions * 1000:.2f} ms per retried job",
+                "",
+                "",
+                "info",
+            )
+        )
+    return rows
+
+
+def _sizes(conn: psycopg.Connection[Any]) -> str:
+    """The summaries' rows and sizes."""
+    found = conn.execute(
+        "SELECT (SELECT count(*) FROM job_failed_step),"
+        " pg_size_pretty(pg_total_relation_size('job_failed_step')),"
+        " (SELECT count(*) FROM job_retried_success),"
+        " pg_size_pretty(pg_total_relation_size('job_retried_success'))"
+    ).fetchone()
+    failed, failed_size, retried, retried_size = found or (0, "", 0, "")
+    return (
+        f"job_failed_step {failed:,} rows, {failed_size};"
+        f" job_retried_success {retried:,} rows, {retried_size}"
+    )
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ rows, are measured after they are added. The statements of ``sql/web.sql`` (and 
 list_tagged_jobs and job_log_lines) are then explained on the same
 table (EXPLAIN ANALYZE, custom and generic plans, as benchmarks.explain does for the read side);
 any Seq Scan on job_event or job_log fails. The retry tax over 30 days is read as migrations
-0017 and 0019 answer it, side by side (retry_tax.py). Last, `sweep` closes the filled table's
+0019 and 0022 answer it, side by side (retry_tax.py). Last, `sweep` closes the filled table's
 never-closed steps (2 % of its jobs, 20,000 at 5 M rows, spread over the whole heap) and 500
 live steps start: /running is measured again as a fleet with that many steps running.
 
@@ -336,7 +336,7 @@ def measure_all(dsn: str, big_rows: int, *, quick: bool, verbose: bool) -> list[
     repeat = 3 if quick else 15
     add_long_jobs(dsn)
     rows = measure(dsn, repeat) + plan_rows(dsn, big_rows, verbose=verbose)
-    rows += retry_tax.measure(dsn, 3 if quick else 7)  # before and after its summary (0019)
+    rows += retry_tax.measure(dsn, 3 if quick else 7)  # before and after its second summary (0022)
     rows += metrics.scrape_rows(dsn, repeat)  # /metrics with the opt-in index, side by side
     sweep_and_start_live_steps(dsn)
     # the log lines' pages last: beside "jobs page, first page, after sweep" in the same state

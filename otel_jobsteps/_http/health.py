@@ -44,10 +44,18 @@ class Needs:
     writes: bool
 
 
-# job_failed_step: the retry tax's summary (migration 0019), read by /steps.
+# job_failed_step and job_retried_success: the retry tax's summaries (migrations 0019 and 0022),
+# read by /steps.
 SERVE_RIGHTS = Needs(
     "serve",
-    ("job_event", "job_log", "job_attempt", "job_step_duration", "job_failed_step"),
+    (
+        "job_event",
+        "job_log",
+        "job_attempt",
+        "job_step_duration",
+        "job_failed_step",
+        "job_retried_success",
+    ),
     ("SELECT",),
     False,
 )

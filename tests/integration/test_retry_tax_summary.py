@@ -1,7 +1,8 @@
-"""The retry tax's summary (migration 0019): job_retry_tax read from job_failed_step gives what
-migration 0017's function, reading every failed attempt's step rows, gives, on random histories
-changed as the doors, sweep and prune change them; an upgrade from 0018 fills it from the rows
-kept."""
+"""The retry tax's summaries (migrations 0019 and 0022): job_retry_tax read from
+job_failed_step and job_retried_success gives what migration 0017's function, reading every
+failed attempt's step rows, gives, on random histories changed as the doors, sweep and prune
+change them, and job_retried_success holds what 0017's reads find per retried completion; an
+upgrade from 0018 fills them from the rows kept."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from benchmarks.retry_tax import BEFORE, function_0017, same_rows
+from benchmarks.retry_tax import REFERENCE, function_0017, same_rows
 from otel_jobsteps import migrate
 from otel_jobsteps.maintenance import prune
 from otel_jobsteps.schema import migrations
@@ -83,7 +84,8 @@ def change_history(conn: psycopg.Connection[Any], seed: int) -> None:
     """What the doors and maintenance do to written rows: a final row made FAILED abandoned and
     dated earlier (collect's abandon of a settled attempt), an attempt's rows forgotten and
     derived again (collect), a step closed with its attempt's final row changed in the same
-    statement (sweep), and prune's deletions of the oldest attempts."""
+    statement (sweep), a job's first attempt deleted with its later ones kept (prune's cutoff
+    through a job), and prune's deletions of the oldest attempts."""
     rng = random.Random(seed)
     ids = [i for (i,) in rows(conn, "SELECT id FROM job_log ORDER BY id")]
     for log_id in rng.sample(ids, 10):
@@ -121,7 +123,67 @@ def change_history(conn: psycopg.Connection[Any], seed: int) -> None:
         " UPDATE job_log AS l SET created_at = l.created_at + interval '1 s' FROM closed AS c"
         " WHERE (l.domain, l.job_id, l.attempt) = (c.domain, c.job_id, c.attempt)"
     )
+    jobs = sorted({job_id for (job_id,) in rows(conn, "SELECT DISTINCT job_id FROM job_log")})
+    for job_id in rng.sample(jobs, 10):
+        with conn.transaction():  # prune's cut through a job: its first attempt's rows only
+            for table in ("job_event", "job_log"):
+                conn.execute(
+                    sql.SQL(
+                        "DELETE FROM {} WHERE domain = 'd' AND job_id = %s AND attempt = 1"
+                    ).format(sql.Identifier(table)),
+                    (job_id,),
+                )
     prune(conn, timedelta(days=35), batch_size=7)
+
+
+# Per completion that followed failures, as 0017's function finds it at each call (each failure's
+# next completion, the job's previous one, its first attempt's start): what job_retried_success
+# must hold.
+RETRIED_SUCCESS = """
+SELECT r.domain, r.job_id, r.attempt, r.failed_at, r.job_type,
+       extract(epoch FROM job_duration(s.started_at, r.created_at))::double precision
+FROM (
+    SELECT c.domain, c.job_id, c.attempt, c.job_type, c.created_at, max(f.created_at) AS failed_at
+    FROM job_log AS f
+    CROSS JOIN LATERAL (
+        SELECT n.domain, n.job_id, n.attempt, n.job_type, n.created_at
+        FROM job_log AS n
+        WHERE n.domain = f.domain AND n.job_id = f.job_id AND n.attempt > f.attempt
+          AND n.status = 'COMPLETED'
+        ORDER BY n.attempt
+        LIMIT 1
+    ) AS c
+    WHERE f.status = 'FAILED'
+    GROUP BY c.domain, c.job_id, c.attempt, c.job_type, c.created_at
+) AS r
+CROSS JOIN LATERAL (
+    SELECT min(e.created_at) AS started_at
+    FROM job_event AS e
+    WHERE e.domain = r.domain AND e.job_id = r.job_id AND e.type <> 'LOG'
+      AND e.attempt = (
+          SELECT min(a.attempt) FROM job_event AS a
+          WHERE a.domain = r.domain AND a.job_id = r.job_id
+            AND a.attempt > COALESCE(
+                (SELECT max(p.attempt) FROM job_log AS p
+                 WHERE p.domain = r.domain AND p.job_id = r.job_id
+                   AND p.status = 'COMPLETED' AND p.attempt < r.attempt), 0))
+) AS s
+WHERE s.started_at IS NOT NULL
+ORDER BY 1, 2, 3
+"""
+
+
+def assert_summaries_kept(conn: psycopg.Connection[Any]) -> None:
+    """Both summaries hold what reading the rows as they are now gives."""
+    assert rows(conn, "SELECT count(*) FROM job_failed_step WHERE failed_attempts = 1") == rows(
+        conn, "SELECT count(*) FROM job_log WHERE status = 'FAILED'"
+    )
+    kept = rows(
+        conn,
+        "SELECT domain, job_id, attempt, failed_at, job_type, seconds FROM job_retried_success"
+        " ORDER BY 1, 2, 3",
+    )
+    assert same_rows(kept, rows(conn, RETRIED_SUCCESS))
 
 
 def windows() -> list[datetime | None]:
@@ -142,17 +204,17 @@ def test_the_summary_answers_what_reading_every_step_row_answered(
 ) -> None:
     conn.execute(function_0017())
     write_history(conn, seed)
-    before = answers(conn, BEFORE)
+    before = answers(conn, REFERENCE)
     assert any(len(found) > 3 for found in before)  # failures in several types and steps
     assert same_rows(answers(conn, "job_retry_tax"), before)
+    assert rows(conn, "SELECT count(*) > 5 FROM job_retried_success") == [(True,)]
+    assert_summaries_kept(conn)
 
     change_history(conn, seed)
-    changed = answers(conn, BEFORE)
+    changed = answers(conn, REFERENCE)
     assert changed != before
     assert same_rows(answers(conn, "job_retry_tax"), changed)
-    assert rows(conn, "SELECT count(*) FROM job_failed_step WHERE failed_attempts = 1") == rows(
-        conn, "SELECT count(*) FROM job_log WHERE status = 'FAILED'"
-    )
+    assert_summaries_kept(conn)
 
 
 def test_an_upgrade_from_0018_fills_the_summary_from_the_rows_kept(empty_dsn: str) -> None:
@@ -177,3 +239,4 @@ def test_an_upgrade_from_0018_fills_the_summary_from_the_rows_kept(empty_dsn: st
 
         assert same_rows(answers(conn, "job_retry_tax"), before)
         assert same_rows([rows(conn, "SELECT * FROM job_retry_tax ORDER BY 1, 2")], before[:1])
+        assert_summaries_kept(conn)

@@ -84,7 +84,8 @@ HOSTILE_SCHEMA = 'job"s; DROP TABLE public.job_event; --'
 def test_the_writers_role_keeps_the_retry_tax_summary_without_a_right_on_it(
     writer_role: str, conn: psycopg.Connection[Any]
 ) -> None:
-    """job_log's trigger writes job_failed_step as its owner (SECURITY DEFINER, 0019)."""
+    """job_log's triggers write job_failed_step (0019) and job_retried_success (0022) as their
+    owner (SECURITY DEFINER)."""
     processor = JobStepsProcessor(writer_role)
     provider = TracerProvider()
     provider.add_span_processor(processor)
@@ -95,6 +96,9 @@ def test_the_writers_role_keeps_the_retry_tax_summary_without_a_right_on_it(
                 pass
             with step("SAVE", tracer=tracer):
                 raise OSError("disk full")
+    with job_attempt("render", "1", "thumbnail", 1, tracer=tracer):  # retried to success
+        with step("SAVE", tracer=tracer):
+            pass
     assert processor.force_flush(10_000)
     stats = processor.stats()
     provider.shutdown()
@@ -103,10 +107,12 @@ def test_the_writers_role_keeps_the_retry_tax_summary_without_a_right_on_it(
     assert rows(
         conn, "SELECT step_key, failed_attempts FROM job_failed_step ORDER BY step_key"
     ) == [("FETCH", 0), ("SAVE", 1)]
-    assert rows(conn, "SELECT step_key, failed_attempts FROM job_retry_tax ORDER BY 1") == [
-        ("FETCH", 0),
-        ("SAVE", 1),
-    ]
+    assert rows(conn, "SELECT job_id, attempt FROM job_retried_success") == [("1", 2)]
+    assert rows(
+        conn,
+        "SELECT step_key, failed_attempts, to_success_p50_seconds > 0 FROM job_retry_tax"
+        " ORDER BY 1",
+    ) == [("FETCH", 0, True), ("SAVE", 1, True)]
 
 
 def test_a_hostile_schema_name_is_only_ever_an_identifier(

@@ -114,9 +114,10 @@ def role(dsn: str, server_dsn: str) -> Iterator[str]:
         grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}"
         conn.execute(sql.SQL(grant).format(tables, sql.Identifier(name)))
         conn.execute(
-            sql.SQL("GRANT SELECT ON job_attempt, job_step_duration, job_failed_step TO {}").format(
-                sql.Identifier(name)
-            )
+            sql.SQL(
+                "GRANT SELECT ON job_attempt, job_step_duration, job_failed_step,"
+                " job_retried_success TO {}"
+            ).format(sql.Identifier(name))
         )
     yield name
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -139,6 +140,7 @@ def _change(dsn: str, verb: str, right: str, table: str, role: str) -> None:
         pytest.param(_serve, "SELECT", "job_log", id="serve-job_log"),
         pytest.param(_serve, "SELECT", "job_attempt", id="serve-job_attempt"),
         pytest.param(_serve, "SELECT", "job_failed_step", id="serve-job_failed_step"),
+        pytest.param(_serve, "SELECT", "job_retried_success", id="serve-job_retried_success"),
         pytest.param(_collect, "DELETE", "job_log", id="collect-job_log"),
         pytest.param(_collect, "INSERT", "otlp_log", id="collect-otlp_log"),
         pytest.param(_collect, "UPDATE", "otlp_job", id="collect-otlp_job"),

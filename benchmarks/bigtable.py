@@ -65,8 +65,8 @@ WHERE job %% 50 <> 0
 """
 
 
-# The retry tax's summaries of every FAILED final row (migration 0019) and of every job with a
-# completion after attempt 1 (0022), a statement each.
+# The retry tax's summaries of every FAILED final row (migration 0019) and of every
+# COMPLETED one after attempt 1 (0022), a statement each.
 FILL_SUMMARIES = (
     """
 SELECT job_failed_step_refresh(array_agg(domain), array_agg(job_id), array_agg(attempt))
@@ -74,7 +74,7 @@ FROM job_log
 WHERE status = 'FAILED'
 """,
     """
-SELECT job_retried_success_refresh(array_agg(domain), array_agg(job_id))
+SELECT job_retried_success_refresh(array_agg(domain), array_agg(job_id), array_agg(attempt))
 FROM job_log
 WHERE status = 'COMPLETED' AND attempt > 1
 """,

@@ -29,42 +29,60 @@ CREATE INDEX job_retried_success_job ON job_retried_success (domain, job_id);
 CREATE INDEX job_retried_success_failed ON job_retried_success (failed_at)
     INCLUDE (job_type, seconds);
 
--- Write these jobs' rows anew from job_log and job_event as they are now, one job at a time by
--- its key on generic plans (as job_failed_step_refresh, 0021). The failures a completion
--- follows are those between the job's previous completion and it.
-CREATE FUNCTION job_retried_success_refresh(domains text[], job_ids text[])
+-- Write anew the rows of the completions an attempt's final row may bear on: its own, and the
+-- job's next completion after it (whose failures, previous completion or first attempt it may
+-- be), from job_log and job_event as they are now. So a write reads the job's final rows
+-- between its completions around the attempt, never all of them (a job id run again and again
+-- keeps a bounded cost). One attempt at a time by its key on generic plans (as
+-- job_failed_step_refresh, 0021).
+CREATE FUNCTION job_retried_success_refresh(domains text[], job_ids text[], attempts integer[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     target record;
+    completed_before integer;  -- the job's last completion before the attempt (0: none)
+    completed_after integer;   -- its first completion after the attempt (else the attempt)
 BEGIN
-    FOR target IN SELECT DISTINCT * FROM unnest(domains, job_ids) AS k (domain, job_id)
+    FOR target IN SELECT DISTINCT * FROM unnest(domains, job_ids, attempts) AS k (domain, job_id,
+                                                                                  attempt)
     LOOP
+        SELECT COALESCE(max(l.attempt), 0) INTO completed_before
+        FROM job_log AS l
+        WHERE l.domain = target.domain AND l.job_id = target.job_id
+          AND l.attempt < target.attempt AND l.status = 'COMPLETED';
+        SELECT COALESCE(min(l.attempt), target.attempt) INTO completed_after
+        FROM job_log AS l
+        WHERE l.domain = target.domain AND l.job_id = target.job_id
+          AND l.attempt > target.attempt AND l.status = 'COMPLETED';
         DELETE FROM job_retried_success AS s
-        WHERE s.domain = target.domain AND s.job_id = target.job_id;
+        WHERE s.domain = target.domain AND s.job_id = target.job_id
+          AND s.attempt BETWEEN target.attempt AND completed_after;
         INSERT INTO job_retried_success (domain, job_id, attempt, failed_at, job_type, seconds)
+        WITH finals AS (
+            SELECT l.attempt, l.status, l.job_type, l.created_at
+            FROM job_log AS l
+            WHERE l.domain = target.domain AND l.job_id = target.job_id
+              AND l.attempt > completed_before AND l.attempt <= completed_after
+              AND l.status IN ('COMPLETED', 'FAILED')
+        ), completions AS (
+            -- the attempt's completion and the next one, each with its previous completion
+            SELECT c.attempt, c.job_type, c.created_at,
+                   COALESCE((SELECT max(p.attempt) FROM finals AS p
+                             WHERE p.status = 'COMPLETED' AND p.attempt < c.attempt),
+                            completed_before) AS previous
+            FROM finals AS c
+            WHERE c.status = 'COMPLETED' AND c.attempt >= target.attempt
+        )
         SELECT target.domain, target.job_id, c.attempt, c.failed_at, c.job_type,
                extract(epoch FROM job_duration(s.started_at, c.created_at))::double precision
         FROM (
-            SELECT c.attempt, c.job_type, c.created_at, c.previous,
-                   max(f.created_at) AS failed_at
-            FROM (
-                SELECT l.attempt, l.status, l.job_type, l.created_at,
-                       COALESCE(max(l.attempt) FILTER (WHERE l.status = 'COMPLETED')
-                                    OVER (ORDER BY l.attempt
-                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                                0) AS previous
-                FROM job_log AS l
-                WHERE l.domain = target.domain AND l.job_id = target.job_id
-                  AND l.status IN ('COMPLETED', 'FAILED')
-            ) AS c
-            JOIN job_log AS f
-              ON f.domain = target.domain AND f.job_id = target.job_id
-             AND f.status = 'FAILED' AND f.attempt > c.previous AND f.attempt < c.attempt
-            WHERE c.status = 'COMPLETED'
-            GROUP BY c.attempt, c.job_type, c.created_at, c.previous
+            SELECT c.*,
+                   (SELECT max(f.created_at) FROM finals AS f
+                    WHERE f.status = 'FAILED' AND f.attempt > c.previous
+                      AND f.attempt < c.attempt) AS failed_at
+            FROM completions AS c
         ) AS c
         CROSS JOIN LATERAL (
             -- the first attempt after the previous completion, and its start
@@ -76,26 +94,26 @@ BEGIN
             ORDER BY e.attempt
             LIMIT 1
         ) AS s
-        WHERE s.started_at IS NOT NULL;
+        WHERE c.failed_at IS NOT NULL AND s.started_at IS NOT NULL;
     END LOOP;
 END;
 $$;
 
-COMMENT ON FUNCTION job_retried_success_refresh(text[], text[]) IS
-    'Write job_retried_success anew for these jobs from their job_log and job_event rows.';
+COMMENT ON FUNCTION job_retried_success_refresh(text[], text[], integer[]) IS
+    'Write job_retried_success anew for the completions these attempts'' final rows bear on.';
 
 -- Its names are unqualified and looked up when it runs: the schema it was made in, then
 -- pg_temp (a session's temporary tables never stand in for them).
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION job_retried_success_refresh(text[], text[])'
+    EXECUTE format('ALTER FUNCTION job_retried_success_refresh(text[], text[], integer[])'
                    ' SET search_path = %I, pg_temp', current_schema());
 END;
 $$;
 
 -- A final row that may make or change a completion after failures, written, changed or
--- deleted: its job's rows are written anew at COMMIT, as the table's owner (as
--- job_failed_step_track, 0019: the writers need no right on the summary).
+-- deleted: the rows of the completions it bears on are written anew at COMMIT, as the table's
+-- owner (as job_failed_step_track, 0019: the writers need no right on the summary).
 CREATE FUNCTION job_retried_success_track()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -103,19 +121,22 @@ SET search_path FROM CURRENT
 AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        PERFORM job_retried_success_refresh(ARRAY[NEW.domain], ARRAY[NEW.job_id]);
+        PERFORM job_retried_success_refresh(ARRAY[NEW.domain], ARRAY[NEW.job_id],
+                                            ARRAY[NEW.attempt]);
     ELSIF TG_OP = 'DELETE' THEN
-        PERFORM job_retried_success_refresh(ARRAY[OLD.domain], ARRAY[OLD.job_id]);
-    ELSE  -- both sides in one call (the same job, unless its key changed)
+        PERFORM job_retried_success_refresh(ARRAY[OLD.domain], ARRAY[OLD.job_id],
+                                            ARRAY[OLD.attempt]);
+    ELSE  -- both sides in one call (the same attempt, unless its key changed)
         PERFORM job_retried_success_refresh(ARRAY[OLD.domain, NEW.domain],
-                                            ARRAY[OLD.job_id, NEW.job_id]);
+                                            ARRAY[OLD.job_id, NEW.job_id],
+                                            ARRAY[OLD.attempt, NEW.attempt]);
     END IF;
     RETURN NULL;
 END;
 $$;
 
 COMMENT ON FUNCTION job_retried_success_track() IS
-    'Trigger: keep job_retried_success for the job of a final row that may change it.';
+    'Trigger: keep job_retried_success for the completions a final row bears on.';
 
 -- A failure, or a completion after attempt 1, queues its job. A completion of attempt 1 costs
 -- the WHEN test alone: written before its job's later attempts (as the doors write them) it
@@ -140,8 +161,8 @@ CREATE CONSTRAINT TRIGGER job_retried_success_delete
     FOR EACH ROW WHEN (OLD.status = 'FAILED' OR (OLD.status = 'COMPLETED' AND OLD.attempt > 1))
     EXECUTE FUNCTION job_retried_success_track();
 
--- Every job with a completion after attempt 1 kept so far.
-SELECT job_retried_success_refresh(array_agg(domain), array_agg(job_id))
+-- Every completion after attempt 1 kept so far.
+SELECT job_retried_success_refresh(array_agg(domain), array_agg(job_id), array_agg(attempt))
 FROM job_log
 WHERE status = 'COMPLETED' AND attempt > 1;
 

@@ -48,14 +48,18 @@ BEGIN
     FOR target IN SELECT DISTINCT * FROM unnest(domains, job_ids, attempts) AS k (domain, job_id,
                                                                                   attempt)
     LOOP
-        SELECT COALESCE(max(l.attempt), 0) INTO completed_before
-        FROM job_log AS l
-        WHERE l.domain = target.domain AND l.job_id = target.job_id
-          AND l.attempt < target.attempt AND l.status = 'COMPLETED';
-        SELECT COALESCE(min(l.attempt), target.attempt) INTO completed_after
-        FROM job_log AS l
-        WHERE l.domain = target.domain AND l.job_id = target.job_id
-          AND l.attempt > target.attempt AND l.status = 'COMPLETED';
+        -- Probes down and up the job's attempts from this one (its unique index), stopping at
+        -- the first completion: never a scan of the job's other final rows.
+        completed_before := COALESCE((
+            SELECT l.attempt FROM job_log AS l
+            WHERE l.domain = target.domain AND l.job_id = target.job_id
+              AND l.attempt < target.attempt AND l.status = 'COMPLETED'
+            ORDER BY l.attempt DESC LIMIT 1), 0);
+        completed_after := COALESCE((
+            SELECT l.attempt FROM job_log AS l
+            WHERE l.domain = target.domain AND l.job_id = target.job_id
+              AND l.attempt > target.attempt AND l.status = 'COMPLETED'
+            ORDER BY l.attempt LIMIT 1), target.attempt);
         DELETE FROM job_retried_success AS s
         WHERE s.domain = target.domain AND s.job_id = target.job_id
           AND s.attempt BETWEEN target.attempt AND completed_after;
@@ -85,14 +89,14 @@ BEGIN
             FROM completions AS c
         ) AS c
         CROSS JOIN LATERAL (
-            -- the first attempt after the previous completion, and its start
+            -- the first attempt after the previous completion (one probe), and its start
             SELECT min(e.created_at) FILTER (WHERE e.type <> 'LOG') AS started_at
             FROM job_event AS e
             WHERE e.domain = target.domain AND e.job_id = target.job_id
-              AND e.attempt > c.previous
-            GROUP BY e.attempt
-            ORDER BY e.attempt
-            LIMIT 1
+              AND e.attempt = (SELECT f.attempt FROM job_event AS f
+                               WHERE f.domain = target.domain AND f.job_id = target.job_id
+                                 AND f.attempt > c.previous
+                               ORDER BY f.attempt LIMIT 1)
         ) AS s
         WHERE c.failed_at IS NOT NULL AND s.started_at IS NOT NULL;
     END LOOP;

@@ -30,6 +30,7 @@ __all__ = [
     "ended_fields",
     "plain_dict",
     "progress_poll_s",
+    "start_fields",
 ]
 
 # Running steps looked at per poll: about 1 ms of the writer's time, however many are open.
@@ -105,7 +106,9 @@ def ended_facts(fields: tuple[Any, ...]) -> SpanFacts:
     )  # fmt: skip
 
 
-def _start_part(fields: tuple[Any, ...], attributes: Mapping[str, Any] | None) -> tuple[Any, ...]:
+def start_fields(
+    fields: tuple[Any, ...], attributes: Mapping[str, Any] | None = None
+) -> tuple[Any, ...]:
     """The fields as at the span's start (what on_start could know) of ``fields``, with the
     attributes copied at its start if any (a job span's)."""
     return (
@@ -186,7 +189,7 @@ class SpanWatch:
         if span is None or span.end_time is not None:
             # Ended already: its end is most likely the next item (the two may be one reading).
             fields = item.fields if span is None else span_fields(span, ended=False)
-            start = _start_part(fields, item.attributes)
+            start = start_fields(fields, item.attributes)
             self.reader.started(start, True, item.attributes is None)
         else:
             self._start(span, item.attributes)
@@ -194,7 +197,7 @@ class SpanWatch:
     def _start(self, span: ReadableSpan, attributes: Mapping[str, Any] | None) -> None:
         fields = span_fields(span, ended=False)
         if attributes is not None:
-            fields = _start_part(fields, attributes)
+            fields = start_fields(fields, attributes)
         self.reader.started(fields, False, False)
         if is_step(fields[6]):
             steps = self._steps

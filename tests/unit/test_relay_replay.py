@@ -12,7 +12,14 @@ from otel_jobsteps import JOB_EVENT_TYPE, JOB_STEP_KEY
 from otel_jobsteps._live.fields import span_fields
 from otel_jobsteps._live.watch import ended_fields
 from otel_jobsteps._live.writer_process.outbox import Outbox
-from otel_jobsteps._live.writer_process.wire import ENDED, REPLAYED, RESOURCE
+from otel_jobsteps._live.writer_process.wire import (
+    ENDED,
+    PROGRESS,
+    REPLAYED,
+    RESOURCE,
+    STARTED,
+    WHOLE,
+)
 
 
 def _told(messages: list[Any]) -> list[tuple[str, str]]:
@@ -54,3 +61,21 @@ def test_open_spans_are_replayed_until_their_end_is_sent_and_the_oldest_go_past_
         (REPLAYED, "B"),
         (REPLAYED, "C"),
     ]  # job: the oldest out
+
+
+def test_a_start_read_after_its_end_travels_with_that_end_when_it_comes_next() -> None:
+    """One WHOLE message for the two facts (the writer process tells it both); anything else
+    between them sends the start alone first, in its place."""
+    tracer = TracerProvider().get_tracer("t")
+    outbox = Outbox(max_open=3)
+    first, second = tracer.start_span("A"), tracer.start_span("B")
+    first.end()
+    second.end()
+    outbox.started(span_fields(first, ended=False), True, True)
+    outbox.ended(ended_fields(first))
+    outbox.started(span_fields(second, ended=False), True, True)
+    outbox.progress(0, 1, {}, 0)
+    outbox.ended(ended_fields(second))
+    assert [m[0] for m in outbox.take()] == [RESOURCE, WHOLE, STARTED, PROGRESS, ENDED]
+    outbox.started(span_fields(first, ended=False), True, True)
+    assert [m[0] for m in outbox.take()] == [STARTED]  # a frame never holds a start back

@@ -22,6 +22,7 @@ from ..._telemetry.metrics import Committed
 from ..._telemetry.stats import Stats
 from ..interpretation import FactsHandler, LiveFacts
 from ..settings import Settings
+from ..watch import start_fields
 from ..writer import Writer
 from ..writer_side import build_handler, build_store, build_writer, snapshot
 from .wire import (
@@ -36,6 +37,7 @@ from .wire import (
     STARTED,
     STATS,
     WARNING,
+    WHOLE,
     read_frames,
     write_frame,
 )
@@ -49,6 +51,7 @@ _KINDS = {
     STARTED: "SpanStarted",
     REPLAYED: "SpanStarted",
     ENDED: "SpanEnded",
+    WHOLE: "SpanEnded",
     PROGRESS: "ProgressReported",
     LOG: "LogEmitted",
 }
@@ -70,8 +73,11 @@ class _Received:
         if kind == STARTED:
             facts.started(message[1], message[2], message[3])
         elif kind == ENDED:
-            fields = message[1]
-            facts.ended((*fields[:11], self._resources.get(fields[11], {})))
+            facts.ended(self._with_resource(message[1]))
+        elif kind == WHOLE:
+            fields = self._with_resource(message[1])
+            facts.started(start_fields(fields), True, True)
+            facts.ended(fields)
         elif kind == PROGRESS:
             facts.progress(*message[1:])
         elif kind == LOG:
@@ -80,6 +86,10 @@ class _Received:
             facts.resumed(message[1])
         elif kind == RESOURCE:
             self._resources[message[1]] = message[2]
+
+    def _with_resource(self, fields: tuple[Any, ...]) -> tuple[Any, ...]:
+        """An end's fields with its resource's attributes for the number the relay gave it."""
+        return (*fields[:11], self._resources.get(fields[11], {}))
 
     def next_poll(self) -> float | None:
         return None  # running steps are polled by the relay's watch

@@ -4,8 +4,10 @@ A frame is a 4-byte big-endian length, then a `marshal`-encoded list of messages
 Relay -> writer process:
   ``(STARTED, fields, ended, whole)`` a span started (its `SpanFacts` fields; ``ended``: it had
   ended when read, ``whole``: its start and end are one reading); ``(ENDED, fields)`` it ended
-  (of its events only those the translation reads); ``(REPLAYED, fields)`` a span still open
-  when a new writer process starts (told again, so its later end closes its row);
+  (of its events only those the translation reads); ``(WHOLE, fields)`` both at once: a start
+  read after its end, one reading with it, and that end next (the start's fields are the
+  end's); ``(REPLAYED, fields)`` a span still open when a new writer process starts (told
+  again, so its later end closes its row);
   ``(PROGRESS, trace_id, span_id, attributes, time_ns)`` a running step's newest progress;
   ``(RESOURCE, number, attributes)`` a resource, named by its number in ended spans' fields;
   ``(LOG, fields)`` a log record (its `LogFacts` fields); ``(FLUSH, n)`` flush number n.
@@ -37,12 +39,14 @@ __all__ = [
     "STARTED",
     "STATS",
     "WARNING",
+    "WHOLE",
     "read_frames",
     "write_frame",
 ]
 
 # Relay -> writer process.
 STARTED: Final = "s"
+WHOLE: Final = "w"
 ENDED: Final = "e"
 REPLAYED: Final = "r"
 RESOURCE: Final = "R"

@@ -38,6 +38,13 @@ class LiveFacts:
     def ended(self, fields: tuple[Any, ...]) -> None:
         self.interpreter.end(ended_facts(fields))
 
+    def whole(self, fields: tuple[Any, ...]) -> None:
+        """A start read after its span ended, one reading with its end, and that end: the
+        ended facts stand for both (a whole start's values are its end's)."""
+        facts = ended_facts(fields)
+        self.interpreter.start(facts, ended=True, whole=True)
+        self.interpreter.end(facts)
+
     def resumed(self, fields: tuple[Any, ...]) -> None:
         """A span a dead writer process had seen start (its start's fields)."""
         self.interpreter.resume(SpanFacts(*fields))

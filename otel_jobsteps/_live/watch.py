@@ -30,7 +30,6 @@ __all__ = [
     "ended_fields",
     "plain_dict",
     "progress_poll_s",
-    "start_fields",
 ]
 
 # Running steps looked at per poll: about 1 ms of the writer's time, however many are open.
@@ -106,7 +105,7 @@ def ended_facts(fields: tuple[Any, ...]) -> SpanFacts:
     )  # fmt: skip
 
 
-def start_fields(
+def _start_fields(
     fields: tuple[Any, ...], attributes: Mapping[str, Any] | None = None
 ) -> tuple[Any, ...]:
     """The fields as at the span's start (what on_start could know) of ``fields``, with the
@@ -189,7 +188,7 @@ class SpanWatch:
         if span is None or span.end_time is not None:
             # Ended already: its end is most likely the next item (the two may be one reading).
             fields = item.fields if span is None else span_fields(span, ended=False)
-            start = start_fields(fields, item.attributes)
+            start = _start_fields(fields, item.attributes)
             self.reader.started(start, True, item.attributes is None)
         else:
             self._start(span, item.attributes)
@@ -197,7 +196,7 @@ class SpanWatch:
     def _start(self, span: ReadableSpan, attributes: Mapping[str, Any] | None) -> None:
         fields = span_fields(span, ended=False)
         if attributes is not None:
-            fields = start_fields(fields, attributes)
+            fields = _start_fields(fields, attributes)
         self.reader.started(fields, False, False)
         if is_step(fields[6]):
             steps = self._steps

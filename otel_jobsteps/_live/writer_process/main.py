@@ -22,7 +22,6 @@ from ..._telemetry.metrics import Committed
 from ..._telemetry.stats import Stats
 from ..interpretation import FactsHandler, LiveFacts
 from ..settings import Settings
-from ..watch import start_fields
 from ..writer import Writer
 from ..writer_side import build_handler, build_store, build_writer, snapshot
 from .wire import (
@@ -75,9 +74,7 @@ class _Received:
         elif kind == ENDED:
             facts.ended(self._with_resource(message[1]))
         elif kind == WHOLE:
-            fields = self._with_resource(message[1])
-            facts.started(start_fields(fields), True, True)
-            facts.ended(fields)
+            facts.whole(self._with_resource(message[1]))
         elif kind == PROGRESS:
             facts.progress(*message[1:])
         elif kind == LOG:

@@ -86,7 +86,7 @@ def _time_records(
     tracer = tracers.get_tracer("benchmarks.logs")
     logger = logs.get_logger("benchmarks.logs")
     job = tracer.start_span("job", attributes=job_attributes(job_id))
-    step = tracer.start_span("step", set_span_in_context(job), {JOB_STEP_KEY: "RENDER"})
+    step = tracer.start_span("step", set_span_in_context(job), attributes={JOB_STEP_KEY: "RENDER"})
     context = set_span_in_context(step)
     info = SeverityNumber.INFO
     gc.collect()
@@ -149,7 +149,9 @@ def measure_end_to_end(dsn: str, *, jobs: int, lines_per_step: int, writer: str)
         for number in range(jobs):
             job = tracer.start_span("job", attributes=job_attributes(f"{prefix}-{number}"))
             for key in ("RENDER", "UPLOAD"):
-                step = tracer.start_span(key.lower(), set_span_in_context(job), {JOB_STEP_KEY: key})
+                step = tracer.start_span(
+                    key.lower(), set_span_in_context(job), attributes={JOB_STEP_KEY: key}
+                )
                 context = set_span_in_context(step)
                 for line in range(lines_per_step):
                     logger.emit(

@@ -74,21 +74,27 @@ def same_rows(before: Any, after: Any) -> bool:
     return bool(before == after)
 
 
-# Every failed attempt of the fill retried to success a minute later: attempt 2's four steps
-# and its COMPLETED final row (rolled back after the reads).
+# Every failed attempt of the fill that is its job's last retried to success a minute later:
+# the next attempt's four steps and its COMPLETED final row (rolled back after the reads). A
+# failure followed by another attempt already (the web section's long job) is left as it is.
 RETRY_ALL = """
 WITH failed AS (
-    SELECT domain, job_id, job_type, created_at FROM job_log WHERE status = 'FAILED'
+    SELECT l.domain, l.job_id, l.job_type, l.attempt + 1 AS next, l.created_at
+    FROM job_log AS l
+    WHERE l.status = 'FAILED'
+      AND NOT EXISTS (SELECT 1 FROM job_log AS n
+                      WHERE n.domain = l.domain AND n.job_id = l.job_id
+                        AND n.attempt = l.attempt + 1)
 ), steps AS (
     INSERT INTO job_event (domain, job_id, job_type, attempt, type, step_key, step_status,
                            created_at, ended_at)
-    SELECT f.domain, f.job_id, f.job_type, 2, 'STEP', k.key, 'COMPLETED',
+    SELECT f.domain, f.job_id, f.job_type, f.next, 'STEP', k.key, 'COMPLETED',
            f.created_at + (60 + k.n) * interval '1 s', f.created_at + (61 + k.n) * interval '1 s'
     FROM failed AS f,
          unnest(ARRAY['FETCH', 'RENDER', 'UPLOAD', 'NOTIFY']) WITH ORDINALITY AS k (key, n)
 )
 INSERT INTO job_log (domain, job_id, job_type, attempt, status, created_at)
-SELECT domain, job_id, job_type, 2, 'COMPLETED', created_at + interval '66 s'
+SELECT domain, job_id, job_type, next, 'COMPLETED', created_at + interval '66 s'
 FROM failed
 """
 

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from ._core.detail import DEFAULT_MAX_DETAIL_BYTES
 from ._core.dialects import select_dialects
 from ._core.translate import PROGRESS_EVENT, is_exception_event
-from ._live.fields import OTLP_KIND
+from ._live.fields import OTLP_KIND, otlp_kind
 from ._live.settings import Settings
 from ._live.spans import attribute_dict
 from ._live.watch import LogEmitted, SpanEnded, SpanStarted, ended_fields
@@ -139,8 +139,8 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 or JOB_EVENT_TYPE in attributes
                 or (
                     self._dialects is not None
-                    # The OTLP number (`OTLP_KIND`) without hashing the enum: on every span.
-                    and self._dialects.may_start_job(span.name, span.kind._value_ + 1, attributes)
+                    # The OTLP number without hashing the enum: on every span outside jobs.
+                    and self._dialects.may_start_job(span.name, otlp_kind(span.kind), attributes)
                 )
                 or (
                     parent is not None
@@ -180,7 +180,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
         if (
             JOB_ID in attributes
             or JOB_EVENT_TYPE in attributes
-            or self._dialects.may_claim_late(parent.name, parent.kind._value_ + 1, attributes)
+            or self._dialects.may_claim_late(parent.name, otlp_kind(parent.kind), attributes)
             is None
         ):
             return False

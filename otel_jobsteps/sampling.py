@@ -28,7 +28,7 @@ from opentelemetry.util.types import Attributes
 
 from ._core.dialects import Dialects, select_dialects
 from ._core.dialects.base import KIND_INTERNAL
-from ._live.fields import OTLP_KIND
+from ._live.fields import otlp_kind
 from .attributes import JOB_EVENT_TYPE, JOB_ID, JOB_STEP_KEY
 from .errors import ConfigurationError, printable
 
@@ -91,8 +91,8 @@ class RecordJobsSampler(Sampler):
                 if dialects is None:
                     return result
                 # No kind is INTERNAL, as in the SDK.
-                otlp_kind = KIND_INTERNAL if kind is None else OTLP_KIND[kind]
-                if dialects.may_start_job(name, otlp_kind, attributes or _NO_ATTRIBUTES) is None:
+                number = KIND_INTERNAL if kind is None else otlp_kind(kind)
+                if dialects.may_start_job(name, number, attributes or _NO_ATTRIBUTES) is None:
                     return result
         if result.attributes:  # a root that adds attributes even to a DROP: kept beside them
             attributes = {**(attributes or {}), **result.attributes}

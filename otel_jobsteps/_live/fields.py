@@ -14,7 +14,7 @@ from .._core.facts import resource_values
 from ..attributes import JOB_ID
 from .spans import attribute_dict
 
-__all__ = ["OTLP_KIND", "log_fields", "severity_value", "span_fields"]
+__all__ = ["OTLP_KIND", "log_fields", "otlp_kind", "severity_value", "span_fields"]
 
 _NO_RESOURCE: Mapping[str, Any] = {}
 # The SDK's SpanKind as OTLP's number (the facts' `kind`): the enum's value plus one.
@@ -30,7 +30,7 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
     parent_id = 0 if parent is None else parent.span_id
     start_ns = span.start_time or 0
     attributes = attribute_dict(span)
-    kind = OTLP_KIND[span.kind]
+    kind = otlp_kind(span.kind)
     if not ended:
         return (
             context.trace_id, context.span_id, parent_id, span.name, start_ns, 0, attributes,
@@ -53,6 +53,12 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
         kind,
         _NO_RESOURCE if span.resource is None else span.resource.attributes,
     )
+
+
+def otlp_kind(kind: object) -> int:
+    """The SDK's SpanKind as OTLP's number; 0 (unspecified) for anything else a caller passed
+    (the SDK takes any value: ``start_span(name, context, {...})`` makes a dict the kind)."""
+    return kind._value_ + 1 if type(kind) is SpanKind else 0  # _value_: no descriptor call
 
 
 def severity_value(severity: Any) -> int:

@@ -467,3 +467,23 @@ def test_a_parent_a_dialect_claims_once_its_attributes_are_set_is_queued_before_
     after.end()
     assert len(side.held) == held  # remote, and ended: neither queued again
     provider.shutdown()
+
+
+@pytest.mark.parametrize("dialects", ["none", "all"])
+def test_a_span_kind_that_is_not_a_span_kind_is_read_as_unspecified(dialects: str) -> None:
+    """The SDK takes any kind: ``start_span(name, context, {...})`` makes the attributes the
+    kind. Such a span is read (kind unspecified), never an internal error."""
+    store = InMemoryStore()
+    processor = JobStepsProcessor(store=store, dialects=dialects)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("job", attributes=job_attributes()) as job:
+        odd = tracer.start_span("odd", trace.set_span_in_context(job), {JOB_STEP_KEY: "X"})  # type: ignore[arg-type]
+        odd.end()
+        outside = tracer.start_span("outside", None, {"k": 1})  # type: ignore[arg-type]
+        outside.end()
+    assert processor.force_flush(5_000)
+    provider.shutdown()
+    assert "internal_error" not in processor.stats()
+    assert [row.status for row in store.job_logs()] == ["COMPLETED"]  # the job was written

@@ -222,7 +222,7 @@ class Interpreter:
         """Hold ``span`` in a unit: inside one, or opening one; False if it is told now."""
         node = (span.trace_id, span.span_id)
         attributes = span.attributes
-        if span.parent_span_id:
+        if self._units and span.parent_span_id:  # most starts: no unit held, no lookup
             unit = self._units.get((span.trace_id, span.parent_span_id))
             if unit is not None:
                 if attr.JOB_ID in attributes and attr.JOB_EVENT_TYPE not in attributes:

@@ -16,7 +16,17 @@ from .commands import Command, EventRecorded, JobEnded, JobStarted, Scope, StepS
 from .debounce import Debounce
 from .detail import clean_text
 from .steps import MAX_STEP_KEY_CHARS, StepRows, is_late
-from .vocabulary import CANCELLED, COMPLETED, ERROR, FAILED, OUTCOME_COMPLETED, TAG, TIME_LIMIT
+from .vocabulary import (
+    CANCELLED,
+    COMPLETED,
+    ERROR,
+    EVENT_NAMED_STEP,
+    FAILED,
+    OUTCOME_COMPLETED,
+    STEP,
+    TAG,
+    TIME_LIMIT,
+)
 
 __all__ = ["DEFAULT_LOGS_MAX_PER_STEP", "DEFAULT_MAX_OPEN_ATTEMPTS", "StepRecorder"]
 
@@ -184,6 +194,8 @@ class StepRecorder:
     def _event(self, command: EventRecorded) -> None:
         scope = command.scope
         kind = clean_text(command.type, MAX_STEP_KEY_CHARS)
+        if kind == STEP:  # a row of that type is a step to every reader: this one is not
+            kind = EVENT_NAMED_STEP
         detail = dict(command.detail) if command.detail else None
         message = None if command.message is None else clean_text(command.message)
         trace_id = format(scope.trace_id, "032x") if scope.trace_id else None

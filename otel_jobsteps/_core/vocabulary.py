@@ -12,6 +12,7 @@ __all__ = [
     "COMPLETED",
     "ERROR",
     "EVENT_ACTION",
+    "EVENT_NAMED_STEP",
     "EVENT_RETRY_SCHEDULED",
     "EVENT_STALLED",
     "FAILED",
@@ -43,6 +44,8 @@ TAG = "TAG"
 # job_event.type of a log line of an attempt (a log record in its scope): step_key is the step
 # open in the record's context, message its body; never a step, never counted as an event.
 LOG = "LOG"
+EVENT_NAMED_STEP = "EVENT:STEP"
+"""The type an ordinary event named ``STEP`` by its code is written with (not a step row)."""
 EVENT_STALLED = "STALLED"
 """Ordinary event of an attempt whose worker the queue reported lost."""
 EVENT_RETRY_SCHEDULED = "RETRY_SCHEDULED"

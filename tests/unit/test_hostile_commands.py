@@ -14,6 +14,7 @@ from otel_jobsteps._core.batch import EventRow, JobLogRow
 from otel_jobsteps._core.commands import EventRecorded, JobEnded, ProgressReported, StepEnded
 from otel_jobsteps._core.detail import encode_detail, parse_detail
 from otel_jobsteps._core.recorder import StepRecorder
+from otel_jobsteps._core.vocabulary import EVENT_NAMED_STEP
 from otel_jobsteps.attributes import JOB_STEP_DETAIL
 from tests.unit.recorder_support import FakeClock, command, script_commands, settle, written
 
@@ -91,3 +92,15 @@ def test_hostile_values_never_change_statuses_or_times(
     hostile_steps, hostile_logs, events = _outcome(hostile)
     assert (hostile_steps, hostile_logs) == (steps, logs)
     assert len(events) == sum(isinstance(c, EventRecorded) for c in hostile)
+
+
+def test_an_ordinary_event_named_step_is_written_as_an_event() -> None:
+    """``record_event("STEP")``: a row typed STEP is a step to every reader; this one is not."""
+    (started,) = script_commands([("job_start", 0, 0)])
+    recorder = StepRecorder(debounce_ms=25, clock=FakeClock())
+    recorder.handle(started)
+    recorder.handle(EventRecorded(started.scope, "STEP", "not a step", None, 10**9))
+    rows = [op for _, op in written(recorder.take_batch()) if isinstance(op, EventRow)]
+    assert [(row.type, row.step_key, row.message) for row in rows] == [
+        (EVENT_NAMED_STEP, None, "not a step")
+    ]

@@ -1,6 +1,7 @@
 """What collect's metrics count: an attempt's closed steps and final row once it is complete
 (its job span's end received, no start marker of it open), read from its rows after they are
-written, and after that what later requests change of it. Nothing of an attempt still pending:
+written (or, where they are all the request's own inserts, taken from what it wrote), and after
+that what later requests change of it. Nothing of an attempt still pending:
 a later span may rewrite its rows (one a retry's start abandoned, before its own end arrived,
 is a FAILED ``retry`` once it does). An attempt settled while pending is counted then."""
 
@@ -9,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._core.times import LATEST_NS
 from .._telemetry.metrics import ClosedStep, Committed, FinishedAttempt
 from .derive import Derivation
 from .place import Attempt
 
-__all__ = ["attempt_columns", "complete", "counted"]
+__all__ = ["attempt_columns", "complete", "counted", "inserted_rows", "written_whole"]
+
+_LATEST_US = LATEST_NS // 1000
 
 
 def attempt_columns(attempts: Sequence[Attempt]) -> dict[str, list[Any]]:
@@ -28,6 +32,45 @@ def attempt_columns(attempts: Sequence[Attempt]) -> dict[str, list[Any]]:
 def complete(found: Derivation) -> list[Attempt]:
     """The derivation's attempts whose rows are complete now (none of them pending)."""
     return [a for a in found.derived if a not in found.pending]
+
+
+def written_whole(
+    found: Derivation, written: Committed, fresh: set[tuple[str, str]]
+) -> set[Attempt]:
+    """The complete attempts whose rows are all among what ``written`` inserted: of ``fresh``
+    jobs (no row derived before this request), by a batch that only inserted: no step closed
+    by an update (each such shows in ``written.steps``), no abandon, no sibling's failure."""
+    batch = found.batch
+    if not fresh or written.steps or written.attempts:
+        return set()
+    if batch is not None and any(s.abandons or s.sibling_failures for s in batch.segments):
+        return set()
+    return {a for a in complete(found) if a[:2] in fresh}
+
+
+def inserted_rows(written: Committed, attempts: set[Attempt]) -> list[tuple[Any, ...]]:
+    """The closed steps and final rows ``written`` inserted of ``attempts``, as `counted_rows`
+    reads them (its seconds: `job_duration`'s clamped, never negative, exact to the us)."""
+    rows: list[tuple[Any, ...]] = [
+        (r.trace_id, r.span_id, r.domain, r.job_id, r.attempt, r.job_type, r.step_key,
+         r.step_status, None, _seconds(r.created_us, r.ended_us))
+        for r in written.step_rows
+        if (r.domain, r.job_id, r.attempt) in attempts and r.ended_us is not None
+    ]  # fmt: skip
+    rows += [
+        (None, None, r.domain, r.job_id, r.attempt, r.job_type, None, r.status, r.reason, None)
+        for r in written.log_rows
+        if (r.domain, r.job_id, r.attempt) in attempts
+    ]
+    return rows
+
+
+def _seconds(created_us: int, ended_us: int) -> float:
+    """`job_duration` in seconds: both times clamped to the readable range, the end to the
+    start at least; an exact integer division, rounded once as PostgreSQL's cast rounds."""
+    start = min(max(created_us, 0), _LATEST_US)
+    end = min(max(ended_us, created_us, 0), _LATEST_US)
+    return (end - start) / 1_000_000
 
 
 def counted(

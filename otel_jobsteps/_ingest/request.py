@@ -15,7 +15,7 @@ from .._core.facts import SpanFacts
 from .._core.limits import step_key_text
 from .._telemetry.metrics import Committed
 from ..attributes import JOB_DOMAIN, JOB_ID, JOB_STEP_KEY
-from .counting import attempt_columns, complete, counted
+from .counting import attempt_columns, complete, counted, inserted_rows, written_whole
 from .decode import decode_span
 from .derive import (
     Derivation,
@@ -48,6 +48,7 @@ class _Jobs:
     settled: set[Attempt] = field(default_factory=set)
     attempts: set[Attempt] = field(default_factory=set)  # not settled
     new: set[Job] = field(default_factory=set)  # jobs new in this request
+    fresh: set[Job] = field(default_factory=set)  # of those, the ones no row was derived of
     started: list[SpanFacts] = field(default_factory=list)  # settled attempts' job span starts
     states: dict[Job, bytes] = field(default_factory=dict)  # what their last derivation left
     placed_anew: set[Job] = field(default_factory=set)  # staged spans of theirs placed now
@@ -85,9 +86,9 @@ def receive(
         session.stats.problem("late_spans", f"{late} spans of settled attempts dropped")
     fallback, line_states = records.write_direct(staged, known.states)
     jobs = sorted({job for job in jobs if job not in records.direct} | fallback)
-    committed, derivations = _derive(session, jobs, staged, known, records)
+    committed, derivations, finals = _derive(session, jobs, staged, known, records)
     records.write_settled(staged)
-    _note_request(session, traces, staged, derivations, line_states)
+    _note_request(session, traces, staged, derivations, line_states, known.states, finals)
     transaction.committed = committed  # its statements ran: only the COMMIT is left
     if logs:
         return log_receipt, committed
@@ -240,9 +241,11 @@ def _lock_jobs(session: Session, jobs: list[Job]) -> _Jobs:
     if not jobs:
         return known
     columns = {"domain": [j[0] for j in jobs], "job_id": [j[1] for j in jobs]}
-    for domain, job_id, new, state in session.execute("lock_jobs", columns).fetchall():
+    for domain, job_id, new, state, fresh in session.execute("lock_jobs", columns).fetchall():
         if new:
             known.new.add((domain, job_id))
+            if fresh:
+                known.fresh.add((domain, job_id))
         elif state is not None:
             known.states[(domain, job_id)] = bytes(state)
     old = [job for job in jobs if job not in known.new]  # a new job has no attempt yet
@@ -313,14 +316,16 @@ def _insert_spans(session: Session, new: list[Staged]) -> None:
 
 def _derive(
     session: Session, jobs: list[Job], staged: dict[Key, Staged], known: _Jobs, records: RequestLogs
-) -> tuple[Committed, list[Derivation]]:
+) -> tuple[Committed, list[Derivation], set[Attempt]]:
     """Replace the rows of the jobs' attempts that are not settled: resumed from a job's state
     where its new spans allow (`derive.resumable`), else by a derivation from all their staged
-    spans. Returns what it closed and finished that no earlier derivation had, and the
-    derivations (their notes are written with the request's)."""
+    spans. Returns what it closed and finished that no earlier derivation had, the
+    derivations (their notes are written with the request's), and the attempts whose final
+    row it inserted."""
     derivations: list[Derivation] = []
+    finals: set[Attempt] = set()
     if not jobs:
-        return Committed(), derivations
+        return Committed(), derivations, finals
     settings = session.settings
     placed = [
         JobSpan(key[0], key[1], bool(key[2]), span.new.facts, span.skeleton.kind, span.place)
@@ -341,8 +346,9 @@ def _derive(
             logs_min_severity=settings.logs_min_severity,
             logs_max_per_step=settings.logs_max_per_step,
         )
-        written = _write_derived(session, found, forget=set())
-        committed = _counted(session, found, written, known.complete)
+        inserted, written = _write_derived(session, found, forget=set())
+        committed = _counted(session, found, inserted, written, known)
+        finals.update((r.domain, r.job_id, r.attempt) for r in inserted.log_rows)
         derivations.append(found)
     if full:
         chosen = set(full)
@@ -358,21 +364,24 @@ def _derive(
             logs_max_per_step=settings.logs_max_per_step,
         )
         # Rows to replace: of the jobs collect knew before (a new one has none).
-        written = _write_derived(session, found, forget=chosen - known.new)
-        committed.extend(_counted(session, found, written, known.complete))
+        inserted, written = _write_derived(session, found, forget=chosen - known.new)
+        committed.extend(_counted(session, found, inserted, written, known))
+        finals.update((r.domain, r.job_id, r.attempt) for r in inserted.log_rows)
         derivations.append(found)
-    return committed, derivations
+    return committed, derivations, finals
 
 
 def _counted(
-    session: Session, found: Derivation, written: Committed, before: set[Attempt]
+    session: Session, found: Derivation, inserted: Committed, written: Committed, known: _Jobs
 ) -> Committed:
-    """What the metrics count of a derivation, from its complete attempts' rows (`counting`)."""
-    attempts = complete(found)
-    if not attempts:
+    """What the metrics count of a derivation, from its complete attempts' rows (`counting`):
+    those the request ``inserted`` them all of taken from it, the others' read."""
+    whole = written_whole(found, inserted, known.fresh)
+    read = [a for a in complete(found) if a not in whole]
+    if not read and not whole:
         return Committed()
-    rows = session.execute("counted_rows", attempt_columns(attempts)).fetchall()
-    return counted(rows, written=written, before=before)
+    rows = session.execute("counted_rows", attempt_columns(read)).fetchall() if read else []
+    return counted(rows + inserted_rows(inserted, whole), written=written, before=known.complete)
 
 
 def _with_records(jobs: list[Job], new: set[Job], records: RequestLogs) -> list[Job]:
@@ -428,14 +437,18 @@ def _note_request(
     staged: dict[Key, Staged],
     derivations: list[Derivation],
     line_states: dict[Job, JobState],
+    stored: dict[Job, bytes],
+    finals: set[Attempt],
 ) -> None:
     """At the request's end, in one statement: the spans each trace staged now, the state each
     job's next request may resume (``line_states``: of jobs whose lines went around a
-    derivation), and each attempt derived."""
+    derivation; one equal to the ``stored`` one is not written again), and each attempt
+    derived (with a final row: of ``finals``, inserted now, else as the table says)."""
     added = dict.fromkeys(traces, 0)
     for span in staged.values():
         if span.new and not span.gone:
             added[span.new.trace] += 1
+    grown = [trace for trace in traces if added[trace]]
     states = {job: dump(state) for job, state in line_states.items()}
     derived: list[Attempt] = []
     pending: list[bool] = []
@@ -445,16 +458,17 @@ def _note_request(
         derived += found.derived
         pending += (a in found.pending for a in found.derived)
         firsts += (found.firsts.get(a, (None, None, None)) for a in found.derived)
-    jobs = sorted(states)
+    jobs = sorted(job for job, state in states.items() if state != stored.get(job))
     session.execute(
         "note_request",
         {
-            "trace_id": traces,
-            "added": [added[trace] for trace in traces],
+            "trace_id": grown,
+            "added": [added[trace] for trace in grown],
             "job_domain": [j[0] for j in jobs],
             "job_job_id": [j[1] for j in jobs],
             "state": [states[j] for j in jobs],
             **attempt_columns(derived),
+            "final": [True if a in finals else None for a in derived],
             "pending": pending,
             "first_trace_id": [f[0] for f in firsts],
             "first_span_id": [f[1] for f in firsts],
@@ -463,9 +477,11 @@ def _note_request(
     )
 
 
-def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> Committed:
+def _write_derived(
+    session: Session, found: Derivation, *, forget: set[Job]
+) -> tuple[Committed, Committed]:
     """The derivation's rows (in place of the earlier ones of the jobs to ``forget``, else on
-    them)."""
+    them); what the writes changed, and that less what the metrics counted before."""
     counted: list[tuple[Any, ...]] = []  # closed steps and final rows written before
     replaced = [a for a in found.derived if a[:2] in forget]
     if replaced:
@@ -482,7 +498,7 @@ def _write_derived(session: Session, found: Derivation, *, forget: set[Job]) -> 
                 "at_us": [s[3] // 1000 for s in starts],
             },
         )
-    return committed.without(
+    return committed, committed.without(
         [(trace, span, key) for trace, span, key, *_, n in counted if n is None],
         [(domain, job, n) for *_, domain, job, n in counted if n is not None],
     )

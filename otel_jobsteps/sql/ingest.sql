@@ -66,11 +66,21 @@ WHERE s.trace_id = t.trace_id AND s.span_id = t.span_id AND s.phase = 1;
 -- name: lock_jobs --
 -- Register the jobs a request touches and lock them, in the (sorted) order given: one job is
 -- derived by one request at a time, and never while it is being settled. Says which are new,
--- and the state the last derivation of each left.
+-- the state the last derivation of each left, and of the new ones which have no row collect
+-- derived before (one forgotten by prune may): their rows are all the request's own.
 INSERT INTO {otlp_job} AS j (domain, job_id)
 SELECT * FROM unnest(%(domain)b::text[], %(job_id)b::text[])
 ON CONFLICT (domain, job_id) DO UPDATE SET touched_at = now()
-RETURNING j.domain, j.job_id, j.xmax = 0, j.state;  -- new: nothing of it was staged before
+RETURNING j.domain, j.job_id, j.xmax = 0, j.state,  -- new: nothing of it was staged before
+          CASE WHEN j.xmax = 0  -- probes of the jobs' indexes (OFFSET 0: not a hashed scan)
+               THEN NOT EXISTS (SELECT 1 FROM {job_log} AS l
+                                WHERE l.domain = j.domain AND l.job_id = j.job_id AND l.derived
+                                OFFSET 0)
+                    AND NOT EXISTS (SELECT 1 FROM {job_event} AS e
+                                    WHERE e.domain = j.domain AND e.job_id = j.job_id
+                                      AND e.derived OFFSET 0)
+               ELSE false
+          END;
 
 -- name: job_attempts --
 -- The attempts collect derived of these jobs (read under the jobs' locks), with the start of
@@ -182,14 +192,15 @@ WHERE CASE WHEN t.step_key IS NULL
 -- name: note_request --
 -- At a request's end: how many spans each trace has staged now (its limit); the state each
 -- job's next request may resume (NULL: derive it in full); and each attempt derived, whether it
--- has its final row now and whether it is pending (a span of it still open, or its job span's
+-- has its final row now (final NULL: the table says; true: the request inserted it) and
+-- whether it is pending (a span of it still open, or its job span's
 -- end not received: a final row another attempt's start wrote does not settle it); its settle
 -- time starts again.
 WITH traces AS (
     UPDATE {otlp_trace} AS o
     SET span_count = o.span_count + t.added
     FROM unnest(%(trace_id)b::text[], %(added)b::int[]) AS t (trace_id, added)
-    WHERE o.trace_id = t.trace_id AND t.added > 0
+    WHERE o.trace_id = t.trace_id
 ), states AS (
     UPDATE {otlp_job} AS j SET state = s.state
     FROM unnest(%(job_domain)b::text[], %(job_job_id)b::text[], %(state)b::bytea[])
@@ -199,12 +210,15 @@ WITH traces AS (
 INSERT INTO {otlp_attempt} AS a (domain, job_id, attempt, final, pending, trace_id, span_id,
                                   start_ns)
 SELECT t.domain, t.job_id, t.attempt,
-       EXISTS (SELECT 1 FROM {job_log} AS l
-               WHERE l.domain = t.domain AND l.job_id = t.job_id AND l.attempt = t.attempt),
+       coalesce(t.final,
+                EXISTS (SELECT 1 FROM {job_log} AS l
+                        WHERE l.domain = t.domain AND l.job_id = t.job_id
+                          AND l.attempt = t.attempt)),
        t.pending, t.trace_id, t.span_id, t.start_ns
-FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(pending)b::bool[],
-            %(first_trace_id)b::text[], %(first_span_id)b::bigint[], %(start_ns)b::bigint[])
-     AS t (domain, job_id, attempt, pending, trace_id, span_id, start_ns)
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(attempt)b::int[], %(final)b::bool[],
+            %(pending)b::bool[], %(first_trace_id)b::text[], %(first_span_id)b::bigint[],
+            %(start_ns)b::bigint[])
+     AS t (domain, job_id, attempt, final, pending, trace_id, span_id, start_ns)
 ON CONFLICT (domain, job_id, attempt) DO UPDATE
 SET final = excluded.final, pending = excluded.pending, touched_at = now(),
     trace_id = excluded.trace_id, span_id = excluded.span_id, start_ns = excluded.start_ns;

@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .._core.times import LATEST_NS
 from .._telemetry.metrics import ClosedStep, Committed, FinishedAttempt
 from .derive import Derivation
 from .place import Attempt
 
 __all__ = ["attempt_columns", "complete", "counted", "inserted_rows", "written_whole"]
 
-_LATEST_US = LATEST_NS // 1000
+# Times from 1970 up to this (2255) are stored and read back as they are: a later one is
+# rounded on its way in (a float factor of an interval), so its rows are read back.
+_EXACT_US = 2**53
 
 
 def attempt_columns(attempts: Sequence[Attempt]) -> dict[str, list[Any]]:
@@ -39,18 +40,24 @@ def written_whole(
 ) -> set[Attempt]:
     """The complete attempts whose rows are all among what ``written`` inserted: of ``fresh``
     jobs (no row derived before this request), by a batch that only inserted: no step closed
-    by an update (each such shows in ``written.steps``), no abandon, no sibling's failure."""
+    by an update (each such shows in ``written.steps``), no abandon, no sibling's failure; and
+    every step's times stored as they are."""
     batch = found.batch
     if not fresh or written.steps or written.attempts:
         return set()
     if batch is not None and any(s.abandons or s.sibling_failures for s in batch.segments):
         return set()
-    return {a for a in complete(found) if a[:2] in fresh}
+    far = {
+        (r.domain, r.job_id, r.attempt)
+        for r in written.step_rows
+        if not 0 <= r.created_us < _EXACT_US or not 0 <= (r.ended_us or 0) < _EXACT_US
+    }
+    return {a for a in complete(found) if a[:2] in fresh and a not in far}
 
 
 def inserted_rows(written: Committed, attempts: set[Attempt]) -> list[tuple[Any, ...]]:
-    """The closed steps and final rows ``written`` inserted of ``attempts``, as `counted_rows`
-    reads them (its seconds: `job_duration`'s clamped, never negative, exact to the us)."""
+    """The closed steps and final rows ``written`` inserted of ``attempts`` (`written_whole`),
+    as `counted_rows` reads them."""
     rows: list[tuple[Any, ...]] = [
         (r.trace_id, r.span_id, r.domain, r.job_id, r.attempt, r.job_type, r.step_key,
          r.step_status, None, _seconds(r.created_us, r.ended_us))
@@ -66,11 +73,9 @@ def inserted_rows(written: Committed, attempts: set[Attempt]) -> list[tuple[Any,
 
 
 def _seconds(created_us: int, ended_us: int) -> float:
-    """`job_duration` in seconds: both times clamped to the readable range, the end to the
-    start at least; an exact integer division, rounded once as PostgreSQL's cast rounds."""
-    start = min(max(created_us, 0), _LATEST_US)
-    end = min(max(ended_us, created_us, 0), _LATEST_US)
-    return (end - start) / 1_000_000
+    """`job_duration` in seconds of times in the readable range: never negative; an exact
+    integer division, rounded once as PostgreSQL's cast of the exact seconds rounds."""
+    return max(ended_us - created_us, 0) / 1_000_000
 
 
 def counted(

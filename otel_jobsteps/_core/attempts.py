@@ -70,6 +70,10 @@ class Attempts:
         self._open: OrderedDict[tuple[int, int], Attempt] = OrderedDict()
         # Span ids of forgotten attempts, as bounded as the attempts themselves.
         self._forgotten: OrderedDict[tuple[int, int], None] = OrderedDict()
+        # The attempt last found, by its scope object: a job's commands come in runs, and each
+        # carries the very scope its job span's start made (no key built, no hash per command).
+        self._recent_scope: Scope | None = None
+        self._recent: Attempt | None = None
 
     def __len__(self) -> int:
         return len(self._open)
@@ -82,19 +86,29 @@ class Attempts:
         return None if self._forgotten else list(self._open.items())
 
     def adopt(self, key: tuple[int, int], attempt: Attempt) -> None:
+        self._recent_scope = self._recent = None
         self._open[key] = attempt
 
     def get(self, scope: Scope) -> Attempt | None:
-        return self._open.get((scope.trace_id, scope.span_id))
+        if scope is self._recent_scope:
+            return self._recent
+        state = self._open.get((scope.trace_id, scope.span_id))
+        if state is not None:
+            self._recent_scope, self._recent = scope, state
+        return state
 
     def pop(self, scope: Scope) -> Attempt:
         """The attempt a job's end closes: the open one, else a new one (forgotten, or never
         seen)."""
+        self._recent_scope = self._recent = None
         state = self._open.pop((scope.trace_id, scope.span_id), None)
         return self.new(scope) if state is None else state
 
     def open(self, scope: Scope) -> Attempt:
         """The attempt of ``scope``, opened if it is new (the oldest forgotten past the bound)."""
+        recent = self._recent
+        if scope is self._recent_scope and recent is not None:
+            return recent
         key = (scope.trace_id, scope.span_id)
         state = self._open.get(key)
         if state is None:
@@ -102,6 +116,7 @@ class Attempts:
             if len(self._open) >= self._max:
                 self._forget_oldest()
             self._open[key] = state
+        self._recent_scope, self._recent = scope, state
         return state
 
     def new(self, scope: Scope) -> Attempt:
@@ -111,6 +126,7 @@ class Attempts:
         return Attempt(scope, execution_id, trace_hex, forgotten=forgotten)
 
     def _forget_oldest(self) -> None:
+        self._recent_scope = self._recent = None
         key, state = self._open.popitem(last=False)
         self._forgotten[key] = None
         if len(self._forgotten) > self._max:

@@ -22,6 +22,8 @@ _EMPTY: Mapping[str, Any] = {}
 
 def plain_attributes(attributes: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """The plain dict inside the SDK's ``BoundedAttributes``, read-only by convention."""
+    if type(attributes) is dict:
+        return attributes  # the facts' own (both doors' decoded events)
     plain = getattr(attributes, "_dict", None)
     if type(plain) is dict:
         return plain
@@ -52,8 +54,10 @@ _N = TypeVar("_N", bound=_Named)
 
 def latest_progress(newest_first: Iterable[EventLike]) -> Mapping[str, Any]:
     """The attributes of the newest event that is not an ``exception``; empty if none."""
-    event = first_progress(newest_first)
-    return _EMPTY if event is None else plain_attributes(event.attributes)
+    for event in newest_first:
+        if event.name != "exception":
+            return plain_attributes(event.attributes)
+    return _EMPTY
 
 
 # Events a dialect reads besides (BullMQ's ``job failed``: `_core.dialects.bullmq`).

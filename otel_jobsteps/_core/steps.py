@@ -41,8 +41,10 @@ def _closing(
 ) -> tuple[int, str | None]:
     """A step close's time, never before the row's start (on every path), and its message made
     safe; the attempt's last close moves with it (its final row is never dated before)."""
-    ended_us = max(ended_us, row.created_us)
-    state.last_close_us = max(state.last_close_us, ended_us)
+    if ended_us < row.created_us:
+        ended_us = row.created_us
+    if ended_us > state.last_close_us:
+        state.last_close_us = ended_us
     return ended_us, None if message is None else clean_text(message)
 
 
@@ -122,9 +124,9 @@ class StepRows:
             )  # fmt: skip
             return
         row = self._new_step_row(state, key, command.span_id, command.start_ns // 1000)
-        explicit = parse_detail(command.explicit_detail)
+        explicit = command.explicit_detail
         if explicit is not None:
-            row.detail = explicit
+            row.detail = parse_detail(explicit)
         elif command.progress:
             row.detail = _progress_detail(command.progress)
         row.step_status, message = self._end_status(state.scope, command)
@@ -205,9 +207,11 @@ class StepRows:
     def _end_status(self, scope: Scope, command: StepEnded | StepRan) -> tuple[str, str | None]:
         """A step span's end: FAILED with its error, FAILED time_limit when it ended after the
         attempt's limit, else COMPLETED."""
-        late = is_late(scope, command.end_ns)
-        status = FAILED if command.failed or late else COMPLETED
-        return status, command.error if command.failed else (TIME_LIMIT if late else None)
+        if command.failed:
+            return FAILED, command.error
+        if is_late(scope, command.end_ns):
+            return FAILED, TIME_LIMIT
+        return COMPLETED, None
 
     def close(
         self,

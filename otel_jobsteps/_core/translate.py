@@ -433,7 +433,9 @@ class SpanTranslator:
         attributes = span.attributes
         end_ns = span.end_ns or span.start_ns
         if key is None:
-            if self._job_scope(span, attributes, quiet=True) != scope:
+            if not _same_job(scope, span, attributes) and (
+                self._job_scope(span, attributes, quiet=True) != scope
+            ):
                 self._late(span)  # the values read at its start stand
             outcome = attributes.get(attr.JOB_OUTCOME)
             resource = _resource(attributes)
@@ -512,13 +514,10 @@ class SpanTranslator:
     def _tags(self, attributes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         """The job span's ``job.tag.<name>`` attributes within the caps, by name."""
         prefix = attr.JOB_TAG_PREFIX
-        named = sorted(
-            (clean_text(name[len(prefix) :]), value)
-            for name, value in attributes.items()
-            if name.startswith(prefix)
-        )
-        if not named:
-            return ()
+        found = [(name, value) for name, value in attributes.items() if name.startswith(prefix)]
+        if not found:
+            return ()  # most jobs: no tag
+        named = sorted((clean_text(name[len(prefix) :]), value) for name, value in found)
         kept = [
             (name, clean_text(value, MAX_TAG_VALUE_CHARS))
             for name, value in named
@@ -646,8 +645,24 @@ def _deadline(start_ns: int, limit: object) -> int | None:
 
 def _resource(attributes: Mapping[str, Any]) -> tuple[str | None, ...]:
     """The job span's resource values a door passed (`RESOURCE_ATTRIBUTES`), clean and cut."""
-    return tuple(
-        clean_text(value, MAX_RESOURCE_CHARS) if isinstance(value := attributes.get(name), str)
-        else None
-        for name in RESOURCE_ATTRIBUTES
-    )  # fmt: skip
+    return tuple(map(_resource_text, map(attributes.get, RESOURCE_ATTRIBUTES)))
+
+
+def _resource_text(value: object) -> str | None:
+    return clean_text(value, MAX_RESOURCE_CHARS) if isinstance(value, str) else None
+
+
+def _same_job(scope: Scope, span: SpanFacts, attributes: Mapping[str, Any]) -> bool:
+    """Whether a job span's end names, value for value, the job ``scope`` read at its start (the
+    usual end: then `_job_scope` would read the same scope again; if not, it is asked)."""
+    get = attributes.get
+    return (
+        span.span_id == scope.span_id
+        and span.trace_id == scope.trace_id
+        and get(attr.JOB_DOMAIN) == scope.domain
+        and get(attr.JOB_ID) == scope.job_id
+        and _attempt_number(get(attr.JOB_ATTEMPT)) == scope.attempt
+        and get(attr.JOB_TYPE) == scope.job_type
+        and get(attr.JOB_EXECUTION) == scope.execution
+        and _deadline(span.start_ns, get(attr.JOB_TIME_LIMIT)) == scope.deadline_ns
+    )

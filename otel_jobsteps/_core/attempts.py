@@ -15,7 +15,7 @@ from .batch import EventRow
 from .commands import Scope
 from .debounce import Window
 
-__all__ = ["DEFAULT_MAX_OPEN_ATTEMPTS", "Attempt", "Attempts", "OpenStep", "job_columns"]
+__all__ = ["DEFAULT_MAX_OPEN_ATTEMPTS", "Attempt", "Attempts", "OpenStep"]
 
 DEFAULT_MAX_OPEN_ATTEMPTS = 10_000
 
@@ -48,11 +48,6 @@ class Attempt:
     # LOG rows written per step key (None: between steps) and lines dropped over the cap since
     # the last dropped-count row; None until the attempt's first log line (most have none).
     logs: dict[str | None, list[int]] | None = None
-
-
-def job_columns(scope: Scope) -> tuple[str, str, str | None, int]:
-    """domain, job_id, job_type, attempt: the columns every row of the attempt starts with."""
-    return scope.domain, scope.job_id, scope.job_type, scope.attempt
 
 
 class Attempts:

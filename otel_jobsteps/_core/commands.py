@@ -25,7 +25,8 @@ __all__ = [
 
 
 class Scope(NamedTuple):
-    """One execution of one attempt of a job, as the job span declared it."""
+    """One execution of one attempt of a job, as the job span declared it. Its first four
+    fields (``scope[:4]``) are the columns every row of the attempt starts with."""
 
     domain: str
     job_id: str

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .attempts import DEFAULT_MAX_OPEN_ATTEMPTS, Attempt, Attempts, OpenStep, job_columns
+from .attempts import DEFAULT_MAX_OPEN_ATTEMPTS, Attempt, Attempts, OpenStep
 from .batch import Abandon, Batch, BatchBuilder, Detail, EventRow, JobLogRow
 from .commands import Command, EventRecorded, JobEnded, JobStarted, Scope, StepStarted
 from .debounce import Debounce
@@ -150,7 +150,7 @@ class StepRecorder:
             )
         for name, value in command.tags:
             row = EventRow(
-                *job_columns(scope), TAG, name, None, None, value, state.trace_hex,
+                *scope[:4], TAG, name, None, None, value, state.trace_hex,
                 format(scope.span_id, "016x"), state.execution_id, state.start_us, None,
             )  # fmt: skip
             self._batch.add_event(row)
@@ -188,7 +188,7 @@ class StepRecorder:
         if state.logs is not None:
             for key in list(state.logs):
                 self._steps.logs_dropped(state, key, created_us)
-        columns = (*job_columns(scope), status, reason, detail, state.trace_hex, created_us)
+        columns = (*scope[:4], status, reason, detail, state.trace_hex, created_us)
         self._batch.add_job_log(JobLogRow(*columns, *command.resource))
 
     def _event(self, command: EventRecorded) -> None:
@@ -202,7 +202,7 @@ class StepRecorder:
         span_id = format(scope.span_id, "016x") if scope.span_id else None
         created_us = command.time_ns // 1000
         row = EventRow(
-            *job_columns(scope), kind, None, None, detail, message, trace_id, span_id,
+            *scope[:4], kind, None, None, detail, message, trace_id, span_id,
             scope.execution, created_us, None,
         )  # fmt: skip
         self._batch.add_event(row)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..attributes import JOB_STEP_DETAIL
-from .attempts import Attempt, Attempts, OpenStep, job_columns
+from .attempts import Attempt, Attempts, OpenStep
 from .batch import BatchBuilder, CloseStep, Detail, EventRow, FailClosedStep
 from .commands import (
     LogRecorded,
@@ -99,7 +99,7 @@ class StepRows:
             self.close_unknown_step(state, COMPLETED, None, start_us)
         # Positional (EventRow's field order): this runs once per step on the writer thread.
         row = EventRow(
-            *job_columns(state.scope), STEP, key, RUNNING, None, None, state.trace_hex,
+            *state.scope[:4], STEP, key, RUNNING, None, None, state.trace_hex,
             format(span_id, "016x"), state.execution_id, start_us, None,
         )  # fmt: skip
         self._batch.add_step(row, state.execution_id)
@@ -164,7 +164,7 @@ class StepRows:
             self.close(state, step, SKIPPED, explicit, None, end_us)
             return
         row = EventRow(
-            *job_columns(state.scope), STEP, step_key_text(command.key), SKIPPED, explicit,
+            *state.scope[:4], STEP, step_key_text(command.key), SKIPPED, explicit,
             None, state.trace_hex, span_hex, state.execution_id, command.start_ns // 1000, None,
         )  # fmt: skip
         row.ended_us = _closing(state, row, end_us, None)[0]
@@ -299,7 +299,7 @@ class StepRows:
             trace_id = format(command.trace_id, "032x")
         span_id = self._span_hex(command.span_id) if command.span_id else None
         row = EventRow(
-            *job_columns(scope), LOG, key, None, detail, command.message, trace_id, span_id,
+            *scope[:4], LOG, key, None, detail, command.message, trace_id, span_id,
             execution, command.time_ns // 1000, None,
         )  # fmt: skip
         self._batch.add_event(row)
@@ -318,7 +318,7 @@ class StepRows:
         dropped, counts[1] = counts[1], 0
         scope = state.scope
         row = EventRow(
-            *job_columns(scope), LOG, key, None,
+            *scope[:4], LOG, key, None,
             {"severity": "WARN", "dropped": dropped, "attributes": {}},
             f"{dropped} log lines dropped (over the cap of {self._logs_max} per step)",
             state.trace_hex, format(scope.span_id, "016x"), state.execution_id, at_us, None,

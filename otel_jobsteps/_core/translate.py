@@ -9,6 +9,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from .. import attributes as attr
@@ -323,7 +324,6 @@ class SpanTranslator:
         self._logs_min = logs_min_severity
         self._received = received
         self._max_open_spans = max_open_spans
-        self._evicted = f"more than {max_open_spans} open spans"  # built once, not per eviction
         self._open: OrderedDict[int, _OpenSpan] = OrderedDict()  # oldest out in O(1)
 
     def open_spans(self) -> int:
@@ -509,7 +509,7 @@ class SpanTranslator:
         spans[span_id] = entry
         if len(spans) > self._max_open_spans:
             spans.popitem(last=False)
-            self._problem("evicted_spans", self._evicted)
+            self._problem("evicted_spans", _evicted(self._max_open_spans))
 
     def _tags(self, attributes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         """The job span's ``job.tag.<name>`` attributes within the caps, by name."""
@@ -624,6 +624,13 @@ def late_attributes(problem: Problem, span: SpanFacts) -> None:
         f"job span {clean_text(span.name, 200)!r}: job attributes changed after its start "
         "ignored (the values it started with stand)",
     )
+
+
+@cache
+def _evicted(max_open_spans: int) -> str:
+    """The problem's text, built once per bound: not per eviction, nor per translation (collect
+    makes one per trace of every job it derives)."""
+    return f"more than {max_open_spans} open spans"
 
 
 def _event_ns(event: EventLike | None) -> int:

@@ -178,12 +178,15 @@ def carry_resources(decoded: Decoded, dialects: Dialects) -> None:
     it, as the processor's hands it the SDK's). Other spans stay as received: they would only
     cost room."""
     carried: dict[int, bytes] = {}  # per resource: its attributes as one kept attribute
+    kept_values: dict[int, bytes] = {}  # per resource: its kept values as attributes
     for index, resource in enumerate(decoded.resources):
         span = decoded.spans[index]
         if JOB_ID in span.attributes:
             if resource:
-                extra = Span(attributes=[_text_pair(k, v) for k, v in resource.items()])
-                decoded.wire[index] += extra.SerializeToString()
+                extra = kept_values.get(id(resource))
+                if extra is None:
+                    extra = kept_values[id(resource)] = _as_attributes(resource)
+                decoded.wire[index] += extra
                 span.attributes = {**span.attributes, **resource}
         elif span.resource and claimed(span, dialects):
             whole = carried.get(id(span.resource))
@@ -193,6 +196,11 @@ def carry_resources(decoded: Decoded, dialects: Dialects) -> None:
                 whole = carried[id(span.resource)] = Span(attributes=[kept]).SerializeToString()
             decoded.wire[index] += whole
     decoded.resources = []
+
+
+def _as_attributes(values: Mapping[str, str]) -> bytes:
+    """A span message holding only ``values`` as attributes, serialized."""
+    return Span(attributes=[_text_pair(k, v) for k, v in values.items()]).SerializeToString()
 
 
 def _text_pair(key: str, value: str) -> KeyValue:

@@ -30,8 +30,11 @@ def claimed(span: SpanFacts, dialects: Dialects) -> bool:
 def recognise_trace(spans: Sequence[SpanFacts], dialects: Dialects) -> list[SpanFacts]:
     """The spans of one trace (one fact per span id) with each unit's spans (`units`) given
     their meaning by its dialect."""
+    found = units(spans, dialects)
+    if not found:
+        return list(spans)  # most traces: no span a dialect claims
     mapped: dict[int, SpanFacts] = {}
-    for unit in units(spans, dialects):
+    for unit in found:
         for meant in dialects.recognise(unit):
             mapped[meant.span_id] = meant
     return [mapped.get(span.span_id, span) for span in spans]
@@ -41,8 +44,9 @@ def units(spans: Sequence[SpanFacts], dialects: Dialects) -> list[list[SpanFacts
     """The units of one trace (one fact per span id): a claimed span outside any job or other
     unit, then its descendants in the order they started (the order the processor's
     interpreter holds them in)."""
-    if not dialects:
-        return []
+    roots = [span for span in spans if claimed(span, dialects)] if dialects else []
+    if not roots:
+        return []  # the family trees are built only for a trace with a claimed span
     children: dict[int, list[SpanFacts]] = {}
     for span in spans:
         if span.parent_span_id:
@@ -50,8 +54,8 @@ def units(spans: Sequence[SpanFacts], dialects: Dialects) -> list[list[SpanFacts
     by_id = {span.span_id: span for span in spans}
     return [
         [span, *sorted(_descendants(span, children), key=_started)]
-        for span in spans
-        if claimed(span, dialects) and not _inside_job_or_unit(span, by_id, dialects)
+        for span in roots
+        if not _inside_job_or_unit(span, by_id, dialects)
     ]
 
 

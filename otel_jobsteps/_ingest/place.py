@@ -70,9 +70,12 @@ def skeleton(span: SpanFacts, dialects: Dialects) -> Skeleton:
     """The span's skeleton (another instrumentation's job span named as its dialect names
     it, from the span alone)."""
     names = span.attributes
-    if not (JOB_ID in names or JOB_EVENT_TYPE in names or claimed(span, dialects)):
+    if JOB_ID in names or JOB_EVENT_TYPE in names:
+        mapped = span  # a span naming a job or event itself is never a dialect's
+    elif claimed(span, dialects):
+        (mapped,) = recognise_trace([span], dialects)
+    else:
         return Skeleton(span.parent_span_id, PLAIN, None)  # names no job: most spans
-    (mapped,) = recognise_trace([span], dialects)
     found = SpanTranslator(problem=_ignore, late=_not_late).started(
         mapped
     )  # no parent known: its own scope

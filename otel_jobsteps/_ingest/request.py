@@ -128,7 +128,8 @@ def _placed(
     kept = _within_limit(session, fresh, counts)
     over, fresh = len(fresh) - len(kept), kept
     seeds = _seeds(staged, fresh) if partial else None
-    fresh = recognised_units(session, fresh, staged, dialects)
+    if not partial:  # a partial read found no unit ended (`unit_ended`): nothing to recognise
+        fresh = recognised_units(session, fresh, staged, dialects)
     for row in fresh:
         shape = skeleton(row.facts, dialects)
         staged[row[:3]] = Staged(shape, None, new=row, step_key=_key_of(row))

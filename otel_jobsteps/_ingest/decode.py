@@ -330,9 +330,12 @@ def _span_facts(
 def _events(span: Span) -> list[SpanEvent]:
     """The span's events read (`_core.events.events_read`, as the processor keeps them): the
     others are never decoded."""
+    events = span.events
+    if not events:
+        return []  # most spans
     return [
         SpanEvent(event.name, event.time_unix_nano, attribute_values(event.attributes))
-        for event in events_read(span.events)
+        for event in events_read(events)
     ]
 
 

@@ -179,9 +179,11 @@ def _started_as(
     the ended copy names it only by its end). As `place.skeleton`, a marker is mapped alone."""
     found: dict[tuple[int, int], SpanFacts] = {}
     for marker in spans:
+        if marker.end_ns:
+            continue  # an ended copy: markers only, looked up before anything is built
         node = (marker.trace_id, marker.span_id)
         ended = nodes.get(node)
-        if marker.end_ns or ended is None or not ended.end_ns:
+        if ended is None or not ended.end_ns:
             continue
         (marker,) = recognise_trace([marker], dialects)
         if JOB_ID not in marker.attributes and (

@@ -12,11 +12,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 from .._core.events import plain_attributes
 from .._core.facts import resource_values
 from ..attributes import JOB_ID
-from .spans import attribute_dict
+from .spans import attribute_dict, span_state
 
 __all__ = ["OTLP_KIND", "log_fields", "otlp_kind", "severity_value", "span_fields"]
 
 _NO_RESOURCE: Mapping[str, Any] = {}
+_ERROR = StatusCode.ERROR  # read once: an enum member read from its class costs a call
 # The SDK's SpanKind as OTLP's number (the facts' `kind`): the enum's value plus one.
 OTLP_KIND = {kind: kind.value + 1 for kind in SpanKind}
 
@@ -25,34 +26,59 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
     """A live span's `SpanFacts` fields, in order: as at its start (only what on_start could
     know, up to its kind), or ended with ``events`` (its final attributes, events and status)
     and its resource's attributes (the SDK's read-only mapping: a dialect may read them)."""
-    context = span.context
-    parent = span.parent
+    state = span_state(span)  # its properties without a call each: read on every span
+    context = state["_context"]
+    parent = state["_parent"]
     parent_id = 0 if parent is None else parent.span_id
-    start_ns = span.start_time or 0
+    start_ns = state["_start_time"] or 0
     attributes = attribute_dict(span)
-    kind = otlp_kind(span.kind)
+    kind = otlp_kind(state["_kind"])
     if not ended:
         return (
-            context.trace_id, context.span_id, parent_id, span.name, start_ns, 0, attributes,
-            (), False, None, kind,
+            context.trace_id, context.span_id, parent_id, state["_name"], start_ns, 0,
+            attributes, (), False, None, kind,
         )  # fmt: skip
-    status = span.status
-    if JOB_ID in attributes and span.resource is not None:
-        attributes = {**attributes, **resource_values(span.resource.attributes)}
+    status = state["_status"]
+    resource = state["_resource"]
+    if resource is None:
+        resource_attributes = _NO_RESOURCE
+    else:
+        resource_attributes = resource.attributes
+        if JOB_ID in attributes:
+            attributes = {**attributes, **_resource_values(resource_attributes)}
     return (
         context.trace_id,
         context.span_id,
         parent_id,
-        span.name,
+        state["_name"],
         start_ns,
-        span.end_time or start_ns,
+        state["_end_time"] or start_ns,
         attributes,
         events,
-        status.status_code is StatusCode.ERROR,
+        status.status_code is _ERROR,
         status.description,
         kind,
-        _NO_RESOURCE if span.resource is None else span.resource.attributes,
+        resource_attributes,
     )
+
+
+# The kept values of the latest resources read, by the SDK's object (kept with it: its id is
+# never another's). A process has one or a few resources, and they are immutable.
+_resources: dict[int, tuple[Mapping[str, Any], dict[str, str]]] = {}
+MAX_RESOURCES = 16
+
+
+def _resource_values(resource: Mapping[str, Any]) -> dict[str, str]:
+    """`resource_values` of a resource's attributes, read once per resource: its job spans'
+    ends would each pay for it on the job's thread."""
+    known = _resources.get(id(resource))
+    if known is not None and known[0] is resource:
+        return known[1]
+    values = resource_values(plain_attributes(resource))
+    if len(_resources) >= MAX_RESOURCES:
+        _resources.clear()
+    _resources[id(resource)] = (resource, values)
+    return values
 
 
 def otlp_kind(kind: object) -> int:

@@ -13,7 +13,13 @@ from opentelemetry.sdk.util import BoundedList
 
 from .._core.events import first_progress, plain_attributes
 
-__all__ = ["attribute_dict", "ended_events", "events_added", "newest_progress_event"]
+__all__ = [
+    "attribute_dict",
+    "ended_events",
+    "events_added",
+    "newest_progress_event",
+    "span_state",
+]
 
 
 def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
@@ -21,6 +27,47 @@ def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:
     attributes = getattr(span, "_attributes", None)
     # Not `or`: the truth of BoundedAttributes is a Python-level __len__ call.
     return plain_attributes(span.attributes if attributes is None else attributes)
+
+
+# What `span_state` holds: the SDK's private name of each public property read of a span.
+_PROPERTIES = {
+    "_context": "context",
+    "_parent": "parent",
+    "_name": "name",
+    "_start_time": "start_time",
+    "_end_time": "end_time",
+    "_kind": "kind",
+    "_status": "status",
+    "_resource": "resource",
+}
+_KEYS, _PUBLIC = _PROPERTIES.keys(), tuple(_PROPERTIES.values())
+
+
+# The span classes seen to read each of those properties as ReadableSpan does, from the private
+# name (`span_state`): a class that computes one otherwise has its properties read.
+_PLAIN_SPANS: set[type] = set()
+
+
+def span_state(span: ReadableSpan) -> Mapping[str, Any]:
+    """The span's properties by the SDK's private names: its instance dict when its class
+    reads them from there (a dict lookup instead of a property call each), else its properties."""
+    kind = type(span)
+    if kind in _PLAIN_SPANS or _plain(kind, span):
+        state: dict[str, Any] = span.__dict__
+        return state
+    return {name: getattr(span, public) for name, public in _PROPERTIES.items()}
+
+
+def _plain(kind: type, span: ReadableSpan) -> bool:
+    """Whether the span's class has ReadableSpan's own properties and the span keeps every
+    private name they read (asked once per class)."""
+    state = getattr(span, "__dict__", None)
+    if state is None or not state.keys() >= _KEYS:
+        return False
+    if any(getattr(kind, public) is not getattr(ReadableSpan, public) for public in _PUBLIC):
+        return False
+    _PLAIN_SPANS.add(kind)
+    return True
 
 
 def events_added(span: ReadableSpan) -> int:

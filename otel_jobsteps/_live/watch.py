@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, Span
@@ -76,33 +77,23 @@ def ended_fields(span: ReadableSpan) -> tuple[Any, ...]:
     """An ended span's `SpanFacts` fields as plain values, its events (those the translation
     reads) as (name, time, attributes): untracked by the collector, unlike the SDK's objects."""
     events = tuple(
-        (event.name, event.timestamp, plain_dict(event.attributes))
-        for event in events_read(ended_events(span))
+        [
+            (event.name, event.timestamp, plain_dict(event.attributes))
+            for event in events_read(ended_events(span))
+        ]
     )
     return span_fields(span, ended=True, events=events)
 
 
+# An event's plain (name, time, attributes) as a `SpanEvent`, without its constructor's call.
+_span_event = partial(tuple.__new__, SpanEvent)
+
+
 def ended_facts(fields: tuple[Any, ...]) -> SpanFacts:
     """The facts of an ended span's fields (`ended_fields`: plain events)."""
-    (
-        trace,
-        span,
-        parent,
-        name,
-        start_ns,
-        end_ns,
-        attributes,
-        events,
-        error,
-        status,
-        kind,
-        resource,
-    ) = fields
-    decoded = [SpanEvent(*event) for event in events]
-    return SpanFacts(
-        trace, span, parent, name, start_ns, end_ns, attributes, decoded, error, status, kind,
-        resource,
-    )  # fmt: skip
+    facts = SpanFacts(*fields)
+    facts.events = [*map(_span_event, facts.events)]
+    return facts
 
 
 def _start_fields(

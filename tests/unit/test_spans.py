@@ -11,10 +11,15 @@ from typing import Any
 
 import pytest
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 
 from otel_jobsteps._core.events import plain_attributes
-from otel_jobsteps._live.spans import attribute_dict, events_added, newest_progress_event
+from otel_jobsteps._live.spans import (
+    attribute_dict,
+    events_added,
+    newest_progress_event,
+    span_state,
+)
 
 
 def new_span(**attributes: Any) -> Any:
@@ -115,3 +120,24 @@ def test_plain_attributes_unwraps_bounded_attributes_and_passes_others() -> None
     mapping = {"b": 2}
     assert plain_attributes(mapping) is mapping
     assert plain_attributes(None) == {}
+
+
+def test_span_state_is_the_sdk_spans_own_dict_live_or_ended() -> None:
+    span = new_span(a=1)
+    assert span_state(span) is vars(span)
+    span.end()
+    ended: Any = span._readable_span()  # what on_end is handed
+    assert span_state(ended) is vars(ended)
+    assert span_state(ended)["_name"] == "s"
+    assert span_state(ended)["_end_time"] == span.end_time
+
+
+def test_span_state_reads_the_properties_of_a_class_that_computes_one() -> None:
+    class Renamed(ReadableSpan):
+        @property
+        def name(self) -> str:
+            return "renamed"
+
+    state = span_state(Renamed("s", context=new_span().get_span_context()))
+    assert state["_name"] == "renamed"
+    assert state["_context"] is not None

@@ -24,7 +24,7 @@ from ._core.dialects import select_dialects
 from ._core.translate import PROGRESS_EVENT, is_exception_event
 from ._live.fields import OTLP_KIND, otlp_kind
 from ._live.settings import Settings
-from ._live.spans import attribute_dict
+from ._live.spans import SPAN_ID, attribute_dict
 from ._live.watch import LogEmitted, SpanEnded, SpanStarted, ended_fields
 from ._live.writer import RowStore
 from ._live.writer_side import WriterSide, build_writer_side
@@ -134,7 +134,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             parent = span.parent
             in_scope = self._in_scope
             if not (
-                (parent is not None and parent.span_id in in_scope)
+                (parent is not None and parent[SPAN_ID] in in_scope)
                 or JOB_ID in attributes
                 or JOB_EVENT_TYPE in attributes
                 or (
@@ -144,13 +144,13 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
                 )
                 or (
                     parent is not None
-                    and parent.span_id in self._bare
-                    and self._claims_parent(parent.span_id)
+                    and parent[SPAN_ID] in self._bare
+                    and self._claims_parent(parent[SPAN_ID])
                 )
             ):
                 if self._late_kinds and not attributes and span.kind in self._late_kinds:
                     bare = self._bare  # named nothing at its start: a dialect may claim it late
-                    bare[span.context.span_id] = span
+                    bare[span.context[SPAN_ID]] = span
                     if len(bare) > MAX_BARE_SPANS:
                         bare.popitem(last=False)
                 return  # outside any job scope: nothing else happens, ever
@@ -159,7 +159,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
             # A job span's identity is read as it starts (`SpanStarted`): copied now.
             started.attributes = dict(attributes) if JOB_ID in attributes else None
             if JOB_EVENT_TYPE not in attributes:  # an event is whole at its start
-                in_scope[span.context.span_id] = started
+                in_scope[span.context[SPAN_ID]] = started
                 if len(in_scope) > self._max_open_spans:
                     # The translation forgets (and counts) the same oldest span.
                     in_scope.popitem(last=False)
@@ -192,7 +192,7 @@ class JobStepsProcessor(SpanProcessor, LogRecordProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            started = self._in_scope.pop(span.context.span_id, None)
+            started = self._in_scope.pop(span.context[SPAN_ID], None)
             if started is not None:
                 # Plain fields, not the span: the queue keeps no SDK object past the span's end.
                 fields = started.fields = ended_fields(span)

@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from .._core.events import plain_attributes
 from .._core.facts import resource_values
 from ..attributes import JOB_ID
-from .spans import attribute_dict, span_state
+from .spans import SPAN_ID, TRACE_ID, attribute_dict, span_state
 
 __all__ = ["OTLP_KIND", "log_fields", "otlp_kind", "severity_value", "span_fields"]
 
@@ -29,13 +29,13 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
     state = span_state(span)  # its properties without a call each: read on every span
     context = state["_context"]
     parent = state["_parent"]
-    parent_id = 0 if parent is None else parent.span_id
+    parent_id = 0 if parent is None else parent[SPAN_ID]
     start_ns = state["_start_time"] or 0
     attributes = attribute_dict(span)
     kind = otlp_kind(state["_kind"])
     if not ended:
         return (
-            context.trace_id, context.span_id, parent_id, state["_name"], start_ns, 0,
+            context[TRACE_ID], context[SPAN_ID], parent_id, state["_name"], start_ns, 0,
             attributes, (), False, None, kind,
         )  # fmt: skip
     status = state["_status"]
@@ -47,8 +47,8 @@ def span_fields(span: ReadableSpan, *, ended: bool, events: Sequence[Any] = ()) 
         if JOB_ID in attributes:
             attributes = {**attributes, **_resource_values(resource_attributes)}
     return (
-        context.trace_id,
-        context.span_id,
+        context[TRACE_ID],
+        context[SPAN_ID],
         parent_id,
         state["_name"],
         start_ns,

@@ -6,7 +6,7 @@ and falls back to public behaviour when the SDK's internals look different."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
@@ -14,12 +14,20 @@ from opentelemetry.sdk.util import BoundedList
 from .._core.events import first_progress, plain_attributes
 
 __all__ = [
+    "SPAN_ID",
+    "TRACE_ID",
     "attribute_dict",
     "ended_events",
     "events_added",
     "newest_progress_event",
     "span_state",
 ]
+
+
+# A SpanContext is a tuple (trace_id, span_id, ...) by its declaration in the API: an index
+# instead of a property call, on every span's start.
+TRACE_ID: Final = 0
+SPAN_ID: Final = 1
 
 
 def attribute_dict(span: ReadableSpan) -> Mapping[str, Any]:

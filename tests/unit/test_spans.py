@@ -15,6 +15,8 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 
 from otel_jobsteps._core.events import plain_attributes
 from otel_jobsteps._live.spans import (
+    SPAN_ID,
+    TRACE_ID,
     attribute_dict,
     events_added,
     newest_progress_event,
@@ -141,3 +143,8 @@ def test_span_state_reads_the_properties_of_a_class_that_computes_one() -> None:
     state = span_state(Renamed("s", context=new_span().get_span_context()))
     assert state["_name"] == "renamed"
     assert state["_context"] is not None
+
+
+def test_a_span_context_is_read_by_index_as_its_ids() -> None:
+    context = new_span().get_span_context()
+    assert (context[TRACE_ID], context[SPAN_ID]) == (context.trace_id, context.span_id)

@@ -101,15 +101,10 @@ def _start_fields(
 ) -> tuple[Any, ...]:
     """The fields as at the span's start (what on_start could know) of ``fields``, with the
     attributes copied at its start if any (a job span's)."""
-    return (
-        *fields[:5],
-        0,
-        fields[6] if attributes is None else attributes,
-        (),
-        False,
-        None,
-        fields[10],
-    )
+    return (  # indexed, not sliced and unpacked: a third fewer instructions, once a span
+        fields[0], fields[1], fields[2], fields[3], fields[4], 0,
+        fields[6] if attributes is None else attributes, (), False, None, fields[10],
+    )  # fmt: skip
 
 
 class LogEmitted(NamedTuple):

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import fields
-from operator import attrgetter
+from itertools import repeat
+from operator import add, attrgetter
 from typing import Any, TypeVar
 
 import psycopg
@@ -40,8 +41,9 @@ from .db import check_schema_name, connection_kwargs
 __all__ = [
     "SQLSTATE_CLASSES",
     "StepStore",
+    "copy_rows",
+    "detail_texts",
     "rejects_row",
-    "rows_json",
     "statement_params",
     "statements",
 ]
@@ -85,7 +87,6 @@ STATEMENTS: tuple[tuple[str, str], ...] = (
 )
 # Connections inherited through fork: kept alive so they are never finalised in the child.
 _forgotten: list[psycopg.Connection[Any]] = []
-_DETAIL_FIELDS = frozenset({"detail"})
 _SKIPPED_FIELDS = frozenset({"segment"})
 
 
@@ -151,80 +152,101 @@ class _BoundedConnection(psycopg.Connection[Any]):
             ) from None
 
 
-_FIELD_NAMES = {
-    kind: tuple(f.name for f in fields(kind) if f.name not in _SKIPPED_FIELDS)
+# Each statement's parameters: a getter per field of its operation kind, in field order.
+_FIELD_GETTERS = {
+    kind: tuple((f.name, attrgetter(f.name)) for f in fields(kind) if f.name not in _SKIPPED_FIELDS)
     for kind in (Abandon, CloseForeign, CloseStep, FailClosedStep, Progress, EventRow, JobLogRow)
 }
 
 
-def _row_getter(names: tuple[str, ...]) -> tuple[attrgetter[Any], attrgetter[Any]]:
-    """Getters for the fields before and after ``detail``, in field order."""
-    at = names.index("detail")
-    return attrgetter(*names[:at]), attrgetter(*names[at + 1 :])
-
-
-_ROW_GETTERS = {kind: _row_getter(_FIELD_NAMES[kind]) for kind in (EventRow, JobLogRow)}
-# Every field of a new row in order, the detail object among them (see rows_json).
-_ROW_FIELDS = {kind: attrgetter(*_FIELD_NAMES[kind]) for kind in (EventRow, JobLogRow)}
-_ROWS_PER_CHUNK = 128
 _STRICT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
-def rows_json(ops: Sequence[Any], max_detail_bytes: int) -> str:
-    """New rows as one JSON array of arrays, in field order.
+# COPY's binary fields carry no type: each is its column type's binary form. The store sends a
+# detail as jsonb's (a version byte, 1, then the JSON text: a str psycopg encodes as text's) and a
+# time as timestamptz's (microseconds since 2000: an int8's form).
+_COPY_TYPES = ("text",) * 3 + ("int4",) + ("text",) * 7 + ("text", "int8", "int8", "bool")
+# The fields before the detail, in copy_events' column order; the detail and times follow.
+_COPY_HEAD = attrgetter(
+    "domain", "job_id", "job_type", "attempt", "type", "step_key", "step_status", "message",
+    "trace_id", "span_id", "execution_id",
+)  # fmt: skip
+_CREATED, _ENDED = attrgetter("created_us"), attrgetter("ended_us")
+_JSONB_VERSION = "\x01"
+_PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970
+_EXACT_US = 2**53  # float8 holds every microsecond count up to here (about the year 2255)
+# Separates the details in one JSON text: it encodes as "\u0000", which no detail encode_detail
+# passes unchanged holds (a NUL makes it encode the detail again).
+_SEPARATOR = "\x00"
+_ENCODED_SEPARATOR = ',"\\u0000",'
 
-    A row's detail rides in it as a JSON object (the SQL's ``r->>N`` gives its text), so the
-    whole batch is encoded by C calls, a chunk of rows each.
-    """
-    kind = type(ops[0])
-    chunks = (ops[first : first + _ROWS_PER_CHUNK] for first in range(0, len(ops), _ROWS_PER_CHUNK))
-    return "[" + ",".join(_chunk_json(kind, chunk, max_detail_bytes) for chunk in chunks) + "]"
+
+def copyable(rows: Sequence[EventRow]) -> bool:
+    """Whether no row is an open step: none of them could meet insert_events' ON CONFLICT, so
+    they may be COPYed (copy_events)."""
+    return all(row.type != STEP or row.ended_us is not None for row in rows)
 
 
-def _chunk_json(
-    kind: type[EventRow] | type[JobLogRow],
-    chunk: Sequence[Any],
-    max_detail_bytes: int,
-    *,
-    split: bool = True,
-) -> str:
-    """Rows of ``chunk`` as JSON array elements. Text that could hold a detail `encode_detail`
-    would change (over ``max_detail_bytes``, NUL, a lone surrogate, NaN, a value JSON has no
-    word for) is encoded again row by row, each detail by `encode_detail` ("\\ud" matches a
-    valid pair too: those rows take that path). A chunk too long to tell is first split once
-    into parts of about half ``max_detail_bytes`` each, which rows of even size then pass."""
+def detail_texts(
+    details: Sequence[Any], max_detail_bytes: int, prefix: str = ""
+) -> list[str | None]:
+    """`encode_detail` of each detail (None stays None), each after ``prefix``.
+
+    One C call encodes them all, separated by a NUL string; the text is cut at the separators
+    when each of them is there once and nothing else needs encode_detail's care (a NUL, a
+    surrogate, a value JSON has no word for); else, and for a detail over ``max_detail_bytes``,
+    detail by detail."""
+    count = len(details)
+    spaced: list[Any] = [_SEPARATOR] * (2 * count - 1)
+    spaced[::2] = details
     try:
-        text = _STRICT_JSON.encode(list(map(_ROW_FIELDS[kind], chunk)))
+        text = _STRICT_JSON.encode(spaced)
     except (TypeError, ValueError, RecursionError):
         text = ""
-    if text and "\\u0000" not in text and "\\ud" not in text:
-        if len(text) <= max_detail_bytes:
-            return text[1:-1]
-        if split and len(chunk) > 1:
-            size = max(1, len(chunk) * max_detail_bytes // (2 * len(text)))
-            return ",".join(
-                _chunk_json(kind, chunk[first : first + size], max_detail_bytes, split=False)
-                for first in range(0, len(chunk), size)
-            )
-    before, after = _ROW_GETTERS[kind]
-    rows = [(*before(op), encode_detail(op.detail, max_detail_bytes), *after(op)) for op in chunk]
-    return json.dumps(rows)[1:-1]
+    if not text or text.count("\\u0000") != count - 1 or "\\ud" in text:
+        return [_prefixed(encode_detail(d, max_detail_bytes), prefix) for d in details]
+    texts = (prefix + text[1:-1]).replace(_ENCODED_SEPARATOR, "\x00" + prefix).split("\x00")
+    null, longest = prefix + "null", max_detail_bytes + len(prefix)
+    return [
+        t
+        if len(t) <= longest and t != null
+        else _prefixed(encode_detail(d, max_detail_bytes), prefix)
+        for t, d in zip(texts, details, strict=True)
+    ]
+
+
+def _prefixed(text: str | None, prefix: str) -> str | None:
+    return None if text is None else prefix + text
+
+
+def _pg_times(times: Iterator[int | None]) -> list[int | None]:
+    """Times as timestamptz's microseconds since 2000, rounded as the statements' float8
+    arithmetic (``timestamptz 'epoch' + us * interval '1 microsecond'``) rounds them."""
+    return [
+        None if us is None else (us if us <= _EXACT_US else int(float(us))) - _PG_EPOCH_US
+        for us in times
+    ]
+
+
+def copy_rows(
+    rows: Sequence[EventRow], max_detail_bytes: int, derived: bool | None
+) -> Iterator[tuple[Any, ...]]:
+    """copy_events' records of ``rows``, in its column order and `_COPY_TYPES`."""
+    details = detail_texts([row.detail for row in rows], max_detail_bytes, _JSONB_VERSION)
+    created = _pg_times(map(_CREATED, rows))
+    ended = _pg_times(map(_ENDED, rows))
+    return map(add, map(_COPY_HEAD, rows), zip(details, created, ended, repeat(derived)))
 
 
 def statement_params(
     ops: Sequence[Any], max_detail_bytes: int, *, derived: bool | None = None
 ) -> dict[str, Any]:
-    """Statement parameters: new rows as one JSON array of arrays, updates as column arrays;
-    ``derived`` marks the rows it inserts (True: collect's, see `StepStore`)."""
-    kind = type(ops[0])
-    if kind in _ROW_FIELDS:
-        return {"rows": rows_json(ops, max_detail_bytes), "derived": derived}
+    """Statement parameters: one array per field, a detail as JSON text; ``derived`` marks the
+    rows it inserts (True: collect's, see `StepStore`)."""
     params: dict[str, Any] = {"derived": derived}
-    for name in _FIELD_NAMES[kind]:
-        values = [getattr(op, name) for op in ops]
-        if name in _DETAIL_FIELDS:
-            values = [encode_detail(v, max_detail_bytes) for v in values]
-        params[name] = values
+    for name, getter in _FIELD_GETTERS[type(ops[0])]:
+        values = list(map(getter, ops))
+        params[name] = detail_texts(values, max_detail_bytes) if name == "detail" else values
     return params
 
 
@@ -351,11 +373,23 @@ class StepStore:
         with self._transaction() as cur:
             queries = self._statements(cur.connection)
             for name, ops in statements(batch):
-                cur.execute(queries[name], self._params(ops))
+                self._execute(cur, queries, name, ops)
                 _note_changes(cur, name, ops, committed)
                 if name == "insert_events" and cur.rowcount < len(ops):
                     self._take_over_open_steps(cur, ops, committed)
         return committed
+
+    def _execute(
+        self, cur: psycopg.Cursor[Any], queries: Mapping[str, Statement], name: str, ops: Any
+    ) -> None:
+        """Run statement ``name`` for ``ops``; new rows no conflict could skip are COPYed."""
+        if name == "insert_events" and copyable(ops):
+            with cur.copy(queries["copy_events"]) as copy:
+                copy.set_types(_COPY_TYPES)
+                for record in copy_rows(ops, self._max_detail_bytes, self._derived):
+                    copy.write_row(record)
+        else:
+            cur.execute(queries[name], self._params(ops))
 
     def _take_over_open_steps(
         self, cur: psycopg.Cursor[Any], rows: Sequence[EventRow], committed: Committed
@@ -389,7 +423,7 @@ class StepStore:
                     changed = Committed()
                     try:
                         with cur.connection.transaction():
-                            cur.execute(queries[name], self._params([op]))
+                            self._execute(cur, queries, name, [op])
                             _note_changes(cur, name, [op], changed)
                     except (psycopg.Error, UnicodeEncodeError) as error:
                         if not rejects_row(error):

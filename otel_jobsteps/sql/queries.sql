@@ -214,39 +214,46 @@ WHERE e.domain = t.domain AND e.job_id = t.job_id AND e.attempt = t.attempt
 
 -- name: insert_events --
 -- New job_event rows in command order; a second open step for an attempt is skipped, not an error.
--- Rows arrive as one JSON array of arrays, fields in batch.EventRow order (one C call to encode
--- instead of a Python loop per column); each r->>N below is aliased with its field's name.
+-- Rows arrive as parallel arrays, one per field of batch.EventRow, the detail as JSON text.
 INSERT INTO {job_event} (domain, job_id, job_type, attempt, type, step_key, step_status, detail,
                          message, trace_id, span_id, execution_id, created_at, ended_at, derived)
 SELECT domain, job_id, job_type, attempt, type, step_key, step_status, detail::jsonb,
        message, trace_id, span_id, execution_id,
        timestamptz 'epoch' + created_us * interval '1 microsecond',
        timestamptz 'epoch' + ended_us * interval '1 microsecond', %(derived)s::boolean
-FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t (r, n),
-     LATERAL (SELECT r->>0 AS domain, r->>1 AS job_id, r->>2 AS job_type,
-                     (r->>3)::int AS attempt, r->>4 AS type, r->>5 AS step_key,
-                     r->>6 AS step_status, r->>7 AS detail, r->>8 AS message,
-                     r->>9 AS trace_id, r->>10 AS span_id, r->>11 AS execution_id,
-                     (r->>12)::bigint AS created_us, (r->>13)::bigint AS ended_us) AS row
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(job_type)b::text[], %(attempt)b::int[],
+            %(type)b::text[], %(step_key)b::text[], %(step_status)b::text[], %(detail)b::text[],
+            %(message)b::text[], %(trace_id)b::text[], %(span_id)b::text[],
+            %(execution_id)b::text[], %(created_us)b::bigint[], %(ended_us)b::bigint[])
+     WITH ORDINALITY
+     AS t (domain, job_id, job_type, attempt, type, step_key, step_status, detail, message,
+           trace_id, span_id, execution_id, created_us, ended_us, n)
 ORDER BY n
 ON CONFLICT (domain, job_id, attempt) WHERE type = 'STEP' AND ended_at IS NULL DO NOTHING;
 
+-- name: copy_events --
+-- New job_event rows none of which an ON CONFLICT could skip (events, and steps already closed):
+-- insert_events' rows without its conflict check, COPYed (binary) in command order. The store
+-- sends each field in its column type's binary form, times as the statements compute them.
+COPY {job_event} (domain, job_id, job_type, attempt, type, step_key, step_status, message,
+                  trace_id, span_id, execution_id, detail, created_at, ended_at, derived)
+FROM STDIN (FORMAT BINARY);
+
 -- name: insert_job_logs --
 -- Final rows of finished attempts; the first final state of an attempt wins.
--- Rows arrive as one JSON array of arrays, fields in batch.JobLogRow order.
+-- Rows arrive as parallel arrays, one per field of batch.JobLogRow, the detail as JSON text.
 INSERT INTO {job_log} (domain, job_id, job_type, attempt, status, reason, detail, trace_id,
                        created_at, derived, service_name, service_version, host_name,
                        service_instance_id)
 SELECT domain, job_id, job_type, attempt, status, reason, detail::jsonb, trace_id,
        timestamptz 'epoch' + created_us * interval '1 microsecond', %(derived)s::boolean,
        service_name, service_version, host_name, service_instance_id
-FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t (r, n),
-     LATERAL (SELECT r->>0 AS domain, r->>1 AS job_id, r->>2 AS job_type,
-                     (r->>3)::int AS attempt, r->>4 AS status, r->>5 AS reason,
-                     r->>6 AS detail, r->>7 AS trace_id,
-                     (r->>8)::bigint AS created_us, r->>9 AS service_name,
-                     r->>10 AS service_version, r->>11 AS host_name,
-                     r->>12 AS service_instance_id) AS row
+FROM unnest(%(domain)b::text[], %(job_id)b::text[], %(job_type)b::text[], %(attempt)b::int[],
+            %(status)b::text[], %(reason)b::text[], %(detail)b::text[], %(trace_id)b::text[],
+            %(created_us)b::bigint[], %(service_name)b::text[], %(service_version)b::text[],
+            %(host_name)b::text[], %(service_instance_id)b::text[]) WITH ORDINALITY
+     AS t (domain, job_id, job_type, attempt, status, reason, detail, trace_id, created_us,
+           service_name, service_version, host_name, service_instance_id, n)
 ORDER BY n
 ON CONFLICT (domain, job_id, attempt) DO NOTHING
 RETURNING domain, job_id, attempt;

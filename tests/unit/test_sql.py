@@ -10,7 +10,7 @@ import pytest
 from otel_jobsteps._core.batch import EventRow, JobLogRow
 from otel_jobsteps.sql import load_queries, migrations
 
-_POSITION = re.compile(r"\(?r->>?(\d+)\)?(?:::\w+)? AS (\w+)")
+_PARAMETER = re.compile(r"%\((\w+)\)b")
 
 
 def test_the_loader_returns_every_named_block_without_headers() -> None:
@@ -21,6 +21,7 @@ def test_the_loader_returns_every_named_block_without_headers() -> None:
         "write_progress",
         "close_steps",
         "insert_events",
+        "copy_events",
         "insert_job_logs",
         "refresh_heartbeats",
     }
@@ -35,8 +36,10 @@ def test_migrations_are_numbered_without_gaps() -> None:
 @pytest.mark.parametrize(
     ("block", "row"), [("insert_events", EventRow), ("insert_job_logs", JobLogRow)]
 )
-def test_json_row_positions_match_the_row_fields(block: str, row: type) -> None:
-    """The store sends rows as arrays in field order; the SQL names each position."""
-    positions = {int(n): name for n, name in _POSITION.findall(load_queries()[block])}
+def test_unnest_columns_match_the_row_fields(block: str, row: type) -> None:
+    """The store sends one array per field, by name; the SQL unnests them in field order."""
+    text = load_queries()[block]
     names = [f.name for f in fields(row) if f.name != "segment"]
-    assert positions == dict(enumerate(names))
+    assert _PARAMETER.findall(text) == names
+    aliases = text.split(" AS t (", 1)[1].split(")", 1)[0]
+    assert [a.strip() for a in aliases.split(",")] == [*names, "n"]

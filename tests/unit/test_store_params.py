@@ -1,9 +1,8 @@
-"""New rows travel as one JSON array; each detail in it must say what `encode_detail` says,
-whether it rides as an object (the fast path) or as the JSON text of its row-by-row encoding."""
+"""Details travel as JSON text, encoded together and cut apart (the fast path) or one by one;
+either way each must say what `encode_detail` says."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 
 from otel_jobsteps._core.batch import EventRow
 from otel_jobsteps._core.detail import encode_detail
-from otel_jobsteps._pg.store import rows_json
+from otel_jobsteps._pg.store import detail_texts, statement_params
 
 DETAILS: list[Any] = [
     None,
@@ -35,36 +34,34 @@ def _row(number: int, detail: Any) -> EventRow:
     )  # fmt: skip
 
 
-def _detail_of(element: Any) -> Any:
-    return json.loads(element) if isinstance(element, str) else element
+def test_new_rows_travel_as_one_array_per_field() -> None:
+    details = [DETAILS[n % len(DETAILS)] for n in range(30)]
+    params = statement_params([_row(n, d) for n, d in enumerate(details)], 1000, derived=True)
+    assert params["derived"] is True
+    assert params["detail"] == [encode_detail(d, 1000) for d in details]
+    assert params["job_id"] == [f"job-{n}" for n in range(30)]
+    assert params["ended_us"] == [2_000_000 + n for n in range(30)]
 
 
 @pytest.mark.parametrize("max_bytes", [64 * 1024, 1000, 40])
 @pytest.mark.parametrize("rows", [1, 3, 300], ids=lambda n: f"{n}-rows")
-def test_every_detail_reads_as_encode_detail_writes_it(max_bytes: int, rows: int) -> None:
+@pytest.mark.parametrize("prefix", ["", "\x01"])
+def test_detail_texts_say_what_encode_detail_says(max_bytes: int, rows: int, prefix: str) -> None:
+    """COPYed rows take their details from one encoding cut at separators, or row by row."""
     details = [DETAILS[n % len(DETAILS)] for n in range(rows)]
-    decoded = json.loads(rows_json([_row(n, d) for n, d in enumerate(details)], max_bytes))
-    assert len(decoded) == rows
-    for number, (row, detail) in enumerate(zip(decoded, details, strict=True)):
-        expected = encode_detail(detail, max_bytes)
-        assert _detail_of(row[7]) == (None if expected is None else json.loads(expected))
-        assert row[:7] == ["d", f"job-{number}", None, 1, "STEP", "A", "COMPLETED"]
-        assert row[8:] == [
-            None,
-            "0" * 32,
-            f"{number:016x}",
-            "exec",
-            1_000_000 + number,
-            2_000_000 + number,
-        ]
+    expected = [encode_detail(d, max_bytes) for d in details]
+    assert detail_texts(details, max_bytes, prefix) == [
+        None if text is None else prefix + text for text in expected
+    ]
 
 
-def test_plain_details_ride_as_objects() -> None:
-    decoded = json.loads(rows_json([_row(0, {"done": 1})], 64 * 1024))
-    assert decoded[0][7] == {"done": 1}
-
-
-def test_even_rows_too_long_for_one_chunk_still_ride_as_objects() -> None:
-    """128 rows of 600-byte details exceed 64 KiB together, not one by one."""
-    decoded = json.loads(rows_json([_row(n, {"pad": "y" * 600}) for n in range(300)], 64 * 1024))
-    assert all(row[7] == {"pad": "y" * 600} for row in decoded)
+@pytest.mark.parametrize(
+    "details",
+    [
+        [{"a": "\x00"}, {"b": 1}],  # a NUL of a detail beside the separators
+        [{"\\u0000": 1}, {"b": 1}],  # the separator's escape as text
+        [{"a": [{"x": 1}, {"y": 2}]}, None, {}],  # commas and braces between elements
+    ],
+)
+def test_detail_texts_never_cut_a_detail(details: list[Any]) -> None:
+    assert detail_texts(details, 64 * 1024) == [encode_detail(d) for d in details]

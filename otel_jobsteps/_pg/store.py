@@ -1,6 +1,7 @@
 """PostgreSQL access for the writer: one lazy connection, one transaction per batch.
 
-Every operation kind of a segment becomes one set-based statement over parallel arrays. If a
+Every operation kind of a segment becomes one set-based statement over parallel arrays; new
+rows that no conflict could skip (no open step among them) are COPYed instead. If a
 batch fails because PostgreSQL says a row can never be written (`rejects_row`: the SQLSTATE
 table below), it is written again one operation at a time, each in a savepoint, so one bad row
 never takes the good rows around it down. Any other failure leaves the whole batch for a retry.

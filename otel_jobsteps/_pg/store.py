@@ -43,6 +43,7 @@ __all__ = [
     "SQLSTATE_CLASSES",
     "StepStore",
     "copy_rows",
+    "copyable",
     "detail_texts",
     "rejects_row",
     "statement_params",

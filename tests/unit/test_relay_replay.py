@@ -14,6 +14,7 @@ from otel_jobsteps._live.watch import ended_fields
 from otel_jobsteps._live.writer_process.outbox import Outbox
 from otel_jobsteps._live.writer_process.wire import (
     ENDED,
+    FLUSH,
     PROGRESS,
     REPLAYED,
     RESOURCE,
@@ -79,3 +80,16 @@ def test_a_start_read_after_its_end_travels_with_that_end_when_it_comes_next() -
     assert [m[0] for m in outbox.take()] == [RESOURCE, WHOLE, STARTED, PROGRESS, ENDED]
     outbox.started(span_fields(first, ended=False), True, True)
     assert [m[0] for m in outbox.take()] == [STARTED]  # a frame never holds a start back
+
+
+def test_a_flush_asked_after_a_held_start_follows_that_start() -> None:
+    """A flush read between a start (read after its end) and that end: the start is sent
+    first, so the writer process has it before it flushes."""
+    tracer = TracerProvider().get_tracer("t")
+    outbox = Outbox(max_open=3)
+    span = tracer.start_span("A")
+    span.end()
+    outbox.started(span_fields(span, ended=False), True, True)
+    outbox.flush(7)
+    outbox.ended(ended_fields(span))
+    assert [m[0] for m in outbox.take()] == [STARTED, FLUSH, RESOURCE, ENDED]

@@ -9,7 +9,7 @@ from typing import Any
 from ..._core.translate import body_text
 from ...attributes import JOB_EVENT_TYPE
 from ..watch import plain_dict
-from .wire import ENDED, LOG, PLAIN, PROGRESS, REPLAYED, RESOURCE, STARTED, WHOLE
+from .wire import ENDED, FLUSH, LOG, PLAIN, PROGRESS, REPLAYED, RESOURCE, STARTED, WHOLE
 
 __all__ = ["Outbox"]
 
@@ -65,6 +65,11 @@ class Outbox:
         self._send_whole_start()
         self.messages.append((ENDED, (*fields[:11], told[0])))
         self._ending.append(fields[1])
+
+    def flush(self, number: int) -> None:
+        """Ask the writer process to flush: after every start read before it, a held one too."""
+        self._send_whole_start()
+        self.messages.append((FLUSH, number))
 
     def take(self) -> list[Any]:
         """The messages of the next frame; the spans they end are no longer open."""

@@ -186,7 +186,7 @@ class Relay:
     def _flush_read(self, request: FlushRequest) -> None:
         self._watch.poll_all()
         self._flushes[request.number] = request
-        self._outbox.messages.append((FLUSH, request.number))
+        self._outbox.flush(request.number)
 
     def _send(self) -> None:
         if not self._outbox.messages:

@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._core.times import EXACT_US
 from .._telemetry.metrics import ClosedStep, Committed, FinishedAttempt
 from .derive import Derivation
 from .place import Attempt
 
 __all__ = ["attempt_columns", "complete", "counted", "inserted_rows", "written_whole"]
-
-# Times from 1970 up to this (2255) are stored and read back as they are: a later one is
-# rounded on its way in (a float factor of an interval), so its rows are read back.
-_EXACT_US = 2**53
 
 
 def attempt_columns(attempts: Sequence[Attempt]) -> dict[str, list[Any]]:
@@ -50,7 +47,7 @@ def written_whole(
     far = {
         (r.domain, r.job_id, r.attempt)
         for r in written.step_rows
-        if not 0 <= r.created_us < _EXACT_US or not 0 <= (r.ended_us or 0) < _EXACT_US
+        if not 0 <= r.created_us < EXACT_US or not 0 <= (r.ended_us or 0) < EXACT_US
     }
     return {a for a in complete(found) if a[:2] in fresh and a not in far}
 

@@ -34,6 +34,7 @@ from .._core.batch import (
     Progress,
 )
 from .._core.detail import DEFAULT_MAX_DETAIL_BYTES, encode_detail
+from .._core.times import EXACT_US
 from .._core.vocabulary import ABANDONED, FAILED, STEP
 from .._telemetry.metrics import ClosedStep, Committed, FinishedAttempt
 from ..sql import Statement, rendered_queries
@@ -176,7 +177,6 @@ _COPY_HEAD = attrgetter(
 _CREATED, _ENDED = attrgetter("created_us"), attrgetter("ended_us")
 _JSONB_VERSION = "\x01"
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970
-_EXACT_US = 2**53  # float8 holds every microsecond count up to here (about the year 2255)
 # Separates the details in one JSON text: it encodes as "\u0000", which no detail encode_detail
 # passes unchanged holds (a NUL makes it encode the detail again).
 _SEPARATOR = "\x00"
@@ -225,7 +225,7 @@ def _pg_times(times: Iterator[int | None]) -> list[int | None]:
     """Times as timestamptz's microseconds since 2000, rounded as the statements' float8
     arithmetic (``timestamptz 'epoch' + us * interval '1 microsecond'``) rounds them."""
     return [
-        None if us is None else (us if us <= _EXACT_US else int(float(us))) - _PG_EPOCH_US
+        None if us is None else (us if us <= EXACT_US else int(float(us))) - _PG_EPOCH_US
         for us in times
     ]
 
